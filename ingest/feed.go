@@ -1,0 +1,82 @@
+package ingest
+
+import (
+	"context"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// Feed kinds, as the status reports them.
+const (
+	KindFile  = "file"
+	KindKafka = "kafka"
+)
+
+// RecordKind tells what a Record carries.
+type RecordKind uint8
+
+const (
+	// RecordItem is an item for the processor.
+	RecordItem RecordKind = iota
+	// RecordEpoch says the partition's source now has a new epoch, starting
+	// at Position. The loop stores it (and commits) before any item after it.
+	RecordEpoch
+	// RecordLoss says input vanished before it was read: positions From..To
+	// of epoch Epoch, for Reason. The loop records the loss (the feed stops
+	// being lossless) before any item after it.
+	RecordLoss
+)
+
+// Record is what a feed yields: an item, an epoch change or a loss.
+type Record struct {
+	Kind      RecordKind
+	Partition int32
+	// Epoch is the item's epoch, the new epoch, or the epoch of the lost range.
+	Epoch string
+	// Position is the position after the item, or where a new epoch starts.
+	Position int64
+	Item     Item
+
+	// BadReason, set on an item the feed could not read whole (a line over
+	// the limit, an unreadable record), dead-letters it with BadErr without
+	// calling the processor.
+	BadReason string
+	BadErr    error
+
+	// From, To and Reason describe a loss.
+	From, To int64
+	Reason   string
+}
+
+// Feed is a source of positioned records.
+//
+// A feed guarantees: records of one partition come in position order; every
+// item carries the position after it; a change of epoch is announced with a
+// RecordEpoch before the new epoch's items, and vanished input with a
+// RecordLoss. A feed never drops an item silently: what it cannot read whole
+// it yields with BadReason set.
+//
+// Poll and Commit are called from one goroutine; Ends may be called from any.
+type Feed interface {
+	// Kind is KindFile or KindKafka; Source names what is read (a path, a topic).
+	Kind() string
+	Source() string
+	// Open positions the feed right after the given checkpoints (keyed by
+	// partition; empty for a new feed). Where the source's epoch is not the
+	// stored one, the feed starts with the RecordLoss and RecordEpoch that
+	// explain it.
+	Open(ctx context.Context, from map[int32]outbox.Checkpoint) error
+	// Poll appends up to max ready records to buf and returns it. It blocks
+	// until at least one record is ready, or returns ctx.Err() when ctx is
+	// done first.
+	Poll(ctx context.Context, buf []Record, max int) ([]Record, error)
+	// Commit tells the source that everything up to these checkpoints is
+	// durably applied, so it may forget it (a Kafka group offset). It is
+	// called only after the store's commit.
+	Commit(ctx context.Context, through []outbox.Checkpoint) error
+	// Ends returns the source's end per partition as last seen: a file's
+	// size, a partition's high watermark.
+	Ends() map[int32]int64
+	// Close releases the feed's resources.
+	Close() error
+}

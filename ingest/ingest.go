@@ -1,0 +1,118 @@
+// Package ingest reads feeds and applies their items to processors, exactly
+// once, through the outbox store.
+//
+// A Feed yields positioned records; the Loop hands each item to a Processor
+// inside a store transaction (one per batch, a SAVEPOINT per item) and writes
+// the feed's (epoch, position) in the same transaction. Only after COMMIT
+// does the feed commit its own pointer. The stored position is the authority:
+// an item at or before it, in the same epoch, is skipped as a replay.
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// Delivery is how an item reached the processor.
+type Delivery struct {
+	// Feed is the feed's name.
+	Feed string
+	// Partition is the source partition (0 for a file).
+	Partition int32
+	// Sequence counts this run's deliveries from 1. It restarts with every
+	// run: never compare it across a restart.
+	Sequence int64
+	// Epoch names the source's position space: a file's identity, a Kafka
+	// topic's id with the partition. Positions of different epochs are not
+	// comparable.
+	Epoch string
+	// Position is the source's position after the item: the byte offset
+	// after a file's line, the offset after a Kafka record.
+	Position int64
+	// Attempt is 1 for the first try and grows with each retry of the item.
+	Attempt int
+}
+
+// AlreadyApplied reports whether the item is covered by a stored checkpoint:
+// true only for the same, known epoch and a position at or before the stored
+// one. It is false when either side is unknown (an empty epoch or a negative
+// position) and for a different epoch, so a replaced source never has new
+// items skipped by mistake.
+func (d Delivery) AlreadyApplied(epoch string, position int64) bool {
+	if d.Epoch == "" || epoch == "" || d.Position < 0 || position < 0 {
+		return false
+	}
+	return d.Epoch == epoch && d.Position <= position
+}
+
+// Place is the item's place, as the outbox records it.
+func (d Delivery) Place() outbox.Place {
+	return outbox.Place{Feed: d.Feed, Partition: d.Partition, Epoch: d.Epoch, Position: d.Position}
+}
+
+// Item is what a processor is given: a line of a file (Value, no Key) or a
+// Kafka record.
+type Item struct {
+	Key     []byte
+	Value   []byte
+	Headers []outbox.Header
+}
+
+// Processor applies items to state kept in the store.
+//
+// Apply runs inside the batch's transaction, in the item's own SAVEPOINT: it
+// reads and writes its state through tx and emits its outputs with tx.Emit.
+// If it returns an error every write it made is rolled back. An error
+// wrapped by Permanent (bad input) dead-letters the item at once; any other
+// error is transient and the item is retried. Apply is called from one
+// goroutine per feed; it must not keep tx after returning.
+type Processor interface {
+	Apply(ctx context.Context, tx *outbox.Tx, d Delivery, item Item) error
+}
+
+// ProcessorFunc adapts a function to Processor.
+type ProcessorFunc func(ctx context.Context, tx *outbox.Tx, d Delivery, item Item) error
+
+// Apply calls f.
+func (f ProcessorFunc) Apply(ctx context.Context, tx *outbox.Tx, d Delivery, item Item) error {
+	return f(ctx, tx, d, item)
+}
+
+// Reasons a dead letter carries.
+const (
+	ReasonMalformed    = "malformed"     // the input is not what the processor reads
+	ReasonTooLong      = "line-too-long" // a file line over the feed's limit
+	ReasonRetriesSpent = "retries-exhausted"
+)
+
+// PermanentError is a processor error that retrying cannot fix.
+type PermanentError struct {
+	Reason string // short, stable, machine-readable: "malformed", "unknown-type"
+	Err    error
+}
+
+func (e *PermanentError) Error() string { return e.Reason + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent marks err as permanent with a reason; the item is dead-lettered
+// at once.
+func Permanent(reason string, err error) error {
+	return &PermanentError{Reason: reason, Err: err}
+}
+
+// Malformed is Permanent(ReasonMalformed, fmt.Errorf(format, args...)).
+func Malformed(format string, args ...any) error {
+	return Permanent(ReasonMalformed, fmt.Errorf(format, args...))
+}
+
+// IsPermanent returns the permanent error in err's chain, if any.
+func IsPermanent(err error) (*PermanentError, bool) {
+	var p *PermanentError
+	ok := errors.As(err, &p)
+	return p, ok
+}

@@ -1,0 +1,320 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// ErrStalled is returned by Run when a feed stops under a `stop` policy: the
+// status says why; nothing after the failing item or batch was applied.
+var ErrStalled = errors.New("feed stalled")
+
+// Feed states, as the status reports them.
+const (
+	StateRunning  = "running"   // items are being applied
+	StateCaughtUp = "caught-up" // everything the source has is applied
+	StateStalled  = "stalled"   // stopped by a failure policy
+	StateStopped  = "stopped"   // not running
+)
+
+// Config configures one feed's loop.
+type Config struct {
+	// Name is the feed's name, unique per store.
+	Name string
+	// Processor names the processor, for the status.
+	Processor string
+	// BatchMax closes a batch at this many records; BatchWait closes it this
+	// long after its first record, whichever comes first.
+	BatchMax  int
+	BatchWait time.Duration
+	// Retry is the schedule for an item's transient errors; OnFailure says
+	// what happens when it is spent (OnFailureDeadLetter or OnFailureStop).
+	Retry     Retry
+	OnFailure string
+	// CommitRetry is the schedule for a batch whose transaction fails;
+	// OnCompletionFailure says what happens when it is spent
+	// (OnCompletionStop or OnCompletionSkip).
+	CommitRetry         Retry
+	OnCompletionFailure string
+	// DeadLetterTopic receives dead letters (default Name + ".dlq").
+	DeadLetterTopic string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+
+	// DisableGuard applies re-delivered items again. Test seam only: it
+	// breaks exactly-once, and exists so a test can show the guard matters.
+	DisableGuard bool
+	// Rewind opens these partitions at an earlier position of their stored
+	// epoch, so the feed re-delivers items the store already has. Test seam.
+	Rewind map[int32]int64
+}
+
+// DefaultConfig returns the defaults for a feed named name.
+func DefaultConfig(name string) Config {
+	return Config{
+		Name:                name,
+		BatchMax:            1000,
+		BatchWait:           5 * time.Millisecond,
+		Retry:               DefaultRetry(),
+		OnFailure:           OnFailureDeadLetter,
+		CommitRetry:         DefaultRetry(),
+		OnCompletionFailure: OnCompletionStop,
+	}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if c.Name == "" {
+		return errors.New("feed name: empty")
+	}
+	if c.BatchMax < 1 {
+		return fmt.Errorf("batch-max: %d, want at least 1", c.BatchMax)
+	}
+	if c.BatchWait < 0 {
+		return fmt.Errorf("batch-wait: %v is negative", c.BatchWait)
+	}
+	if err := c.Retry.Validate(); err != nil {
+		return fmt.Errorf("retry: %w", err)
+	}
+	if err := c.CommitRetry.Validate(); err != nil {
+		return fmt.Errorf("commit retry: %w", err)
+	}
+	switch c.OnFailure {
+	case OnFailureDeadLetter, OnFailureStop:
+	default:
+		return fmt.Errorf("on-failure: %q is not one of dead-letter, stop", c.OnFailure)
+	}
+	switch c.OnCompletionFailure {
+	case OnCompletionStop, OnCompletionSkip:
+	default:
+		return fmt.Errorf("on-completion-failure: %q is not one of stop, skip", c.OnCompletionFailure)
+	}
+	return nil
+}
+
+// Setupper is implemented by processors that prepare their state (create
+// tables, load caches) before the first item. Setup runs in its own
+// transaction when the loop starts.
+type Setupper interface {
+	Setup(ctx context.Context, tx *outbox.Tx) error
+}
+
+// Loop applies one feed's records to one processor. Run it once.
+type Loop struct {
+	store *outbox.Store
+	feed  Feed
+	proc  Processor
+	cfg   Config
+	log   *slog.Logger
+
+	cps   map[int32]outbox.Checkpoint // committed: the guard's authority
+	seq   int64
+	carry []Record // read but not yet taken into a batch
+
+	mu        sync.Mutex
+	state     string
+	lastError string
+}
+
+// NewLoop checks cfg and returns a loop; nothing is read until Run.
+func NewLoop(store *outbox.Store, feed Feed, proc Processor, cfg Config) (*Loop, error) {
+	if cfg.DeadLetterTopic == "" {
+		cfg.DeadLetterTopic = cfg.Name + ".dlq"
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("feed %s: %w", cfg.Name, err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Loop{
+		store: store, feed: feed, proc: proc, cfg: cfg, state: StateStopped,
+		log: log.With("component", "ingest", "feed", cfg.Name),
+	}, nil
+}
+
+// Name is the feed's name.
+func (l *Loop) Name() string { return l.cfg.Name }
+
+// Feed is the loop's feed.
+func (l *Loop) Feed() Feed { return l.feed }
+
+// Config is the loop's configuration.
+func (l *Loop) Config() Config { return l.cfg }
+
+// State returns the feed's state and its last error ("" when none). Safe
+// for concurrent use.
+func (l *Loop) State() (state, lastError string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state, l.lastError
+}
+
+func (l *Loop) setState(s string) {
+	l.mu.Lock()
+	l.state = s
+	l.mu.Unlock()
+}
+
+func (l *Loop) setError(err error) {
+	l.mu.Lock()
+	if err == nil {
+		l.lastError = ""
+	} else {
+		l.lastError = err.Error()
+	}
+	l.mu.Unlock()
+}
+
+// Run opens the feed right after the stored checkpoints and applies records
+// until ctx is done; then it commits the batch in hand and returns nil. It
+// returns an error wrapping ErrStalled when a `stop` policy stops the feed,
+// and other errors when the feed cannot be started.
+func (l *Loop) Run(ctx context.Context) error {
+	defer l.setState(StateStopped)
+	if err := l.start(ctx); err != nil {
+		l.setError(err)
+		return err
+	}
+	defer l.feed.Close()
+	l.setState(StateRunning)
+	buf := make([]Record, 0, l.cfg.BatchMax)
+	for {
+		batch, err := l.collect(ctx, buf[:0])
+		if len(batch) > 0 {
+			if perr := l.process(ctx, batch); perr != nil {
+				if errors.Is(perr, ErrStalled) {
+					return perr
+				}
+				return nil // shutdown while retrying: nothing half-applied
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			l.feedError(ctx, err)
+		}
+	}
+}
+
+func (l *Loop) start(ctx context.Context) error {
+	err := l.store.RegisterFeed(ctx, outbox.FeedInfo{
+		Name: l.cfg.Name, Kind: l.feed.Kind(), Source: l.feed.Source(), Processor: l.cfg.Processor,
+	})
+	if err != nil {
+		return err
+	}
+	if s, ok := l.proc.(Setupper); ok {
+		if err := l.setup(ctx, s); err != nil {
+			return err
+		}
+	}
+	if l.cps, err = l.store.Positions(ctx, l.cfg.Name); err != nil {
+		return err
+	}
+	from := make(map[int32]outbox.Checkpoint, len(l.cps))
+	for p, c := range l.cps {
+		if pos, ok := l.cfg.Rewind[p]; ok && pos < c.Position {
+			l.log.Warn("rewinding feed (test seam): stored items will be re-delivered", "partition", p, "from", pos)
+			c.Position = pos
+		}
+		from[p] = c
+		l.log.Info("resuming", "partition", p, "epoch", c.Epoch, "position", c.Position)
+	}
+	if l.cfg.DisableGuard {
+		l.log.Warn("the replay guard is disabled (test seam): re-delivered items will be applied again")
+	}
+	if err := l.feed.Open(ctx, from); err != nil {
+		return fmt.Errorf("open feed %s: %w", l.cfg.Name, err)
+	}
+	return nil
+}
+
+func (l *Loop) setup(ctx context.Context, s Setupper) error {
+	tx, err := l.store.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("set up processor of %s: %w", l.cfg.Name, err)
+	}
+	defer tx.Rollback()
+	if err := s.Setup(ctx, tx); err != nil {
+		return fmt.Errorf("set up processor of %s: %w", l.cfg.Name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("set up processor of %s: %w", l.cfg.Name, err)
+	}
+	return nil
+}
+
+// feedError waits a little after a feed error, so a failing source is not
+// spun on.
+func (l *Loop) feedError(ctx context.Context, err error) {
+	l.log.Error("reading feed", "err", err)
+	l.setError(err)
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// collect gathers one batch: it blocks for the first record, then takes
+// what arrives until BatchMax records or BatchWait, whichever comes first.
+// A batch ends right after an epoch change or a loss, so they are stored
+// before the records that follow them are applied.
+func (l *Loop) collect(ctx context.Context, buf []Record) ([]Record, error) {
+	buf = append(buf, l.carry...)
+	l.carry = l.carry[:0]
+	if len(buf) == 0 {
+		var err error
+		if buf, err = l.feed.Poll(ctx, buf, l.cfg.BatchMax); err != nil {
+			return buf, err
+		}
+	}
+	deadline := time.Now().Add(l.cfg.BatchWait)
+	for len(buf) < l.cfg.BatchMax && !endsWithControl(buf) && ctx.Err() == nil {
+		if time.Now().After(deadline) {
+			break
+		}
+		pctx, cancel := context.WithDeadline(ctx, deadline)
+		var err error
+		buf, err = l.feed.Poll(pctx, buf, l.cfg.BatchMax-len(buf))
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+				return buf, err
+			}
+			break
+		}
+	}
+	return l.cutAtControl(buf), nil
+}
+
+// cutAtControl keeps records up to the first epoch change or loss and sets
+// the rest aside for the next batch.
+func (l *Loop) cutAtControl(buf []Record) []Record {
+	for i, r := range buf {
+		if r.Kind != RecordItem {
+			l.carry = append(l.carry, buf[i+1:]...)
+			return buf[:i+1]
+		}
+	}
+	return buf
+}
+
+func endsWithControl(buf []Record) bool {
+	for _, r := range buf {
+		if r.Kind != RecordItem {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,125 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Row is one stored output, as the relay publishes it.
+type Row struct {
+	ID        int64  `db:"id"`
+	Feed      string `db:"feed"`
+	Partition int32  `db:"partition"`
+	Epoch     string `db:"epoch"`
+	Position  int64  `db:"position"`
+	N         int    `db:"n"`
+	Topic     string `db:"topic"`
+	Key       []byte `db:"key"`
+	Value     []byte `db:"value"`
+	Headers   []byte `db:"headers"` // EncodeHeaders form
+	CreatedAt int64  `db:"created_at"`
+}
+
+// Rows returns up to limit rows with id > after, in id order. It reads
+// through the read-only pool, so it never waits for the ingest writer.
+func (s *Store) Rows(ctx context.Context, after int64, limit int) ([]Row, error) {
+	rows := make([]Row, 0, limit)
+	if err := s.rdb.SelectContext(ctx, &rows, `SELECT * FROM outbox WHERE id > ? ORDER BY id LIMIT ?`, after, limit); err != nil {
+		return nil, fmt.Errorf("read outbox rows after %d: %w", after, err)
+	}
+	return rows, nil
+}
+
+// LastOutboxID is the largest outbox id ever assigned (0 for none), pruned
+// rows included: a relay progress above it means the database went back in
+// time.
+func (s *Store) LastOutboxID(ctx context.Context) (int64, error) {
+	var id int64
+	err := s.rdb.GetContext(ctx, &id, `SELECT seq FROM sqlite_sequence WHERE name = 'outbox'`)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read last outbox id: %w", err)
+	}
+	return id, nil
+}
+
+// RelayProgress returns the last outbox id the relay relayID recorded as
+// published (0 if none).
+func (s *Store) RelayProgress(ctx context.Context, relayID string) (int64, error) {
+	var id int64
+	err := s.db.GetContext(ctx, &id, `SELECT last_id FROM relay_progress WHERE relay_id = ?`, relayID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read relay progress of %s: %w", relayID, err)
+	}
+	return id, nil
+}
+
+// SetRelayProgress records that every row up to lastID is published. The
+// stored progress never moves back.
+func (s *Store) SetRelayProgress(ctx context.Context, relayID string, lastID int64) error {
+	st, err := s.prepared(ctx, `INSERT INTO relay_progress (relay_id, last_id, updated_at) VALUES (?, ?, ?)
+ON CONFLICT(relay_id) DO UPDATE SET last_id = max(last_id, excluded.last_id), updated_at = excluded.updated_at`)
+	if err != nil {
+		return err
+	}
+	if _, err := st.ExecContext(ctx, relayID, lastID, s.Now().UnixNano()); err != nil {
+		return fmt.Errorf("store relay progress of %s: %w", relayID, err)
+	}
+	return nil
+}
+
+// pruneChunk bounds each delete so that pruning a large backlog never holds
+// the write lock for long.
+const pruneChunk = 5000
+
+// Prune deletes published rows (id <= through) created before cutoff, in
+// chunks, and returns how many it deleted.
+func (s *Store) Prune(ctx context.Context, through int64, cutoff time.Time) (int64, error) {
+	var total int64
+	for {
+		res, err := s.db.ExecContext(ctx, `DELETE FROM outbox WHERE id IN
+(SELECT id FROM outbox WHERE id <= ? AND created_at < ? ORDER BY id LIMIT ?)`, through, cutoff.UnixNano(), pruneChunk)
+		if err != nil {
+			return total, fmt.Errorf("prune outbox: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+		if n < pruneChunk || ctx.Err() != nil {
+			return total, nil
+		}
+	}
+}
+
+// Backlog is how many rows wait to be published and since when.
+type Backlog struct {
+	Pending int64 `db:"pending"`
+	// OldestAt is the oldest pending row's creation time in unix
+	// nanoseconds, 0 when nothing is pending.
+	OldestAt int64 `db:"oldest_at"`
+}
+
+// Backlog counts the rows after id after (of one feed, or of all when feed
+// is "").
+func (s *Store) Backlog(ctx context.Context, feed string, after int64) (Backlog, error) {
+	var b Backlog
+	var err error
+	if feed == "" {
+		err = s.rdb.GetContext(ctx, &b, `SELECT count(*) AS pending, coalesce(min(created_at), 0) AS oldest_at
+FROM outbox WHERE id > ?`, after)
+	} else {
+		err = s.rdb.GetContext(ctx, &b, `SELECT count(*) AS pending, coalesce(min(created_at), 0) AS oldest_at
+FROM outbox WHERE feed = ? AND id > ?`, feed, after)
+	}
+	if err != nil {
+		return b, fmt.Errorf("read outbox backlog: %w", err)
+	}
+	return b, nil
+}

@@ -1,0 +1,302 @@
+// Package outbox owns outboxd's SQLite database: opening and migrating it,
+// the ingest transaction (state, positions, stats and output rows written
+// together), and the reads the relay and the API make.
+//
+// The store promises:
+//   - one writer connection (SQLite has one writer anyway), opened in WAL mode
+//     with a busy timeout, foreign keys on and synchronous=FULL unless
+//     configured otherwise; reads go through a separate read-only pool, so
+//     they never wait for a writer;
+//   - a Tx is one SQLite transaction: everything written through it, including
+//     output rows, commits or vanishes together;
+//   - outbox ids are strictly increasing in commit order (AUTOINCREMENT under
+//     a single writer), so a reader that has seen every id <= N has seen every
+//     row committed before the row with id N.
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/outboxd/outboxd"
+)
+
+// ErrNotFound is returned when a named feed, dead letter or row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Synchronous values accepted by Config.Synchronous.
+const (
+	SyncFull   = "full"
+	SyncNormal = "normal"
+)
+
+// Config says how to open the store.
+type Config struct {
+	// Path of the SQLite file. Its directory is created if missing.
+	Path string
+	// Synchronous is SyncFull (default: a commit survives power loss) or
+	// SyncNormal (survives a process crash, not power loss).
+	Synchronous string
+	// BusyTimeout bounds how long a statement waits for another process's lock.
+	BusyTimeout time.Duration
+	// Now returns the current time; tests may replace it.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults for a database at path.
+func DefaultConfig(path string) Config {
+	return Config{Path: path, Synchronous: SyncFull, BusyTimeout: 5 * time.Second, Now: time.Now}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if c.Path == "" {
+		return errors.New("db: a path is required")
+	}
+	switch c.Synchronous {
+	case SyncFull, SyncNormal:
+	default:
+		return fmt.Errorf("synchronous: %q is not one of full, normal", c.Synchronous)
+	}
+	if c.BusyTimeout < 0 {
+		return fmt.Errorf("busy timeout: %v is negative", c.BusyTimeout)
+	}
+	return nil
+}
+
+// Store is an open outboxd database. It is safe for concurrent use.
+type Store struct {
+	cfg Config
+	db  *sqlx.DB // the one writer connection
+	rdb *sqlx.DB // read-only pool
+
+	mu    sync.Mutex
+	stmts map[string]*sqlx.Stmt // prepared on db, keyed by query
+
+	// committed is signalled (without blocking) after every commit that
+	// wrote output rows, so the relay need not poll.
+	committed chan struct{}
+
+	hookMu     sync.Mutex
+	commitHook func(ctx context.Context) error
+}
+
+// Open opens (creating if needed) and migrates the database.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Synchronous == "" {
+		cfg.Synchronous = SyncFull
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if dir := filepath.Dir(cfg.Path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create database directory: %w", err)
+		}
+	}
+	s := &Store{cfg: cfg, stmts: map[string]*sqlx.Stmt{}, committed: make(chan struct{}, 1)}
+	var err error
+	if s.db, err = sqlx.Open("sqlite", s.dsn(false)); err != nil {
+		return nil, fmt.Errorf("open %s: %w", cfg.Path, err)
+	}
+	s.db.SetMaxOpenConns(1)
+	s.db.SetMaxIdleConns(1)
+	s.db.SetConnMaxLifetime(0)
+	s.db.SetConnMaxIdleTime(0)
+	if err := s.checkWAL(ctx); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	if s.rdb, err = sqlx.Open("sqlite", s.dsn(true)); err != nil {
+		s.db.Close()
+		return nil, fmt.Errorf("open %s for reading: %w", cfg.Path, err)
+	}
+	s.rdb.SetMaxOpenConns(4)
+	return s, nil
+}
+
+func (s *Store) dsn(readOnly bool) string {
+	p := []string{
+		fmt.Sprintf("_pragma=busy_timeout(%d)", s.cfg.BusyTimeout.Milliseconds()),
+		"_pragma=journal_mode(wal)",
+		"_pragma=synchronous(" + s.cfg.Synchronous + ")",
+		"_pragma=foreign_keys(on)",
+	}
+	if readOnly {
+		p = append(p, "_pragma=query_only(1)")
+	} else {
+		// BEGIN IMMEDIATE: take the write lock at BEGIN, so a transaction
+		// never fails half-way with SQLITE_BUSY on its first write.
+		p = append(p, "_txlock=immediate")
+	}
+	return "file:" + s.cfg.Path + "?" + strings.Join(p, "&")
+}
+
+func (s *Store) checkWAL(ctx context.Context) error {
+	var mode string
+	if err := s.db.GetContext(ctx, &mode, "PRAGMA journal_mode"); err != nil {
+		return fmt.Errorf("open %s: %w", s.cfg.Path, err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("open %s: journal_mode is %q, want wal", s.cfg.Path, mode)
+	}
+	return nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	var version int
+	if err := s.db.GetContext(ctx, &version, "PRAGMA user_version"); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	ms := outboxd.Migrations()
+	if version > len(ms) {
+		return fmt.Errorf("database schema version %d is newer than this binary's %d", version, len(ms))
+	}
+	for _, m := range ms[version:] {
+		if err := s.applyMigration(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) applyMigration(ctx context.Context, m outboxd.Migration) error {
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migration %d: %w", m.Version, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+		return fmt.Errorf("migration %d: %w", m.Version, err)
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.Version)); err != nil {
+		return fmt.Errorf("migration %d: set version: %w", m.Version, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migration %d: commit: %w", m.Version, err)
+	}
+	return nil
+}
+
+// Close closes both pools.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = map[string]*sqlx.Stmt{}
+	s.mu.Unlock()
+	rerr := s.rdb.Close()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", s.cfg.Path, err)
+	}
+	if rerr != nil {
+		return fmt.Errorf("close %s (readers): %w", s.cfg.Path, rerr)
+	}
+	return nil
+}
+
+// Path is the database file's path.
+func (s *Store) Path() string { return s.cfg.Path }
+
+// Synchronous is the synchronous mode the store was opened with.
+func (s *Store) Synchronous() string { return s.cfg.Synchronous }
+
+// Now is the store's clock.
+func (s *Store) Now() time.Time { return s.cfg.Now() }
+
+// DB is the writer connection, for tools and tests that need raw SQL. Holding
+// it blocks every writer.
+func (s *Store) DB() *sqlx.DB { return s.db }
+
+// ReadDB is the read-only pool.
+func (s *Store) ReadDB() *sqlx.DB { return s.rdb }
+
+// Committed is signalled after each commit that wrote output rows. It has a
+// buffer of one and is meant for a single consumer (the relay).
+func (s *Store) Committed() <-chan struct{} { return s.committed }
+
+// SetCommitHook installs a function run just before every COMMIT of a Tx;
+// when it returns an error the transaction is rolled back and Commit returns
+// that error. It is the seam through which tests inject completion failures
+// into a real SQLite store. nil removes the hook.
+func (s *Store) SetCommitHook(h func(ctx context.Context) error) {
+	s.hookMu.Lock()
+	s.commitHook = h
+	s.hookMu.Unlock()
+}
+
+func (s *Store) hook() func(ctx context.Context) error {
+	s.hookMu.Lock()
+	defer s.hookMu.Unlock()
+	return s.commitHook
+}
+
+// prepared returns a statement prepared once on the writer connection.
+func (s *Store) prepared(ctx context.Context, query string) (*sqlx.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.stmts[query]; ok {
+		return st, nil
+	}
+	st, err := s.db.PreparexContext(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %q: %w", firstLine(query), err)
+	}
+	s.stmts[query] = st
+	return st, nil
+}
+
+func firstLine(q string) string {
+	q = strings.TrimSpace(q)
+	if i := strings.IndexByte(q, '\n'); i >= 0 {
+		return q[:i] + " ..."
+	}
+	return q
+}
+
+// MetaID returns the random id stored under key, generating and storing it
+// the first time. The relay's default transactional id derives from one.
+func (s *Store) MetaID(ctx context.Context, key string) (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("generate %s: %w", key, err)
+	}
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING`,
+		key, hex.EncodeToString(b[:])); err != nil {
+		return "", fmt.Errorf("store %s: %w", key, err)
+	}
+	var v string
+	if err := s.db.GetContext(ctx, &v, `SELECT value FROM meta WHERE key = ?`, key); err != nil {
+		return "", fmt.Errorf("read %s: %w", key, err)
+	}
+	return v, nil
+}
+
+// IntegrityCheck runs PRAGMA integrity_check and returns its answer ("ok"
+// for a sound database).
+func (s *Store) IntegrityCheck(ctx context.Context) (string, error) {
+	var rows []string
+	if err := s.rdb.SelectContext(ctx, &rows, "PRAGMA integrity_check"); err != nil {
+		return "", fmt.Errorf("integrity check: %w", err)
+	}
+	return strings.Join(rows, "\n"), nil
+}

@@ -1,0 +1,113 @@
+-- outboxd's whole SQLite schema.
+--
+-- The file is a list of migrations. Each starts with a line "-- migration: N"
+-- (N = 1, 2, 3, ... in order) and is applied once, in one transaction that also
+-- sets PRAGMA user_version = N. Never edit a migration that has shipped: add a
+-- new one below it.
+
+-- migration: 1
+
+-- Settings the store generates once and keeps (the relay's id, ...).
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) STRICT;
+
+-- One row per feed: its description and counters. Counters are written in
+-- the same transaction as the items they count.
+CREATE TABLE feeds (
+    name                TEXT PRIMARY KEY,
+    kind                TEXT NOT NULL DEFAULT '',
+    source              TEXT NOT NULL DEFAULT '',
+    processor           TEXT NOT NULL DEFAULT '',
+    applied             INTEGER NOT NULL DEFAULT 0,
+    replays_skipped     INTEGER NOT NULL DEFAULT 0,
+    retries             INTEGER NOT NULL DEFAULT 0,
+    dead_lettered       INTEGER NOT NULL DEFAULT 0,
+    completion_failures INTEGER NOT NULL DEFAULT 0,
+    epoch_changes       INTEGER NOT NULL DEFAULT 0,
+    lossless            INTEGER NOT NULL DEFAULT 1,
+    last_applied_at     INTEGER NOT NULL DEFAULT 0, -- unix nanoseconds, 0 = never
+    last_error          TEXT NOT NULL DEFAULT ''
+) STRICT;
+
+-- The authority on what was applied: per feed and partition, the source's
+-- epoch and the position after the last item whose effects are in the state.
+-- "source_end" is the source's end as last seen (file size, high watermark).
+CREATE TABLE positions (
+    feed       TEXT NOT NULL REFERENCES feeds(name),
+    partition  INTEGER NOT NULL,
+    epoch      TEXT NOT NULL,
+    position   INTEGER NOT NULL,
+    source_end INTEGER NOT NULL DEFAULT 0,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (feed, partition)
+) STRICT, WITHOUT ROWID;
+
+-- Output rows, published by the relay in id order. AUTOINCREMENT: an id is
+-- never reused, even after the rows below it are pruned.
+CREATE TABLE outbox (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    feed       TEXT NOT NULL,
+    partition  INTEGER NOT NULL,
+    epoch      TEXT NOT NULL,
+    position   INTEGER NOT NULL,
+    n          INTEGER NOT NULL, -- the output's index among its item's outputs
+    topic      TEXT NOT NULL,
+    key        BLOB,
+    value      BLOB,
+    headers    BLOB,             -- encoded by outbox.EncodeHeaders, NULL when none
+    created_at INTEGER NOT NULL  -- unix nanoseconds
+) STRICT;
+CREATE INDEX outbox_feed ON outbox (feed, id);
+
+-- Items no processor could apply, kept whole.
+CREATE TABLE dead_letters (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    feed        TEXT NOT NULL REFERENCES feeds(name),
+    partition   INTEGER NOT NULL,
+    epoch       TEXT NOT NULL,
+    position    INTEGER NOT NULL,
+    sequence    INTEGER NOT NULL,
+    attempts    INTEGER NOT NULL,
+    reason      TEXT NOT NULL,
+    error       TEXT NOT NULL,
+    key         BLOB,
+    payload     BLOB,
+    headers     BLOB,
+    at          INTEGER NOT NULL,
+    requeued_at INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE INDEX dead_letters_feed ON dead_letters (feed, id);
+
+-- Input a feed moved past without its effects being kept: skipped completion
+-- failures, file bytes truncated or rotated away unread, Kafka offsets deleted
+-- by retention. A loss stays; acking it only clears the feed's lossless flag.
+CREATE TABLE losses (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    feed      TEXT NOT NULL REFERENCES feeds(name),
+    partition INTEGER NOT NULL,
+    at        INTEGER NOT NULL,
+    reason    TEXT NOT NULL,
+    epoch     TEXT NOT NULL,
+    from_pos  INTEGER NOT NULL,
+    to_pos    INTEGER NOT NULL,
+    acked_at  INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE INDEX losses_feed ON losses (feed, id);
+
+-- The relay's progress: the last outbox id it published.
+CREATE TABLE relay_progress (
+    relay_id   TEXT PRIMARY KEY,
+    last_id    INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+) STRICT;
+
+-- State of the built-in ledger processor.
+CREATE TABLE ledger_balances (
+    feed    TEXT NOT NULL,
+    account TEXT NOT NULL,
+    balance INTEGER NOT NULL,
+    lines   INTEGER NOT NULL,
+    PRIMARY KEY (feed, account)
+) STRICT, WITHOUT ROWID;

@@ -1,0 +1,87 @@
+// Command server runs outboxd: it reads the configured feeds, applies each
+// item exactly once to its processor's state in SQLite, and relays the
+// outputs to Kafka.
+//
+//	server --feed ledger=file:./ledger.csv --processor ledger=ledger
+//	server consume --brokers 127.0.0.1:9092 --topic ledger.out --from-beginning
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes the command line and returns the exit code: 0 for success,
+// 2 for a bad command line or configuration, 1 for a failure at run time.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "consume":
+			return consumeCommand(args[1:], stdout, stderr)
+		}
+	}
+	cfg, err := ParseConfig(args, os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		usage(stdout)
+		return 0
+	}
+	if err != nil {
+		return badUsage(stderr, err)
+	}
+	logger, err := newLogger(cfg, stderr)
+	if err != nil {
+		return badUsage(stderr, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal now ends the process at once
+		logger.Info("shutting down: committing the batch in hand", "grace", cfg.Grace)
+		time.Sleep(cfg.Grace)
+		logger.Error("shutdown grace period passed: exiting")
+		os.Exit(1)
+	}()
+	m := NewMain(cfg, logger)
+	if err := m.Run(ctx); err != nil {
+		logger.Error("server failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// badUsage prints err on one line and returns exit code 2.
+func badUsage(stderr io.Writer, err error) int {
+	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	fmt.Fprintf(stderr, "server: %s (see server -h)\n", msg)
+	return 2
+}
+
+func newLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", cfg.LogLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch cfg.LogFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format: %q is not one of text, json", cfg.LogFormat)
+	}
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/ingest/forward"
+	"github.com/outboxd/outboxd/ingest/ledger"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/relay"
+)
+
+// Main is the whole service: the store, a loop per feed, the relay and the
+// dev broker when no brokers are configured. Tests run it in-process.
+type Main struct {
+	Config Config
+	Logger *slog.Logger
+
+	Store  *outbox.Store
+	Loops  []*ingest.Loop
+	Relay  *relay.Relay
+	Broker *relay.DevBroker
+}
+
+// NewMain returns a service for cfg; nothing is opened until Run.
+func NewMain(cfg Config, logger *slog.Logger) *Main {
+	return &Main{Config: cfg, Logger: logger}
+}
+
+// Run opens everything, runs until ctx is done, then stops the feeds (each
+// commits its batch in hand), stops the relay and closes the store.
+func (m *Main) Run(ctx context.Context) (err error) {
+	if err := m.open(ctx); err != nil {
+		m.close()
+		return err
+	}
+	defer func() {
+		if cerr := m.close(); err == nil {
+			err = cerr
+		}
+	}()
+	return m.serve(ctx)
+}
+
+func (m *Main) open(ctx context.Context) error {
+	st := outbox.DefaultConfig(m.Config.DB)
+	st.Synchronous = m.Config.Synchronous
+	s, err := outbox.Open(ctx, st)
+	if err != nil {
+		return err
+	}
+	m.Store = s
+	seams, err := loadTestSeams(m.Logger)
+	if err != nil {
+		return err
+	}
+	seams.installCommitHook(s)
+	for _, name := range m.Config.FeedNames() {
+		l, err := m.newLoop(name, m.Config.Feeds[name], seams)
+		if err != nil {
+			return err
+		}
+		m.Loops = append(m.Loops, l)
+	}
+	return m.openRelay(ctx)
+}
+
+func (m *Main) newLoop(name string, fc *FeedConfig, seams testSeams) (*ingest.Loop, error) {
+	kind, target, _ := strings.Cut(fc.Source, ":")
+	var feed ingest.Feed
+	switch kind {
+	case "file":
+		feed = ingest.NewFileFeed(target, ingest.FileOptions{MaxLine: m.Config.MaxLine, Logger: m.Logger})
+	default:
+		return nil, fmt.Errorf("feed %s: unknown kind %q", name, kind)
+	}
+	var proc ingest.Processor
+	switch fc.Processor {
+	case ledger.Name:
+		proc = ledger.New(fc.Topic)
+	case forward.Name:
+		proc = forward.New(fc.Topic, fc.KeyField)
+	default:
+		return nil, fmt.Errorf("feed %s: unknown processor %q", name, fc.Processor)
+	}
+	cfg := ingest.DefaultConfig(name)
+	cfg.Processor = fc.Processor
+	cfg.BatchMax, cfg.BatchWait = m.Config.BatchMax, m.Config.BatchWait
+	cfg.OnFailure, cfg.OnCompletionFailure = fc.OnFailure, fc.OnCompletionFailure
+	cfg.Logger = m.Logger
+	cfg.DisableGuard = seams.disableGuard
+	cfg.Rewind = seams.rewind[name]
+	return ingest.NewLoop(m.Store, feed, proc, cfg)
+}
+
+func (m *Main) openRelay(ctx context.Context) error {
+	if m.Config.Relay.Mode == modeNone {
+		m.Logger.Warn("the relay is off (--relay none): outputs stay in the outbox")
+		return nil
+	}
+	brokers := m.Config.Brokers
+	if len(brokers) == 0 {
+		b, err := relay.StartDevBroker(m.Config.Relay.DevBrokerAddr, m.Logger)
+		if err != nil {
+			return fmt.Errorf("start the dev broker (give --brokers to use a real one): %w", err)
+		}
+		m.Broker = b
+		brokers = []string{b.Addr()}
+		m.Logger.Warn("no --brokers: publishing to an in-process dev broker; its data is IN MEMORY ONLY and lost at exit",
+			"addr", b.Addr())
+	}
+	rc := m.Config.Relay.relayConfig(brokers)
+	rc.Logger = m.Logger
+	r, err := relay.New(m.Store, rc)
+	if err != nil {
+		return err
+	}
+	m.Relay = r
+	return nil
+}
+
+// serve runs the loops and the relay until ctx is done. A feed that stalls
+// stops alone: the others and the status go on.
+func (m *Main) serve(ctx context.Context) error {
+	fatal := make(chan error, len(m.Loops)+1)
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	var loops sync.WaitGroup
+	for _, l := range m.Loops {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			err := l.Run(loopCtx)
+			switch {
+			case err == nil:
+			case errors.Is(err, ingest.ErrStalled):
+				m.Logger.Error("feed stalled; the other feeds go on", "feed", l.Name(), "err", err)
+			default:
+				fatal <- fmt.Errorf("feed %s: %w", l.Name(), err)
+			}
+		}()
+	}
+	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRelay()
+	relayDone := make(chan error, 1)
+	if m.Relay != nil {
+		go func() { relayDone <- m.Relay.Run(relayCtx) }()
+	} else {
+		relayDone <- nil
+	}
+	m.Logger.Info("outboxd running", "db", m.Config.DB, "feeds", len(m.Loops))
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-fatal:
+	}
+	stopLoops()
+	loops.Wait() // every loop has committed its batch in hand
+	stopRelay()
+	if rerr := <-relayDone; err == nil && rerr != nil {
+		err = fmt.Errorf("relay: %w", rerr)
+	}
+	return err
+}
+
+func (m *Main) close() error {
+	var errs []error
+	if m.Store != nil {
+		errs = append(errs, m.Store.Close())
+	}
+	if m.Broker != nil {
+		errs = append(errs, m.Broker.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// Test seams: environment variables that end-to-end tests use to reach into
+// a running binary. They break guarantees on purpose and are logged loudly;
+// never set them in production.
+const (
+	// envDisableGuard=1 applies re-delivered items again.
+	envDisableGuard = "OUTBOXD_TEST_DISABLE_GUARD"
+	// envRewind=NAME=POS[,NAME=POS] opens feed NAME's partition 0 at POS of
+	// its stored epoch, so stored items are re-delivered.
+	envRewind = "OUTBOXD_TEST_REWIND"
+	// envFailCommits=PATH makes every store commit fail while PATH exists.
+	envFailCommits = "OUTBOXD_TEST_FAIL_COMMITS_WHILE"
+)
+
+type testSeams struct {
+	disableGuard bool
+	rewind       map[string]map[int32]int64
+	failWhile    string
+}
+
+func loadTestSeams(log *slog.Logger) (testSeams, error) {
+	var s testSeams
+	s.disableGuard = os.Getenv(envDisableGuard) == "1"
+	if v := os.Getenv(envRewind); v != "" {
+		s.rewind = map[string]map[int32]int64{}
+		for _, kv := range strings.Split(v, ",") {
+			name, pos, ok := strings.Cut(kv, "=")
+			n, err := strconv.ParseInt(pos, 10, 64)
+			if !ok || err != nil {
+				return s, fmt.Errorf("%s: %q: want NAME=POSITION", envRewind, kv)
+			}
+			s.rewind[name] = map[int32]int64{0: n}
+		}
+	}
+	s.failWhile = os.Getenv(envFailCommits)
+	if s.disableGuard || s.rewind != nil || s.failWhile != "" {
+		log.Warn("TEST SEAMS ENABLED: exactly-once is not guaranteed",
+			"disableGuard", s.disableGuard, "rewind", s.rewind, "failCommitsWhile", s.failWhile)
+	}
+	return s, nil
+}
+
+var errInjected = errors.New("injected commit failure (test seam)")
+
+func (s testSeams) installCommitHook(st *outbox.Store) {
+	if s.failWhile == "" {
+		return
+	}
+	path := s.failWhile
+	st.SetCommitHook(func(context.Context) error {
+		if _, err := os.Stat(path); err == nil {
+			return errInjected
+		}
+		return nil
+	})
+}

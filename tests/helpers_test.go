@@ -1,0 +1,156 @@
+// Package tests holds outboxd's end-to-end tests: they build the real binary,
+// run it as a subprocess, kill it with SIGKILL at random moments, and check
+// the database and the outputs exactly.
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+var serverBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "outboxd-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	serverBin = filepath.Join(dir, "server")
+	build := exec.Command("go", "build", "-o", serverBin, "./cmd/server")
+	build.Dir = ".."
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build server:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a running server.
+type proc struct {
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs the server with args and extra environment.
+func start(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(serverBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	p := &proc{cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("server log (last run):\n%s", tail(p.log.String(), 4000))
+		}
+	})
+	return p
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *proc) kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (p *proc) stop(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("server did not exit within %v of SIGTERM", timeout)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// wait polls cond every 50 ms until it returns nil or timeout passes.
+func wait(tb testing.TB, timeout time.Duration, cond func() error) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v: %v", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// readStore opens the database read side for checks. The server may be
+// running: WAL lets readers in.
+func readStore(t *testing.T, path string) *outbox.Store {
+	t.Helper()
+	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// storedPosition is the feed's stored position (-1 when none).
+func storedPosition(t *testing.T, dbPath, feed string) int64 {
+	t.Helper()
+	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(dbPath))
+	if err != nil {
+		return -1
+	}
+	defer s.Close()
+	cps, err := s.ReadPositions(context.Background(), feed)
+	if err != nil || len(cps) == 0 {
+		return -1
+	}
+	return cps[0].Position
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

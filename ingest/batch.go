@@ -28,6 +28,8 @@ func (b batch) from(i int) batch { return batch{recs: b.recs[i:], seqs: b.seqs[i
 // transaction before it (the items ahead of it are committed) and is tried
 // again alone after a backoff; the rest follow it.
 func (l *Loop) process(ctx context.Context, recs []Record) error {
+	l.applyMu.Lock()
+	defer l.applyMu.Unlock()
 	b := batch{recs: recs, seqs: make([]int64, len(recs))}
 	for i, r := range recs {
 		if r.Kind == RecordItem {

@@ -117,6 +117,10 @@ type Loop struct {
 	seq   int64
 	carry []Record // read but not yet taken into a batch
 
+	// applyMu is held while records are applied, so a requeue never runs
+	// the processor at the same time as the loop.
+	applyMu sync.Mutex
+
 	mu        sync.Mutex
 	state     string
 	lastError string

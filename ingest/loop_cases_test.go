@@ -328,3 +328,42 @@ func TestLoop_NewEpoch(t *testing.T) {
 		t.Fatalf("losses after ack = %+v, want the one loss kept and acked", ls)
 	}
 }
+
+func TestLoop_Requeue(t *testing.T) {
+	s := openStore(t)
+	f := newMemFeed("e1", "a", "down", "c")
+	p := newCounter()
+	p.fail["down"] = 3 // every try of the first round fails
+	l, stop := running(t, s, f, p, testConfig())
+	wait(t, 5*time.Second, positionIs(s, "f", "e1", 3))
+	dls, _ := s.DeadLetters(context.Background(), "f", 0, 10)
+	if len(dls) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dls))
+	}
+	ok, err := l.Requeue(context.Background(), dls[0].ID)
+	if err != nil || !ok {
+		t.Fatalf("Requeue = %v, %v; want true", ok, err)
+	}
+	ok, err = l.Requeue(context.Background(), dls[0].ID)
+	if err != nil || ok {
+		t.Fatalf("second Requeue = %v, %v; want false, nil", ok, err)
+	}
+	if _, err := l.Requeue(context.Background(), 999); err == nil {
+		t.Fatal("Requeue of an unknown dead letter succeeded")
+	}
+	stop()
+	if got, want := counts(t, s), map[string]int{"a": 1, "down": 1, "c": 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("counts = %v, want %v", got, want)
+	}
+	if got := p.attempts["down"]; !reflect.DeepEqual(got, []int{1, 2, 3, 4}) {
+		t.Fatalf("attempts = %v, want [1 2 3 4] (the requeue is the 4th)", got)
+	}
+	st := stats(t, s)
+	equal(t, "applied", st.Applied, 3)
+	equal(t, "deadLettered", st.DeadLettered, 1)
+	rows := outboxRows(t, s)
+	want := []rowPlace{{"out", "e1", 1, 0, "a"}, {"f.dlq", "e1", 2, 0, "down"}, {"out", "e1", 3, 0, "c"}, {"out", "e1", 2, 0, "down"}}
+	if !reflect.DeepEqual(rows, want) {
+		t.Fatalf("outbox = %v, want %v", rows, want)
+	}
+}

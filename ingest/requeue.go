@@ -1,0 +1,61 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// Requeue feeds dead letter id of this feed back through the processor as a
+// new delivery (same place, next attempt), in one transaction that also
+// marks it requeued: a dead letter is requeued at most once, however often
+// it is asked. It returns false, changing nothing, when it was requeued
+// already. If the processor fails again, nothing changes and the error is
+// returned. Safe for concurrent use with Run: it waits for the batch in hand.
+func (l *Loop) Requeue(ctx context.Context, id int64) (bool, error) {
+	dl, err := l.store.DeadLetterByID(ctx, l.cfg.Name, id)
+	if err != nil {
+		return false, err
+	}
+	if dl.RequeuedAt != 0 {
+		return false, nil
+	}
+	hs, err := outbox.DecodeHeaders(dl.Headers)
+	if err != nil {
+		return false, fmt.Errorf("requeue dead letter %d: %w", id, err)
+	}
+	l.applyMu.Lock()
+	defer l.applyMu.Unlock()
+	tx, err := l.store.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("requeue dead letter %d: %w", id, err)
+	}
+	defer tx.Rollback()
+	if ok, err := tx.MarkRequeued(ctx, l.cfg.Name, id); err != nil || !ok {
+		return false, err
+	}
+	l.seq++
+	d := Delivery{Feed: l.cfg.Name, Partition: dl.Partition, Sequence: l.seq, Epoch: dl.Epoch,
+		Position: dl.Position, Attempt: dl.Attempts + 1}
+	if err := tx.BeginItem(d.Place()); err != nil {
+		return false, err
+	}
+	if err := l.apply(ctx, tx, d, Item{Key: dl.Key, Value: dl.Payload, Headers: hs}); err != nil {
+		return false, fmt.Errorf("requeue dead letter %d: the processor failed again: %w", id, err)
+	}
+	if err := tx.EndItem(); err != nil {
+		return false, err
+	}
+	if err := tx.AddStats(ctx, l.cfg.Name, outbox.StatsDelta{Applied: 1, LastAppliedAt: l.store.Now()}); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("requeue dead letter %d: %w", id, err)
+	}
+	l.log.Info("dead letter requeued and applied", "id", id, "position", dl.Position)
+	return true, nil
+}
+
+// Processor is the processor's name, as configured.
+func (l *Loop) Processor() string { return l.cfg.Processor }

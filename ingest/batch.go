@@ -419,4 +419,3 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
-

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/outboxd/outboxd/ingest"
@@ -31,7 +32,7 @@ func (Counter) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery, item
 	if err != nil {
 		return err // transient: retried with backoff
 	}
-	return tx.Emit(ctx, outbox.Output{Topic: "words.counts", Key: item.Value, Value: []byte{byte('0' + n%10)}})
+	return tx.Emit(ctx, outbox.Output{Topic: "words.counts", Key: item.Value, Value: strconv.AppendInt(nil, n, 10)})
 }
 
 // A processor of your own, run over a tailed file with outboxd's packages.

@@ -76,7 +76,7 @@ type DeadLetter struct {
 	Error      string `db:"error" json:"error"`
 	Key        []byte `db:"key" json:"key"`
 	Payload    []byte `db:"payload" json:"payload"`
-	Headers    []byte `db:"headers" json:"-"` // EncodeHeaders form
+	Headers    []byte `db:"headers" json:"-"`              // EncodeHeaders form
 	At         int64  `db:"at" json:"at"`                  // unix nanoseconds
 	RequeuedAt int64  `db:"requeued_at" json:"requeuedAt"` // unix nanoseconds, 0 = never
 }

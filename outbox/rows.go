@@ -23,12 +23,33 @@ type Row struct {
 	CreatedAt int64  `db:"created_at"`
 }
 
+// scannedRow is a Row as read, with whether its key and value are set: the
+// driver reads an empty BLOB back as nil, and an empty value is not a null
+// one (Kafka takes a null value for a tombstone).
+type scannedRow struct {
+	Row
+	KeySet   bool `db:"key_set"`
+	ValueSet bool `db:"value_set"`
+}
+
 // Rows returns up to limit rows with id > after, in id order. It reads
-// through the read-only pool, so it never waits for the ingest writer.
+// through the read-only pool, so it never waits for the ingest writer. A key
+// or value stored empty comes back empty, not nil.
 func (s *Store) Rows(ctx context.Context, after int64, limit int) ([]Row, error) {
-	rows := make([]Row, 0, limit)
-	if err := s.rdb.SelectContext(ctx, &rows, `SELECT * FROM outbox WHERE id > ? ORDER BY id LIMIT ?`, after, limit); err != nil {
+	var scanned []scannedRow
+	if err := s.rdb.SelectContext(ctx, &scanned, `SELECT *, key IS NOT NULL AS key_set, value IS NOT NULL AS value_set
+FROM outbox WHERE id > ? ORDER BY id LIMIT ?`, after, limit); err != nil {
 		return nil, fmt.Errorf("read outbox rows after %d: %w", after, err)
+	}
+	rows := make([]Row, len(scanned))
+	for i, r := range scanned {
+		if r.KeySet && r.Key == nil {
+			r.Key = []byte{}
+		}
+		if r.ValueSet && r.Value == nil {
+			r.Value = []byte{}
+		}
+		rows[i] = r.Row
 	}
 	return rows, nil
 }

@@ -147,8 +147,11 @@ func (s *Store) dsn(readOnly bool) string {
 		// never fails half-way with SQLITE_BUSY on its first write.
 		p = append(p, "_txlock=immediate")
 	}
-	return "file:" + s.cfg.Path + "?" + strings.Join(p, "&")
+	return "file:" + uriPath.Replace(s.cfg.Path) + "?" + strings.Join(p, "&")
 }
+
+// uriPath escapes the characters that would end a file: URI's path.
+var uriPath = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
 
 func (s *Store) checkWAL(ctx context.Context) error {
 	var mode string

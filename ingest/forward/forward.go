@@ -69,7 +69,7 @@ func nextField(s []byte) (field, next []byte, err error) {
 		}
 		return s, nil, nil
 	}
-	var out []byte
+	out := []byte{}
 	for i := 1; i < len(s); i++ {
 		if s[i] != '"' {
 			out = append(out, s[i])

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/outbox"
@@ -42,6 +43,9 @@ func Parse(line []byte) (Entry, error) {
 	acct, amt = bytes.TrimSpace(acct), bytes.TrimSpace(amt)
 	if len(acct) == 0 {
 		return Entry{}, errors.New("empty account")
+	}
+	if !utf8.Valid(acct) {
+		return Entry{}, errors.New("account is not UTF-8")
 	}
 	if len(amt) == 0 {
 		return Entry{}, errors.New("missing amount")

@@ -1,0 +1,387 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/outboxd/outboxd"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// clock is an injectable Config.Now that moves only when told to.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+func (c *clock) Add(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	return c.now
+}
+
+// openAt opens cfg and closes the store when the test ends.
+func openAt(t *testing.T, cfg outbox.Config) *outbox.Store {
+	t.Helper()
+	s, err := outbox.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// openStore opens a fresh store in t.TempDir() whose clock is the one returned.
+func openStore(t *testing.T) (*outbox.Store, *clock) {
+	t.Helper()
+	c := newClock()
+	cfg := outbox.DefaultConfig(filepath.Join(t.TempDir(), "t.db"))
+	cfg.Now = c.Now
+	return openAt(t, cfg), c
+}
+
+// pragma reads a PRAGMA through db as text.
+func pragma(t *testing.T, db *sqlx.DB, name string) string {
+	t.Helper()
+	var v string
+	if err := db.Get(&v, "PRAGMA "+name); err != nil {
+		t.Fatalf("PRAGMA %s: %v", name, err)
+	}
+	return v
+}
+
+func equal[T comparable](t *testing.T, what string, got, want T) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("%s = %v, want %v", what, got, want)
+	}
+}
+
+func TestStore_Open(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("OK", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "a", "b", "t.db")
+		s := openAt(t, outbox.DefaultConfig(path))
+		if _, err := os.Stat(path); err != nil {
+			t.Fatalf("database file: %v", err)
+		}
+		equal(t, "Path()", s.Path(), path)
+		equal(t, "Synchronous()", s.Synchronous(), outbox.SyncFull)
+		// PRAGMAs other than journal_mode are per connection: ask the writer.
+		equal(t, "journal_mode", pragma(t, s.DB(), "journal_mode"), "wal")
+		equal(t, "synchronous", pragma(t, s.DB(), "synchronous"), "2")
+		equal(t, "foreign_keys", pragma(t, s.DB(), "foreign_keys"), "1")
+		equal(t, "busy_timeout", pragma(t, s.DB(), "busy_timeout"), "5000")
+		equal(t, "user_version", pragma(t, s.DB(), "user_version"), fmt.Sprint(len(outboxd.Migrations())))
+		// The readers are configured alike, and read-only.
+		equal(t, "readers' journal_mode", pragma(t, s.ReadDB(), "journal_mode"), "wal")
+		equal(t, "readers' synchronous", pragma(t, s.ReadDB(), "synchronous"), "2")
+		equal(t, "readers' query_only", pragma(t, s.ReadDB(), "query_only"), "1")
+		equal(t, "writer's query_only", pragma(t, s.DB(), "query_only"), "0")
+		equal(t, "writer's open connections", s.DB().Stats().MaxOpenConnections, 1)
+	})
+
+	t.Run("SyncNormal", func(t *testing.T) {
+		cfg := outbox.DefaultConfig(filepath.Join(t.TempDir(), "t.db"))
+		cfg.Synchronous = outbox.SyncNormal
+		s := openAt(t, cfg)
+		equal(t, "Synchronous()", s.Synchronous(), outbox.SyncNormal)
+		equal(t, "synchronous", pragma(t, s.DB(), "synchronous"), "1")
+		equal(t, "readers' synchronous", pragma(t, s.ReadDB(), "synchronous"), "1")
+	})
+
+	t.Run("ZeroConfigDefaults", func(t *testing.T) {
+		s := openAt(t, outbox.Config{Path: filepath.Join(t.TempDir(), "t.db")})
+		equal(t, "Synchronous()", s.Synchronous(), outbox.SyncFull)
+		equal(t, "synchronous", pragma(t, s.DB(), "synchronous"), "2")
+		if s.Now().IsZero() {
+			t.Fatal("Now() is zero: no default clock")
+		}
+	})
+
+	t.Run("Reopen", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "t.db")
+		s, err := outbox.Open(ctx, outbox.DefaultConfig(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RegisterFeed(ctx, outbox.FeedInfo{Name: "f", Kind: "file"}); err != nil {
+			t.Fatal(err)
+		}
+		emit(t, s, place("f", 7), out("t", "k", "v"))
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		// Migrations re-run would fail on CREATE TABLE of an existing table.
+		s = openAt(t, outbox.DefaultConfig(path))
+		equal(t, "user_version", pragma(t, s.DB(), "user_version"), fmt.Sprint(len(outboxd.Migrations())))
+		f, err := s.Feed(ctx, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		equal(t, "feed kind", f.Kind, "file")
+		rows, err := s.Rows(ctx, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || rows[0].ID != 1 || string(rows[0].Value) != "v" {
+			t.Fatalf("rows after reopen = %+v", rows)
+		}
+	})
+
+	t.Run("PathWithURICharacters", func(t *testing.T) {
+		// The path is put in a "file:" URI: '?', '#' and '%' in it must not
+		// be taken for the query, a fragment or an escape.
+		for _, dir := range []string{"with space", "hash#x", "query?x", "percent%41x"} {
+			t.Run(dir, func(t *testing.T) {
+				root := t.TempDir()
+				path := filepath.Join(root, dir, "t.db")
+				s, err := outbox.Open(ctx, outbox.DefaultConfig(path))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				if _, err := os.Stat(path); err != nil {
+					ents, _ := os.ReadDir(root)
+					var names []string
+					for _, e := range ents {
+						names = append(names, e.Name())
+					}
+					t.Fatalf("database not at its path (%v); %s holds %q", err, root, names)
+				}
+				equal(t, "busy_timeout", pragma(t, s.DB(), "busy_timeout"), "5000")
+			})
+		}
+	})
+
+	t.Run("ErrNewerSchema", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "t.db")
+		s, err := outbox.Open(ctx, outbox.DefaultConfig(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(outboxd.Migrations())
+		if _, err := s.DB().Exec(fmt.Sprintf("PRAGMA user_version = %d", n+1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s, err = outbox.Open(ctx, outbox.DefaultConfig(path))
+		if err == nil {
+			s.Close()
+			t.Fatal("opened a database newer than the binary")
+		}
+		want := fmt.Sprintf("database schema version %d is newer than this binary's %d", n+1, n)
+		equal(t, "error", err.Error(), want)
+	})
+
+	t.Run("ErrInvalidConfig", func(t *testing.T) {
+		cfg := outbox.DefaultConfig(filepath.Join(t.TempDir(), "t.db"))
+		cfg.Synchronous = "off"
+		s, err := outbox.Open(ctx, cfg)
+		if err == nil {
+			s.Close()
+			t.Fatal("no error")
+		}
+		equal(t, "error", err.Error(), `synchronous: "off" is not one of full, normal`)
+		if _, err := os.Stat(cfg.Path); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("an invalid config created the database: %v", err)
+		}
+	})
+
+	t.Run("ErrDirectoryIsAFile", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "file")
+		if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, err := outbox.Open(ctx, outbox.DefaultConfig(filepath.Join(file, "t.db")))
+		if err == nil {
+			s.Close()
+			t.Fatal("no error")
+		}
+		if !strings.HasPrefix(err.Error(), "create database directory: ") {
+			t.Fatalf("error = %q", err)
+		}
+	})
+}
+
+func TestConfig_Validate(t *testing.T) {
+	ok := outbox.DefaultConfig("x.db")
+	t.Run("OK", func(t *testing.T) {
+		if err := ok.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		normal := ok
+		normal.Synchronous = outbox.SyncNormal
+		normal.BusyTimeout = 0
+		if err := normal.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, c := range []struct {
+		name   string
+		change func(*outbox.Config)
+		err    string
+	}{
+		{"ErrNoPath", func(c *outbox.Config) { c.Path = "" }, "db: a path is required"},
+		{"ErrSynchronous", func(c *outbox.Config) { c.Synchronous = "FULL" }, `synchronous: "FULL" is not one of full, normal`},
+		{"ErrEmptySynchronous", func(c *outbox.Config) { c.Synchronous = "" }, `synchronous: "" is not one of full, normal`},
+		{"ErrNegativeBusyTimeout", func(c *outbox.Config) { c.BusyTimeout = -time.Second }, "busy timeout: -1s is negative"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := ok
+			c.change(&cfg)
+			err := cfg.Validate()
+			if err == nil {
+				t.Fatal("no error")
+			}
+			equal(t, "error", err.Error(), c.err)
+		})
+	}
+}
+
+func TestStore_MetaID(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "t.db")
+	s, err := outbox.Open(ctx, outbox.DefaultConfig(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.MetaID(ctx, "relay_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != 16 || strings.Trim(a, "0123456789abcdef") != "" {
+		t.Fatalf("id %q is not 16 hex digits", a)
+	}
+	again, err := s.MetaID(ctx, "relay_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "second call", again, a)
+	other, err := s.MetaID(ctx, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other == a {
+		t.Fatalf("two keys share the id %q", a)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openAt(t, outbox.DefaultConfig(path))
+	reopened, err := s.MetaID(ctx, "relay_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "after reopen", reopened, a)
+}
+
+func TestStore_ReadDB(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t)
+
+	t.Run("ErrWrite", func(t *testing.T) {
+		_, err := s.ReadDB().ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('k', 'v')`)
+		if err == nil {
+			t.Fatal("wrote through the read-only pool")
+		}
+		if !strings.Contains(err.Error(), "attempt to write a readonly database") {
+			t.Fatalf("error = %q", err)
+		}
+		var n int
+		if err := s.DB().Get(&n, `SELECT count(*) FROM meta WHERE key = 'k'`); err != nil {
+			t.Fatal(err)
+		}
+		equal(t, "rows written", n, 0)
+	})
+
+	t.Run("SeesCommits", func(t *testing.T) {
+		if _, err := s.DB().ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('seen', 'yes')`); err != nil {
+			t.Fatal(err)
+		}
+		var v string
+		if err := s.ReadDB().Get(&v, `SELECT value FROM meta WHERE key = 'seen'`); err != nil {
+			t.Fatal(err)
+		}
+		equal(t, "value", v, "yes")
+	})
+
+	t.Run("NotBlockedByWriter", func(t *testing.T) {
+		tx, err := s.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.Exec(ctx, `INSERT INTO meta (key, value) VALUES ('pending', 'x')`); err != nil {
+			t.Fatal(err)
+		}
+		// The writer holds its lock; a reader must answer at once (WAL),
+		// without the uncommitted row.
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		var n int
+		if err := s.ReadDB().GetContext(rctx, &n, `SELECT count(*) FROM meta WHERE key = 'pending'`); err != nil {
+			t.Fatal(err)
+		}
+		equal(t, "uncommitted rows seen", n, 0)
+	})
+}
+
+func TestStore_IntegrityCheck(t *testing.T) {
+	s, _ := openStore(t)
+	emit(t, s, place("f", 1), out("t", "k", "v"))
+	got, err := s.IntegrityCheck(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "integrity_check", got, "ok")
+}
+
+func TestStore_Close(t *testing.T) {
+	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(filepath.Join(t.TempDir(), "t.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A prepared statement in the store's cache is closed with it.
+	if err := s.SetRelayProgress(context.Background(), "r", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB().Ping(); err == nil {
+		t.Fatal("writer still usable after Close")
+	}
+	if err := s.ReadDB().Ping(); err == nil {
+		t.Fatal("readers still usable after Close")
+	}
+}

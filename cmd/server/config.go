@@ -13,6 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -37,17 +38,21 @@ type FeedConfig struct {
 // Config is the whole service's configuration: defaults, then a YAML file
 // (--config), then OUTBOXD_* environment variables, then flags.
 type Config struct {
-	DB          string                 `yaml:"db"`
-	HTTP        string                 `yaml:"http"`
-	Brokers     []string               `yaml:"brokers"`
-	Synchronous string                 `yaml:"synchronous"`
-	BatchMax    int                    `yaml:"batchMax"`
-	BatchWait   time.Duration          `yaml:"batchWait"`
-	MaxLine     int                    `yaml:"maxLine"`
-	Grace       time.Duration          `yaml:"shutdownGrace"`
-	LogLevel    string                 `yaml:"logLevel"`
-	LogFormat   string                 `yaml:"logFormat"`
-	Feeds       map[string]*FeedConfig `yaml:"feeds"`
+	DB   string `yaml:"db"`
+	HTTP string `yaml:"http"`
+	// AdminTokenFile holds the admin token (or set OUTBOXD_ADMIN_TOKEN);
+	// AdminToken is what was read from either.
+	AdminTokenFile string                 `yaml:"adminTokenFile"`
+	AdminToken     string                 `yaml:"-"`
+	Brokers        []string               `yaml:"brokers"`
+	Synchronous    string                 `yaml:"synchronous"`
+	BatchMax       int                    `yaml:"batchMax"`
+	BatchWait      time.Duration          `yaml:"batchWait"`
+	MaxLine        int                    `yaml:"maxLine"`
+	Grace          time.Duration          `yaml:"shutdownGrace"`
+	LogLevel       string                 `yaml:"logLevel"`
+	LogFormat      string                 `yaml:"logFormat"`
+	Feeds          map[string]*FeedConfig `yaml:"feeds"`
 
 	Relay RelayConfig `yaml:"relay"`
 }
@@ -228,6 +233,8 @@ func flagSet(c *Config, configPath *string) *flag.FlagSet {
 	fs.StringVar(configPath, "config", "", "YAML configuration file (flags and OUTBOXD_* variables override it)")
 	fs.StringVar(&c.DB, "db", c.DB, "SQLite database file (its directory is created)")
 	fs.StringVar(&c.HTTP, "http", c.HTTP, "HTTP API listen address")
+	fs.StringVar(&c.AdminTokenFile, "admin-token-file", c.AdminTokenFile,
+		"file holding the bearer token of the HTTP admin endpoints (or set "+api.EnvAdminToken+"); none: they are disabled")
 	fs.Var(list{&c.Brokers}, "brokers", "Kafka brokers, comma-separated (none: an in-process dev broker, in memory only)")
 	fs.StringVar(&c.Synchronous, "synchronous", c.Synchronous, "SQLite synchronous mode: full (survives power loss) or normal (survives a crash)")
 	fs.IntVar(&c.BatchMax, "batch-max", c.BatchMax, "close an ingest batch (one transaction) at this many items")
@@ -275,6 +282,11 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c.fillDefaults()
+	tok, err := api.LoadAdminToken(c.AdminTokenFile, getenv)
+	if err != nil {
+		return c, err
+	}
+	c.AdminToken = tok
 	return c, c.Validate()
 }
 

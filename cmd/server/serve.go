@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/forward"
 	"github.com/outboxd/outboxd/ingest/ledger"
@@ -25,6 +26,7 @@ type Main struct {
 	Loops  []*ingest.Loop
 	Relay  *relay.Relay
 	Broker *relay.DevBroker
+	API    *api.Server
 }
 
 // NewMain returns a service for cfg; nothing is opened until Run.
@@ -67,7 +69,10 @@ func (m *Main) open(ctx context.Context) error {
 		}
 		m.Loops = append(m.Loops, l)
 	}
-	return m.openRelay(ctx)
+	if err := m.openRelay(ctx); err != nil {
+		return err
+	}
+	return m.openAPI()
 }
 
 func (m *Main) newLoop(name string, fc *FeedConfig, seams testSeams) (*ingest.Loop, error) {
@@ -170,6 +175,7 @@ func (m *Main) serve(ctx context.Context) error {
 
 func (m *Main) close() error {
 	var errs []error
+	errs = append(errs, m.closeAPI())
 	if m.Store != nil {
 		errs = append(errs, m.Store.Close())
 	}

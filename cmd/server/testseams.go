@@ -21,14 +21,15 @@ const (
 	// envRewind=NAME=POS[,NAME=POS] opens feed NAME's partition 0 at POS of
 	// its stored epoch, so stored items are re-delivered.
 	envRewind = "OUTBOXD_TEST_REWIND"
-	// envFailCommits=PATH makes every store commit fail while PATH exists.
-	envFailCommits = "OUTBOXD_TEST_FAIL_COMMITS_WHILE"
+	// envFailCommits=PATH: when the file PATH appears holding a number N,
+	// the next N store commits fail, then the file is removed.
+	envFailCommits = "OUTBOXD_TEST_FAIL_COMMITS"
 )
 
 type testSeams struct {
 	disableGuard bool
 	rewind       map[string]map[int32]int64
-	failWhile    string
+	failFile     string
 }
 
 func loadTestSeams(log *slog.Logger) (testSeams, error) {
@@ -45,25 +46,37 @@ func loadTestSeams(log *slog.Logger) (testSeams, error) {
 			s.rewind[name] = map[int32]int64{0: n}
 		}
 	}
-	s.failWhile = os.Getenv(envFailCommits)
-	if s.disableGuard || s.rewind != nil || s.failWhile != "" {
+	s.failFile = os.Getenv(envFailCommits)
+	if s.disableGuard || s.rewind != nil || s.failFile != "" {
 		log.Warn("TEST SEAMS ENABLED: exactly-once is not guaranteed",
-			"disableGuard", s.disableGuard, "rewind", s.rewind, "failCommitsWhile", s.failWhile)
+			"disableGuard", s.disableGuard, "rewind", s.rewind, "failCommits", s.failFile)
 	}
 	return s, nil
 }
 
 var errInjected = errors.New("injected commit failure (test seam)")
 
+// installCommitHook makes commits fail as the fail file says. The hook runs
+// under the store's single writer, so it needs no lock of its own.
 func (s testSeams) installCommitHook(st *outbox.Store) {
-	if s.failWhile == "" {
+	if s.failFile == "" {
 		return
 	}
-	path := s.failWhile
+	path, left := s.failFile, 0
 	st.SetCommitHook(func(context.Context) error {
-		if _, err := os.Stat(path); err == nil {
-			return errInjected
+		if left == 0 {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return nil
+			}
+			n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil || n < 1 {
+				return nil
+			}
+			left = n
+			os.Remove(path)
 		}
-		return nil
+		left--
+		return errInjected
 	})
 }

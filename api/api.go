@@ -1,0 +1,163 @@
+// Package api is outboxd's HTTP API: per-feed status JSON, the outbox and
+// relay status, dead letters and the operator actions on them, health and
+// readiness probes, Prometheus metrics and an embedded dashboard.
+//
+// Every status read goes through the store's read-only pool (or to the
+// feeds' and relay's in-memory state), so serving the API never waits for
+// an ingest transaction. The API does not know the ingest loop or the relay:
+// it sees them through the small Feed and Relay interfaces below, which the
+// server's wiring adapts. Endpoints and fields are documented in
+// openapi.yaml beside this file (served at /openapi.yaml).
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+)
+
+// Feed is one configured feed as the API sees it. Implementations must be
+// safe for concurrent use: the API calls them from request goroutines while
+// the feed runs.
+type Feed interface {
+	// Name is the feed's name, unique among the feeds.
+	Name() string
+	// Kind is "file" or "kafka".
+	Kind() string
+	// Source names what is read: a path, a topic.
+	Source() string
+	// Processor names the feed's processor.
+	Processor() string
+	// State returns the feed's state (running, caught-up, stalled or
+	// stopped) and its last error ("" when none). It must not block.
+	State() (state, lastError string)
+	// Ends returns the source's end per partition as last seen (a file's
+	// size, a partition's high watermark). It must not block.
+	Ends() map[int32]int64
+	// Requeue feeds dead letter deadLetterID of this feed back through the
+	// processor as a new delivery. It returns false, changing nothing, when
+	// the dead letter was requeued already, and an error wrapping
+	// outbox.ErrNotFound when the feed has no such dead letter. Any other
+	// error (the processor failed again) leaves the dead letter as it was.
+	Requeue(ctx context.Context, deadLetterID int64) (applied bool, err error)
+}
+
+// Relay is the outbox relay as the API sees it. A nil Relay means the relay
+// is off. Status must be safe for concurrent use and must not block.
+type Relay interface {
+	Status() RelayStatus
+}
+
+// RelayStatus is a snapshot of the relay.
+type RelayStatus struct {
+	// Mode is "exactly-once" or "at-least-once".
+	Mode string
+	// State is the relay's state (starting, publishing, idle, backing-off,
+	// refusing, fenced, stopped).
+	State string
+	// Connected is true while the relay's producer is open and its last
+	// operation succeeded.
+	Connected bool
+	// LastPublishedID is the last outbox id known published.
+	LastPublishedID int64
+	// Pending and OldestPendingAge are the relay's own view of the backlog;
+	// the API counts the backlog in the store itself and uses these only
+	// as they are reported.
+	Pending          int64
+	OldestPendingAge time.Duration
+	// PublishedTotal counts the rows published since the relay started.
+	PublishedTotal int64
+	// LastError is the last failure, "" when none since the last success.
+	LastError string
+	// Fenced is true once another producer took over the relay's
+	// transactional id.
+	Fenced bool
+}
+
+// Config configures the HTTP server.
+type Config struct {
+	// Addr is the listen address (default 127.0.0.1:8080). Binding to
+	// anything but a loopback address without an AdminToken logs a warning.
+	Addr string
+	// AdminToken, when set, enables the mutating endpoints (requeue a dead
+	// letter, acknowledge losses) for requests carrying
+	// "Authorization: Bearer <AdminToken>". Empty disables them (403).
+	AdminToken string
+	// Timeouts of the http.Server: reading a request's headers, reading the
+	// whole request, writing the response, and keeping an idle connection.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxBody caps a request body in bytes; a larger body is answered 413.
+	MaxBody int64
+}
+
+// MinAdminTokenLen is the shortest admin token Validate accepts.
+const MinAdminTokenLen = 16
+
+// DefaultConfig returns the defaults: 127.0.0.1:8080, no admin token, 5s to
+// read headers, 15s to read a request, 30s to write a response, 2m idle, and
+// request bodies capped at 64 KiB.
+func DefaultConfig() Config {
+	return Config{
+		Addr:              "127.0.0.1:8080",
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxBody:           64 << 10,
+	}
+}
+
+// Validate reports every invalid field, joined, each naming its flag.
+func (c Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("--http: %q: want HOST:PORT: %w", c.Addr, err))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"read header timeout", c.ReadHeaderTimeout}, {"read timeout", c.ReadTimeout},
+		{"write timeout", c.WriteTimeout}, {"idle timeout", c.IdleTimeout},
+	} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("http %s: %v, want more than 0", d.name, d.v))
+		}
+	}
+	if c.MaxBody <= 0 {
+		errs = append(errs, fmt.Errorf("http max body: %d, want more than 0", c.MaxBody))
+	}
+	if c.AdminToken != "" {
+		if err := checkToken(c.AdminToken); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkToken(tok string) error {
+	if len(tok) < MinAdminTokenLen {
+		return fmt.Errorf("admin token: %d bytes, want at least %d", len(tok), MinAdminTokenLen)
+	}
+	if strings.ContainsFunc(tok, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return errors.New("admin token: contains spaces or control characters")
+	}
+	return nil
+}
+
+// loopback reports whether addr's host is a loopback address (or
+// "localhost"). An empty host means every interface: not loopback.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,275 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metric names. Counters and gauges are read from the store at scrape
+// time by the same code that serves the status JSON, so they equal it;
+// histograms are fed by the ingest loops and the relay through Metrics.
+const (
+	MetricFeedApplied            = "outboxd_feed_applied_total"
+	MetricFeedReplaysSkipped     = "outboxd_feed_replays_skipped_total"
+	MetricFeedRetries            = "outboxd_feed_retries_total"
+	MetricFeedDeadLettered       = "outboxd_feed_dead_lettered_total"
+	MetricFeedCompletionFailures = "outboxd_feed_completion_failures_total"
+	MetricFeedEpochChanges       = "outboxd_feed_epoch_changes_total"
+	MetricFeedLosses             = "outboxd_feed_losses_total"
+	MetricFeedLossless           = "outboxd_feed_lossless"
+	MetricFeedPosition           = "outboxd_feed_position"
+	MetricFeedEnd                = "outboxd_feed_end"
+	MetricFeedLag                = "outboxd_feed_lag"
+	MetricFeedState              = "outboxd_feed_state"
+	MetricFeedLastApplied        = "outboxd_feed_last_applied_timestamp_seconds"
+	MetricFeedOutboxPending      = "outboxd_feed_outbox_pending"
+	MetricFeedOutboxOldestAge    = "outboxd_feed_outbox_oldest_pending_age_seconds"
+
+	MetricOutboxPending         = "outboxd_outbox_pending"
+	MetricOutboxOldestAge       = "outboxd_outbox_oldest_pending_age_seconds"
+	MetricOutboxLastPublishedID = "outboxd_outbox_last_published_id"
+	MetricOutboxLastID          = "outboxd_outbox_last_id"
+
+	MetricRelayPublished  = "outboxd_relay_published_total"
+	MetricRelayConnected  = "outboxd_relay_connected"
+	MetricRelayFenced     = "outboxd_relay_fenced"
+	MetricRelayState      = "outboxd_relay_state"
+	MetricRelayTxnSeconds = "outboxd_relay_transaction_duration_seconds"
+	MetricRelayTxnRecords = "outboxd_relay_transaction_records"
+
+	MetricIngestBatchSize     = "outboxd_ingest_batch_size"
+	MetricIngestCommitSeconds = "outboxd_ingest_commit_duration_seconds"
+)
+
+// Metrics takes the measurements the store does not keep: batch sizes and
+// commit latencies of the ingest loops, durations and sizes of the relay's
+// transactions. Its methods are safe for concurrent use, cheap, and do
+// nothing on a nil *Metrics.
+type Metrics struct {
+	batchSize  *prometheus.HistogramVec
+	commit     *prometheus.HistogramVec
+	relayTxn   prometheus.Histogram
+	relayBatch prometheus.Histogram
+}
+
+func newMetrics() *Metrics {
+	return &Metrics{
+		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: MetricIngestBatchSize, Help: "Items per ingest batch (one transaction).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}, []string{"feed"}),
+		commit: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: MetricIngestCommitSeconds, Help: "Time to commit an ingest batch's transaction.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"feed"}),
+		relayTxn: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: MetricRelayTxnSeconds, Help: "Time to publish and commit one relay transaction (or acked batch).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		relayBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: MetricRelayTxnRecords, Help: "Outbox rows per relay transaction (or acked batch).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}),
+	}
+}
+
+// ObserveBatch records one committed ingest batch of feed: its number of
+// items and how long its COMMIT took.
+func (m *Metrics) ObserveBatch(feed string, size int, commit time.Duration) {
+	if m == nil {
+		return
+	}
+	m.batchSize.WithLabelValues(feed).Observe(float64(size))
+	m.commit.WithLabelValues(feed).Observe(commit.Seconds())
+}
+
+// ObserveRelayTxn records one relay transaction (exactly-once) or acked
+// batch (at-least-once): how long it took and how many rows it carried.
+func (m *Metrics) ObserveRelayTxn(d time.Duration, records int) {
+	if m == nil {
+		return
+	}
+	m.relayTxn.Observe(d.Seconds())
+	m.relayBatch.Observe(float64(records))
+}
+
+// newRegistry registers the Go and process collectors, the histograms and
+// the collector reading the store.
+func (s *Server) newRegistry() (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	for name := range s.feeds {
+		// Show the feed's histograms (empty) before its first batch.
+		s.metrics.batchSize.WithLabelValues(name)
+		s.metrics.commit.WithLabelValues(name)
+	}
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		s.metrics.batchSize, s.metrics.commit, s.metrics.relayTxn, s.metrics.relayBatch,
+		newStatusCollector(s),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return reg, nil
+}
+
+// scrapeTimeout bounds the store reads of one scrape.
+const scrapeTimeout = 5 * time.Second
+
+// statusCollector reads the feeds' and the outbox's status at scrape time.
+type statusCollector struct {
+	s     *Server
+	feed  map[string]*prometheus.Desc
+	glob  map[string]*prometheus.Desc
+	error *prometheus.Desc
+}
+
+var (
+	feedCounters = map[string]string{
+		MetricFeedApplied:            "Items whose effects are in the state (not dead letters, not replays).",
+		MetricFeedReplaysSkipped:     "Items delivered again and skipped as already applied.",
+		MetricFeedRetries:            "Retries of items that failed transiently.",
+		MetricFeedDeadLettered:       "Items stored as dead letters.",
+		MetricFeedCompletionFailures: "Batches whose commit kept failing and that were skipped.",
+		MetricFeedEpochChanges:       "Changes of the source's epoch (file replaced or truncated, topic re-created).",
+		MetricFeedLosses:             "Losses recorded (acknowledged ones included).",
+	}
+	feedGauges = map[string]string{
+		MetricFeedLossless:        "1 while the feed is lossless, 0 once it moved past input whose effects were not kept.",
+		MetricFeedPosition:        "Stored position, summed over partitions.",
+		MetricFeedEnd:             "Source end (file size, high watermark), summed over partitions.",
+		MetricFeedLag:             "End minus position (bytes or records), summed over partitions.",
+		MetricFeedLastApplied:     "Time of the last applied item, unix seconds (0: never).",
+		MetricFeedOutboxPending:   "Outbox rows of the feed waiting to be published.",
+		MetricFeedOutboxOldestAge: "Age of the feed's oldest unpublished outbox row, seconds.",
+	}
+	globalMetrics = map[string]string{
+		MetricOutboxPending:         "Outbox rows waiting to be published.",
+		MetricOutboxOldestAge:       "Age of the oldest unpublished outbox row, seconds.",
+		MetricOutboxLastPublishedID: "Last outbox id known published.",
+		MetricOutboxLastID:          "Last outbox id assigned.",
+		MetricRelayPublished:        "Rows the relay published since it started.",
+		MetricRelayConnected:        "1 while the relay's producer is connected.",
+		MetricRelayFenced:           "1 once another producer took over the relay's transactional id.",
+	}
+)
+
+func newStatusCollector(s *Server) *statusCollector {
+	c := &statusCollector{s: s, feed: map[string]*prometheus.Desc{}, glob: map[string]*prometheus.Desc{}}
+	for name, help := range feedCounters {
+		c.feed[name] = prometheus.NewDesc(name, help, []string{"feed"}, nil)
+	}
+	for name, help := range feedGauges {
+		c.feed[name] = prometheus.NewDesc(name, help, []string{"feed"}, nil)
+	}
+	c.feed[MetricFeedState] = prometheus.NewDesc(MetricFeedState,
+		"1 for the feed's current state (running, caught-up, stalled, stopped), 0 for the others.", []string{"feed", "state"}, nil)
+	for name, help := range globalMetrics {
+		c.glob[name] = prometheus.NewDesc(name, help, nil, nil)
+	}
+	c.glob[MetricRelayState] = prometheus.NewDesc(MetricRelayState,
+		"1 for the relay's current mode and state (mode none, state off: the relay is off).", []string{"mode", "state"}, nil)
+	c.error = prometheus.NewDesc("outboxd_api_scrape_error", "Reading the status for a scrape failed.", nil, nil)
+	return c
+}
+
+// Describe sends every descriptor.
+func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.feed {
+		ch <- d
+	}
+	for _, d := range c.glob {
+		ch <- d
+	}
+	ch <- c.error
+}
+
+// Collect reads the status; a failed read makes the scrape fail.
+func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	if err := c.collect(ctx, ch); err != nil {
+		c.s.log.Error("metrics scrape", logKeyErr, err)
+		ch <- prometheus.NewInvalidMetric(c.error, err)
+	}
+}
+
+func (c *statusCollector) collect(ctx context.Context, ch chan<- prometheus.Metric) error {
+	os, err := c.s.outboxStatus(ctx)
+	if err != nil {
+		return err
+	}
+	c.collectOutbox(ch, os)
+	names, err := c.s.feedNames(ctx)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		fs, err := c.s.feedStatus(ctx, name, os.LastPublishedID)
+		if err != nil {
+			return err
+		}
+		c.collectFeed(ch, fs)
+	}
+	return nil
+}
+
+func (c *statusCollector) collectOutbox(ch chan<- prometheus.Metric, os OutboxStatus) {
+	g := func(name string, v float64) {
+		ch <- prometheus.MustNewConstMetric(c.glob[name], prometheus.GaugeValue, v)
+	}
+	g(MetricOutboxPending, float64(os.Pending))
+	g(MetricOutboxOldestAge, os.OldestPendingAge)
+	g(MetricOutboxLastPublishedID, float64(os.LastPublishedID))
+	g(MetricOutboxLastID, float64(os.LastOutboxID))
+	ch <- prometheus.MustNewConstMetric(c.glob[MetricRelayPublished], prometheus.CounterValue, float64(os.Published))
+	g(MetricRelayConnected, bool01(os.Relay.Connected))
+	g(MetricRelayFenced, bool01(os.Relay.Fenced))
+	ch <- prometheus.MustNewConstMetric(c.glob[MetricRelayState], prometheus.GaugeValue, 1, os.Relay.Mode, os.Relay.State)
+}
+
+func (c *statusCollector) collectFeed(ch chan<- prometheus.Metric, fs FeedStatus) {
+	counter := func(name string, v int64) {
+		ch <- prometheus.MustNewConstMetric(c.feed[name], prometheus.CounterValue, float64(v), fs.Feed)
+	}
+	gauge := func(name string, v float64) {
+		ch <- prometheus.MustNewConstMetric(c.feed[name], prometheus.GaugeValue, v, fs.Feed)
+	}
+	counter(MetricFeedApplied, fs.Applied)
+	counter(MetricFeedReplaysSkipped, fs.ReplaysSkipped)
+	counter(MetricFeedRetries, fs.Retries)
+	counter(MetricFeedDeadLettered, fs.DeadLettered)
+	counter(MetricFeedCompletionFailures, fs.CompletionFailures)
+	counter(MetricFeedEpochChanges, fs.EpochChanges)
+	counter(MetricFeedLosses, int64(len(fs.Losses)))
+	gauge(MetricFeedLossless, bool01(fs.Lossless))
+	gauge(MetricFeedPosition, float64(fs.Position))
+	gauge(MetricFeedEnd, float64(fs.End))
+	gauge(MetricFeedLag, float64(fs.Lag))
+	var last float64
+	if fs.LastAppliedAt != nil {
+		last = float64(fs.LastAppliedAt.UnixNano()) / 1e9
+	}
+	gauge(MetricFeedLastApplied, last)
+	gauge(MetricFeedOutboxPending, float64(fs.Outbox.Pending))
+	gauge(MetricFeedOutboxOldestAge, fs.Outbox.OldestPendingAge)
+	for _, st := range []string{StateRunning, StateCaughtUp, StateStalled, StateStopped} {
+		v := 0.0
+		if st == fs.State {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.feed[MetricFeedState], prometheus.GaugeValue, v, fs.Feed, st)
+	}
+}
+
+func bool01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,173 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/outboxd/outboxd/api"
+)
+
+func init() {
+	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
+}
+
+// specChecker sends requests and validates each answer against
+// openapi.yaml, counting the operations it has seen.
+type specChecker struct {
+	t      *testing.T
+	router routers.Router
+	seen   map[string]bool // "METHOD /path"
+}
+
+// specServer is the server URL the router matches; requests go to several
+// test servers, and are matched as if sent to this one.
+const specServer = "http://outboxd.test"
+
+func newSpecChecker(t *testing.T) *specChecker {
+	t.Helper()
+	ctx := context.Background()
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatalf("load openapi.yaml: %v", err)
+	}
+	if err := doc.Validate(ctx); err != nil {
+		t.Fatalf("openapi.yaml is not valid OpenAPI 3: %v", err)
+	}
+	doc.Servers = openapi3.Servers{{URL: specServer}}
+	r, err := legacy.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &specChecker{t: t, router: r, seen: map[string]bool{}}
+}
+
+// check sends the request and validates the answer, which must have status
+// want; it returns the body.
+func (c *specChecker) check(base, method, path, token string, want int) []byte {
+	c.t.Helper()
+	req, err := http.NewRequest(method, base+path, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	match, err := http.NewRequest(method, specServer+path, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	route, params, err := c.router.FindRoute(match)
+	if err != nil {
+		c.t.Fatalf("%s %s: not in openapi.yaml: %v", method, path, err)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if res.StatusCode != want {
+		c.t.Fatalf("%s %s: status %d, want %d: %s", method, path, res.StatusCode, want, body)
+	}
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{
+			Request: req, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+		},
+		Status: res.StatusCode, Header: res.Header, Body: io.NopCloser(bytes.NewReader(body)),
+		Options: &openapi3filter.Options{IncludeResponseStatus: true},
+	}
+	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+		c.t.Fatalf("%s %s (%d) does not match openapi.yaml: %v\nbody: %s", method, path, res.StatusCode, err, body)
+	}
+	c.seen[route.Method+" "+route.Path] = true
+	return body
+}
+
+func TestOpenAPI_ResponsesMatch(t *testing.T) {
+	cfg := api.DefaultConfig()
+	cfg.AdminToken = testToken
+	h := newHarness(t, cfg)
+	h.script()
+	base := h.ts.URL
+	c := newSpecChecker(t)
+
+	c.check(base, "GET", "/", "", 200)
+	c.check(base, "GET", "/openapi.yaml", "", 200)
+	c.check(base, "GET", "/healthz", "", 200)
+	c.check(base, "GET", "/readyz", "", 200)
+	c.check(base, "GET", "/metrics", "", 200)
+	c.check(base, "GET", "/feeds", "", 200)
+	c.check(base, "GET", "/outbox/status", "", 200)
+	c.check(base, "GET", "/feeds/ledger/status", "", 200)
+	c.check(base, "GET", "/feeds/nope/status", "", 404)
+	c.check(base, "GET", "/feeds/ledger/dead-letters", "", 200)
+	c.check(base, "GET", "/feeds/ledger/dead-letters?limit=1", "", 200)
+	c.check(base, "GET", "/feeds/ledger/dead-letters?limit=0", "", 400)
+	c.check(base, "GET", "/feeds/nope/dead-letters", "", 404)
+
+	var page api.DeadLetterPage
+	h.getJSON("/feeds/ledger/dead-letters", &page)
+	junk, x := page.DeadLetters[0].ID, page.DeadLetters[1].ID
+	rq := func(id int64) string { return "/feeds/ledger/dead-letters/" + itoa(id) + "/requeue" }
+	c.check(base, "POST", rq(x), "", 401)
+	c.check(base, "POST", rq(x), "wrong-token-0123456789", 401)
+	c.check(base, "POST", rq(x), testToken, 200)
+	c.check(base, "POST", rq(x), testToken, 200)
+	c.check(base, "POST", rq(junk), testToken, 422)
+	c.check(base, "POST", rq(999), testToken, 404)
+	c.check(base, "GET", "/feeds/ledger/dead-letters", "", 200) // with a requeuedAt
+	c.check(base, "POST", "/feeds/ledger/losses/ack", "", 401)
+	c.check(base, "POST", "/feeds/ledger/losses/ack", testToken, 200)
+	c.check(base, "POST", "/feeds/nope/losses/ack", testToken, 404)
+	c.check(base, "GET", "/feeds/ledger/status", "", 200) // with ackedAt
+
+	// Without a token the admin endpoints answer 403; a disconnected relay
+	// makes /readyz answer 503; a stored-only feed cannot be requeued (409).
+	r := &fakeRelay{}
+	r.set(api.RelayStatus{Mode: "exactly-once", State: "backing-off", LastError: "kafka: client has run out of available brokers"})
+	srv, err := api.New(api.DefaultConfig(), h.store, nil, r, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newTestServer(t, srv)
+	c.check(other, "POST", rq(x), testToken, 403)
+	c.check(other, "POST", "/feeds/ledger/losses/ack", "", 403)
+	c.check(other, "GET", "/readyz", "", 503)
+	c.check(other, "GET", "/outbox/status", "", 200)
+	c.check(other, "GET", "/feeds/ledger/status", "", 200) // configured: false
+	srv, err = api.New(api.Config{AdminToken: testToken}, h.store, nil, nil, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other = newTestServer(t, srv)
+	c.check(other, "POST", rq(junk), testToken, 409)
+
+	// Every operation of openapi.yaml was exercised.
+	doc, _ := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+	var missing []string
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			if !c.seen[method+" "+path] {
+				missing = append(missing, method+" "+path)
+			}
+		}
+	}
+	slices.Sort(missing)
+	if len(missing) > 0 {
+		t.Fatalf("operations not exercised: %s", strings.Join(missing, ", "))
+	}
+}

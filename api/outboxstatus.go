@@ -1,0 +1,73 @@
+package api
+
+import (
+	"context"
+	"net/http"
+)
+
+// Relay modes and states the API reports when the relay is off.
+const (
+	RelayModeNone = "none"
+	RelayStateOff = "off"
+)
+
+// OutboxStatus is the body of GET /outbox/status.
+type OutboxStatus struct {
+	// Pending counts the rows after LastPublishedID; OldestPendingAge is
+	// how long the oldest of them has waited, in seconds.
+	Pending          int64   `json:"pending"`
+	OldestPendingAge float64 `json:"oldestPendingAge"`
+	// Published counts the rows the relay published since it started.
+	Published int64 `json:"published"`
+	// LastPublishedID is the last outbox id known published; LastOutboxID
+	// the last id ever assigned.
+	LastPublishedID int64           `json:"lastPublishedId"`
+	LastOutboxID    int64           `json:"lastOutboxId"`
+	Relay           RelayStatusJSON `json:"relay"`
+}
+
+// RelayStatusJSON is the relay as GET /outbox/status shows it. Mode is
+// "none" and State "off" when the relay is off.
+type RelayStatusJSON struct {
+	Mode      string `json:"mode"`
+	State     string `json:"state"`
+	Connected bool   `json:"connected"`
+	LastError string `json:"lastError"`
+	Fenced    bool   `json:"fenced"`
+}
+
+// outboxStatus reads the outbox's backlog and the relay's state.
+func (s *Server) outboxStatus(ctx context.Context) (OutboxStatus, error) {
+	published, err := s.published(ctx)
+	if err != nil {
+		return OutboxStatus{}, err
+	}
+	b, err := s.backlog(ctx, "", published)
+	if err != nil {
+		return OutboxStatus{}, err
+	}
+	last, err := s.store.LastOutboxID(ctx)
+	if err != nil {
+		return OutboxStatus{}, err
+	}
+	os := OutboxStatus{
+		Pending: b.Pending, OldestPendingAge: b.OldestPendingAge, LastPublishedID: published,
+		LastOutboxID: last, Relay: RelayStatusJSON{Mode: RelayModeNone, State: RelayStateOff},
+	}
+	if s.relay != nil {
+		rs := s.relay.Status()
+		os.Published = rs.PublishedTotal
+		os.Relay = RelayStatusJSON{Mode: rs.Mode, State: rs.State, Connected: rs.Connected, LastError: rs.LastError, Fenced: rs.Fenced}
+	}
+	return os, nil
+}
+
+// handleOutboxStatus serves GET /outbox/status.
+func (s *Server) handleOutboxStatus(w http.ResponseWriter, r *http.Request) {
+	os, err := s.outboxStatus(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, os)
+}

@@ -1,0 +1,62 @@
+package api
+
+import (
+	_ "embed" // openapi.yaml
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// OpenAPI is the API's OpenAPI 3 description, served at /openapi.yaml.
+//
+//go:embed openapi.yaml
+var OpenAPI []byte
+
+// routes builds the router: every request goes through recovery, logging
+// and the body cap; the mutating endpoints also through adminOnly.
+func (s *Server) routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(s.recoverer, s.logRequests, s.limitBody)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.URL.Path)
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+	})
+
+	r.Get("/", s.handleDashboard)
+	r.Get("/dashboard/*", s.handleDashboardAsset)
+	r.Get("/openapi.yaml", handleOpenAPI)
+	r.Get("/healthz", s.handleHealthz)
+	r.Get("/readyz", s.handleReadyz)
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.HTTPErrorOnError,
+		ErrorLog:      slogPrinter{s},
+	}))
+
+	r.Get("/feeds", s.handleFeeds)
+	r.Get("/outbox/status", s.handleOutboxStatus)
+	r.Route("/feeds/{name}", func(r chi.Router) {
+		r.Get("/status", s.handleFeedStatus)
+		r.Get("/dead-letters", s.handleDeadLetters)
+		r.Group(func(r chi.Router) {
+			r.Use(s.adminOnly)
+			r.Post("/dead-letters/{id}/requeue", s.handleRequeue)
+			r.Post("/losses/ack", s.handleAckLosses)
+		})
+	})
+	return r
+}
+
+func handleOpenAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Write(OpenAPI)
+}
+
+// slogPrinter adapts the server's logger to promhttp's error log.
+type slogPrinter struct{ s *Server }
+
+func (p slogPrinter) Println(v ...any) {
+	p.s.log.Error("metrics handler", logKeyErr, v)
+}

@@ -1,0 +1,174 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// Server is the HTTP API. Create it with New, start it with Open, stop it
+// with Close; or mount Handler in a test server. It is safe for concurrent
+// use.
+type Server struct {
+	cfg       Config
+	store     *outbox.Store
+	feeds     map[string]Feed
+	relay     Relay
+	log       *slog.Logger
+	tokenHash []byte // sha256 of the admin token; nil when disabled
+
+	metrics  *Metrics
+	registry *prometheus.Registry
+	handler  http.Handler
+	ready    readyCache
+
+	srv    *http.Server
+	ln     net.Listener
+	served sync.WaitGroup
+}
+
+// New checks cfg and returns a server over store, the configured feeds and
+// the relay (nil when the relay is off). Zero fields of cfg take
+// DefaultConfig's values; a nil logger means slog.Default(). Nothing
+// listens until Open.
+func New(cfg Config, store *outbox.Store, feeds []Feed, relay Relay, logger *slog.Logger) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("http api: %w", err)
+	}
+	if store == nil {
+		return nil, errors.New("http api: no store")
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	s := &Server{
+		cfg: cfg, store: store, feeds: make(map[string]Feed, len(feeds)), relay: relay,
+		log: logger.With("component", "api"), metrics: newMetrics(),
+	}
+	for _, f := range feeds {
+		if _, dup := s.feeds[f.Name()]; dup {
+			return nil, fmt.Errorf("http api: feed %s given twice", f.Name())
+		}
+		s.feeds[f.Name()] = f
+	}
+	if cfg.AdminToken != "" {
+		h := sha256.Sum256([]byte(cfg.AdminToken))
+		s.tokenHash = h[:]
+	}
+	var err error
+	if s.registry, err = s.newRegistry(); err != nil {
+		return nil, fmt.Errorf("http api: register metrics: %w", err)
+	}
+	s.handler = s.routes()
+	s.srv = &http.Server{
+		Addr:              cfg.Addr,
+		Handler:           s.handler,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// withDefaults fills the zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Addr == "" {
+		c.Addr = d.Addr
+	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = d.ReadHeaderTimeout
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = d.ReadTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = d.WriteTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = d.MaxBody
+	}
+	return c
+}
+
+// Handler is the API's handler, every middleware included: for tests
+// (httptest.NewServer) or to mount elsewhere.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Metrics is where the ingest loops and the relay report what the store
+// does not keep (batch sizes, commit and transaction latencies).
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// Registry is the Prometheus registry served at /metrics; more collectors
+// may be registered on it.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// Open listens on the configured address, so a bad or busy address is
+// reported at once, and serves in the background until Close. Binding to
+// a non-loopback address without an admin token logs a warning. Open may
+// be called once.
+func (s *Server) Open() error {
+	if s.ln != nil {
+		return errors.New("http api: already open")
+	}
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("http api: listen on %s: %w", s.cfg.Addr, err)
+	}
+	s.ln = ln
+	if !loopback(s.cfg.Addr) && s.tokenHash == nil {
+		s.log.Warn("the HTTP API listens beyond loopback without an admin token: anyone who can reach it reads the status "+
+			"(admin endpoints stay disabled)", logKeyAddr, ln.Addr().String())
+	}
+	s.log.Info("HTTP API listening", logKeyAddr, ln.Addr().String(), "admin", s.tokenHash != nil)
+	s.served.Add(1)
+	go func() {
+		defer s.served.Done()
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("HTTP API stopped serving", logKeyErr, err)
+		}
+	}()
+	return nil
+}
+
+// URL is the base URL the server listens on ("http://127.0.0.1:PORT"),
+// "" before Open.
+func (s *Server) URL() string {
+	if s.ln == nil {
+		return ""
+	}
+	return "http://" + s.ln.Addr().String()
+}
+
+// Close stops accepting connections and waits for requests in flight to
+// finish, until ctx is done; then it closes the remaining connections. It
+// returns ctx's error when requests had to be cut off. Close before Open,
+// or twice, returns nil.
+func (s *Server) Close(ctx context.Context) error {
+	if s.ln == nil {
+		return nil
+	}
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		s.srv.Close()
+		err = fmt.Errorf("http api: shutdown: %w", err)
+	}
+	s.served.Wait()
+	return err
+}

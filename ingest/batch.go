@@ -103,11 +103,12 @@ func (l *Loop) applyAndCommit(ctx context.Context, b batch, h head) (done int, f
 
 // txn is one transaction's work in progress.
 type txn struct {
-	tx    *outbox.Tx
-	cps   map[int32]outbox.Checkpoint // the checkpoints as they will be after commit
-	touch map[int32]bool
-	delta outbox.StatsDelta
-	logs  []func() // run after commit
+	tx      *outbox.Tx
+	cps     map[int32]outbox.Checkpoint // the checkpoints as they will be after commit
+	touch   map[int32]bool
+	delta   outbox.StatsDelta
+	logs    []func() // run after commit
+	records int      // records the transaction covers
 }
 
 // applyOnce applies b's records in one transaction, stopping before an item
@@ -139,6 +140,7 @@ func (l *Loop) applyOnce(ctx context.Context, b batch, h head) (int, error, erro
 			break
 		}
 	}
+	t.records = done
 	if err := l.finish(ctx, t); err != nil {
 		return done, nil, err
 	}
@@ -162,8 +164,12 @@ func (l *Loop) finish(ctx context.Context, t *txn) error {
 	if err := t.tx.AddStats(ctx, l.cfg.Name, t.delta); err != nil {
 		return err
 	}
+	started := time.Now()
 	if err := t.tx.Commit(); err != nil {
 		return err
+	}
+	if l.cfg.OnBatch != nil {
+		l.cfg.OnBatch(t.records, time.Since(started))
 	}
 	l.cps = t.cps
 	for _, f := range t.logs {
@@ -390,6 +396,7 @@ func (l *Loop) skip(ctx context.Context, recs []Record, cause error) error {
 		}
 	}
 	t.delta.CompletionFailures = 1
+	t.records = len(recs)
 	l.log.Error("completion failure: skipping the batch, the feed is no longer lossless", "records", len(recs), "err", cause)
 	return l.finish(ctx, t)
 }

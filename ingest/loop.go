@@ -46,6 +46,9 @@ type Config struct {
 	DeadLetterTopic string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// OnBatch, if set, is told the size (records) and commit time of every
+	// committed batch, for metrics. It runs on the loop's goroutine.
+	OnBatch func(records int, commit time.Duration)
 
 	// DisableGuard applies re-delivered items again. Test seam only: it
 	// breaks exactly-once, and exists so a test can show the guard matters.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest"
@@ -98,6 +99,11 @@ func (m *Main) newLoop(name string, fc *FeedConfig, seams testSeams) (*ingest.Lo
 	cfg.BatchMax, cfg.BatchWait = m.Config.BatchMax, m.Config.BatchWait
 	cfg.OnFailure, cfg.OnCompletionFailure = fc.OnFailure, fc.OnCompletionFailure
 	cfg.Logger = m.Logger
+	cfg.OnBatch = func(records int, commit time.Duration) {
+		if m.API != nil { // set before the loops run
+			m.API.Metrics().ObserveBatch(name, records, commit)
+		}
+	}
 	cfg.DisableGuard = seams.disableGuard
 	cfg.Rewind = seams.rewind[name]
 	return ingest.NewLoop(m.Store, feed, proc, cfg)

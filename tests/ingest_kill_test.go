@@ -67,11 +67,12 @@ func appendSlowly(t *testing.T, path string, data []byte, d time.Duration, rng *
 	}
 	chunks := 200
 	pause := d / time.Duration(chunks)
+	avg := len(data) / chunks
 	go func() {
 		defer close(done)
 		defer f.Close()
 		for len(data) > 0 {
-			n := min(len(data), 1+rng.IntN(2*len(data)/chunks+2))
+			n := min(len(data), 1+rng.IntN(2*avg))
 			if _, err := f.Write(data[:n]); err != nil {
 				t.Error(err)
 				return
@@ -92,6 +93,7 @@ func TestIngest_KillNine(t *testing.T) {
 	args := []string{"--db", db, "--feed", "ledger=file:" + input, "--processor", "ledger=ledger",
 		"--relay", "none", "--http", "127.0.0.1:0"}
 
+	t0 := time.Now()
 	writing := appendSlowly(t, input, lf.data, 6*time.Second, rng)
 	kills := 0
 	for kills < 25 {
@@ -100,8 +102,9 @@ func TestIngest_KillNine(t *testing.T) {
 		p.kill()
 		kills++
 	}
+	t.Logf("%d kill -9s (%v)", kills, time.Since(t0))
 	<-writing
-	t.Logf("%d kill -9s while %d bytes were appended", kills, len(lf.data))
+	t.Logf("%d bytes appended (%v)", len(lf.data), time.Since(t0))
 
 	p := start(t, nil, args...)
 	end := int64(len(lf.data))
@@ -111,6 +114,7 @@ func TestIngest_KillNine(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("caught up (%v)", time.Since(t0))
 	if code := p.stop(t, 30*time.Second); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM, want 0", code)
 	}

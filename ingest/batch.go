@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -88,6 +89,10 @@ func (l *Loop) applyAndCommit(ctx context.Context, b batch, h head) (done int, f
 		done, failed, err = l.applyOnce(ctx, b, h)
 		if err == nil {
 			return done, failed, nil
+		}
+		if errors.Is(err, outbox.ErrFenced) {
+			l.setError(err)
+			return 0, nil, err // not a completion failure: this process must stop
 		}
 		l.setError(err)
 		if attempt >= l.cfg.CommitRetry.Attempts {

@@ -183,6 +183,7 @@ func (l *Loop) setError(err error) {
 // Run opens the feed right after the stored checkpoints and applies records
 // until ctx is done; then it commits the batch in hand and returns nil. It
 // returns an error wrapping ErrStalled when a `stop` policy stops the feed,
+// one wrapping outbox.ErrFenced when another process claimed the database,
 // and other errors when the feed cannot be started.
 func (l *Loop) Run(ctx context.Context) error {
 	defer l.setState(StateStopped)
@@ -197,7 +198,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		batch, err := l.collect(ctx, buf[:0])
 		if len(batch) > 0 {
 			if perr := l.process(ctx, batch); perr != nil {
-				if errors.Is(perr, ErrStalled) {
+				if errors.Is(perr, ErrStalled) || errors.Is(perr, outbox.ErrFenced) {
 					return perr
 				}
 				return nil // shutdown while retrying: nothing half-applied

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -90,6 +91,8 @@ type Store struct {
 
 	hookMu     sync.Mutex
 	commitHook func(ctx context.Context) error
+
+	owner atomic.Int64 // generation taken by Claim; 0 = unclaimed
 }
 
 // Open opens (creating if needed) and migrates the database.

@@ -165,7 +165,8 @@ func (tx *Tx) OnCommit(f func()) { tx.onCommit = append(tx.onCommit, f) }
 // Emitted is the number of output rows the transaction holds.
 func (tx *Tx) Emitted() int { return tx.emitted }
 
-// Commit runs the store's commit hook, commits, then runs the OnCommit
+// Commit checks the store still owns the database (ErrFenced otherwise,
+// see Claim), runs the store's commit hook, commits, then runs the OnCommit
 // callbacks. When the hook or COMMIT fails the transaction is rolled back
 // and the error returned: none of its writes stand.
 func (tx *Tx) Commit() error {
@@ -173,6 +174,10 @@ func (tx *Tx) Commit() error {
 		return errors.New("commit: transaction already finished")
 	}
 	tx.done = true
+	if err := tx.checkOwner(); err != nil {
+		tx.tx.Rollback()
+		return fmt.Errorf("commit: %w", err)
+	}
 	if h := tx.store.hook(); h != nil {
 		if err := h(tx.ctx); err != nil {
 			tx.tx.Rollback()

@@ -58,6 +58,11 @@ func (m *Main) open(ctx context.Context) error {
 		return err
 	}
 	m.Store = s
+	gen, err := s.Claim(ctx)
+	if err != nil {
+		return err
+	}
+	m.Logger.Info("database claimed: an older server on it is fenced at its next commit", "db", m.Config.DB, "generation", gen)
 	seams, err := loadTestSeams(m.Logger)
 	if err != nil {
 		return err

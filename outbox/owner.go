@@ -1,0 +1,63 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// ErrFenced is returned by Tx.Commit once another process has claimed the
+// database (Claim): this process must stop writing, as a Kafka producer
+// fenced by a newer one with its transactional id.
+var ErrFenced = errors.New("another outboxd process has claimed this database")
+
+const ownerKey = "owner"
+
+// Claim makes this store the database's only writer of ingest transactions:
+// it takes the next owner generation, and from then on every Tx.Commit
+// checks, inside its write transaction, that no later Claim has happened.
+// So two servers on one database never both apply items: the older one's
+// next commit fails with ErrFenced.
+func (s *Store) Claim(ctx context.Context) (int64, error) {
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("claim database: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, '1')
+ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1`, ownerKey); err != nil {
+		return 0, fmt.Errorf("claim database: %w", err)
+	}
+	var v string
+	if err := tx.GetContext(ctx, &v, `SELECT value FROM meta WHERE key = ?`, ownerKey); err != nil {
+		return 0, fmt.Errorf("claim database: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("claim database: %w", err)
+	}
+	gen, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("claim database: owner generation %q: %w", v, err)
+	}
+	s.owner.Store(gen)
+	return gen, nil
+}
+
+// checkOwner fails with ErrFenced when the database was claimed after this
+// store's own Claim. It runs inside the write transaction, so the check and
+// the commit are atomic.
+func (tx *Tx) checkOwner() error {
+	gen := tx.store.owner.Load()
+	if gen == 0 {
+		return nil
+	}
+	var v string
+	if err := tx.tx.GetContext(tx.ctx, &v, `SELECT value FROM meta WHERE key = ?`, ownerKey); err != nil {
+		return fmt.Errorf("check database owner: %w", err)
+	}
+	if v != strconv.FormatInt(gen, 10) {
+		return fmt.Errorf("%w (generation %s, this process has %d)", ErrFenced, v, gen)
+	}
+	return nil
+}

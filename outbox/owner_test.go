@@ -1,0 +1,54 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+func TestStore_Claim(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "t.db")
+	open := func() *outbox.Store {
+		s, err := outbox.Open(ctx, outbox.DefaultConfig(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	emit := func(s *outbox.Store) error {
+		tx, err := s.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if err := tx.Emit(ctx, outbox.Output{Topic: "t", Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+		return tx.Commit()
+	}
+	older, newer := open(), open()
+	if g, err := older.Claim(ctx); err != nil || g != 1 {
+		t.Fatalf("first Claim = %d, %v; want 1", g, err)
+	}
+	if err := emit(older); err != nil {
+		t.Fatalf("commit of the owner: %v", err)
+	}
+	if g, err := newer.Claim(ctx); err != nil || g != 2 {
+		t.Fatalf("second Claim = %d, %v; want 2", g, err)
+	}
+	if err := emit(older); !errors.Is(err, outbox.ErrFenced) {
+		t.Fatalf("commit of the older store = %v, want ErrFenced", err)
+	}
+	if err := emit(newer); err != nil {
+		t.Fatalf("commit of the newer store: %v", err)
+	}
+	rows, err := newer.Rows(ctx, 0, 10)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("%d rows (%v), want 2: the fenced commit must leave nothing", len(rows), err)
+	}
+}

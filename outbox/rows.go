@@ -102,21 +102,24 @@ ON CONFLICT(relay_id) DO UPDATE SET last_id = max(last_id, excluded.last_id), up
 const pruneChunk = 5000
 
 // Prune deletes published rows (id <= through) created before cutoff, in
-// chunks, and returns how many it deleted.
+// chunks of the oldest rows, and returns how many it deleted. Rows are
+// created in id order, so it stops at the first chunk holding a row too
+// young to go: a pass costs a chunk, however many rows are kept.
 func (s *Store) Prune(ctx context.Context, through int64, cutoff time.Time) (int64, error) {
 	var total int64
-	for {
+	for ctx.Err() == nil {
 		res, err := s.db.ExecContext(ctx, `DELETE FROM outbox WHERE id IN
-(SELECT id FROM outbox WHERE id <= ? AND created_at < ? ORDER BY id LIMIT ?)`, through, cutoff.UnixNano(), pruneChunk)
+(SELECT id FROM outbox WHERE id <= ? ORDER BY id LIMIT ?) AND created_at < ?`, through, pruneChunk, cutoff.UnixNano())
 		if err != nil {
 			return total, fmt.Errorf("prune outbox: %w", err)
 		}
 		n, _ := res.RowsAffected()
 		total += n
-		if n < pruneChunk || ctx.Err() != nil {
-			return total, nil
+		if n < pruneChunk {
+			break
 		}
 	}
+	return total, nil
 }
 
 // Backlog is how many rows wait to be published and since when.

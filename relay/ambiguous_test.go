@@ -1,0 +1,77 @@
+package relay
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestRelay_CommitAppliedButUnanswered: the coordinator commits, the answer
+// is lost and Kafka stays away until sarama gives up, so CommitTxn fails.
+// The relay must not guess: a new producer and the progress topic say the
+// batch is in, and it is not published again.
+func TestRelay_CommitAppliedButUnanswered(t *testing.T) {
+	c, p := proxiedCluster(t)
+	brokers := c.ListenAddrs()
+	s := newStore(t)
+	rr := startRelay(t, s, testConfig(t, brokers))
+	ids := emit(t, s, "f", keyed("t", 30, 3, 0)...)
+	rr.waitPublished(t, ids[len(ids)-1])
+
+	c.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+		p.swallowNextAnswer() // the commit goes through; its answer does not
+		return nil, nil, false
+	})
+	ids = append(ids, emit(t, s, "f", keyed("t", 30, 3, 30)...)...)
+	waitError(t, rr, "commit transaction")
+	p.restore()
+	rr.waitPublished(t, ids[len(ids)-1])
+	exactlyOnce(t, readCommitted(t, brokers, "t"), ids)
+	if st := rr.r.Status(); st.PublishedTotal != 30 {
+		// This Run counts the first batch; the second one it learned
+		// about from Kafka's progress, it did not publish it twice.
+		t.Errorf("published %d rows, want 30: %+v", st.PublishedTotal, st)
+	}
+}
+
+// TestRelay_CommitRefused: the coordinator keeps failing the commit, which
+// never happens. A new producer aborts the transaction and the batch is
+// published again, once.
+func TestRelay_CommitRefused(t *testing.T) {
+	c := newCluster(t)
+	brokers := c.ListenAddrs()
+	s := newStore(t)
+	rr := startRelay(t, s, testConfig(t, brokers))
+	ids := emit(t, s, "f", keyed("t", 30, 3, 0)...)
+	rr.waitPublished(t, ids[len(ids)-1])
+
+	refusals := 0
+	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if refusals++; refusals > 12 { // two sessions' worth of retries
+			c.DropControl()
+			return nil, nil, false
+		}
+		c.KeepControl()
+		resp := req.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+		return resp, nil, true
+	})
+	ids = append(ids, emit(t, s, "f", keyed("t", 30, 3, 30)...)...)
+	rr.waitPublished(t, ids[len(ids)-1])
+	exactlyOnce(t, readCommitted(t, brokers, "t"), ids)
+}
+
+// waitError waits until the relay reports an error containing what.
+func waitError(t *testing.T, rr *running, what string) {
+	t.Helper()
+	wait(t, 15*time.Second, func() error {
+		if st := rr.r.Status(); !strings.Contains(st.LastError, what) {
+			return fmt.Errorf("state %s, error %q", st.State, st.LastError)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,62 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// runAtLeastOnce is one at-least-once session: an idempotent producer
+// publishes each batch, and the batch is marked published in SQLite only
+// after every record in it was acked. A crash or failure before the mark
+// publishes the batch again, so a consumer may see it twice and drops
+// repeats by their outboxd-id header.
+func (r *Relay) runAtLeastOnce(ctx, hard context.Context) (progressed bool, err error) {
+	p, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, ""))
+	if err != nil {
+		return false, fmt.Errorf("start idempotent producer: %w", err)
+	}
+	defer r.dropProducer(ctx, hard, p)
+	last, err := r.store.RelayProgress(ctx, r.relayID)
+	if err != nil {
+		return false, err
+	}
+	r.log.Info("resuming", "after", last)
+	r.connected(last)
+	f := r.startFeeder(ctx, last)
+	defer f.close()
+	for {
+		rows, err := f.next(ctx, r.idle)
+		if err != nil {
+			return progressed, err
+		}
+		if err := r.publishAcked(ctx, hard, p, rows); err != nil {
+			return progressed, err
+		}
+		progressed = true
+	}
+}
+
+// publishAcked publishes rows, waits for every ack, then marks them.
+func (r *Relay) publishAcked(ctx, hard context.Context, p *producer, rows []outbox.Row) error {
+	if err := r.ensureOutputTopics(ctx, rows); err != nil {
+		return err
+	}
+	msgs, err := messages(rows)
+	if err != nil {
+		return err
+	}
+	first, last := rows[0].ID, rows[len(rows)-1].ID
+	r.st.state(StatePublishing)
+	if err := p.sendAll(hard, msgs); err != nil {
+		return fmt.Errorf("publish outbox rows %d..%d: %w", first, last, err)
+	}
+	if err := r.store.SetRelayProgress(hard, r.relayID, last); err != nil {
+		return fmt.Errorf("mark outbox rows %d..%d published: %w", first, last, err)
+	}
+	r.st.published(last, len(rows))
+	r.recorded.Store(last)
+	r.prunePublished()
+	return nil
+}

@@ -1,0 +1,81 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+func TestClassify(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("publish outbox rows 1..2: produce: %w", err) }
+	cases := []struct {
+		name string
+		err  error
+		want Class
+	}{
+		{"producer fenced", wrap(sarama.ErrProducerFenced), Fenced},
+		{"fenced as franz-go error", wrap(kerr.ProducerFenced), Fenced},
+		{"coordinator fenced", sarama.ErrTransactionCoordinatorFenced, Fenced},
+		{"abort says fenced after a produce error", errors.Join(wrap(sarama.ErrInvalidProducerEpoch),
+			fmt.Errorf("abort transaction: %w", sarama.ErrProducerFenced)), Fenced},
+		{"our sentinel", fmt.Errorf("x: %w", ErrFenced), Fenced},
+		{"invalid epoch alone", wrap(sarama.ErrInvalidProducerEpoch), Ambiguous},
+		{"sequence error after reconnect", wrap(sarama.ErrOutOfOrderSequenceNumber), Ambiguous},
+		{"unknown producer id", wrap(sarama.ErrUnknownProducerID), Ambiguous},
+		{"failed commit", &ambiguousError{sarama.ErrOutOfBrokers}, Ambiguous},
+		{"transaction manager state", sarama.ErrTransactionNotReady, Ambiguous},
+		{"unknown error", errors.New("something else"), Ambiguous},
+		{"out of brokers", wrap(sarama.ErrOutOfBrokers), Retryable},
+		{"not leader", wrap(sarama.ErrNotLeaderForPartition), Retryable},
+		{"concurrent transactions", sarama.ErrConcurrentTransactions, Retryable},
+		{"franz-go retriable", kerr.CoordinatorLoadInProgress, Retryable},
+		{"connection refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, Retryable},
+		{"eof", wrap(io.EOF), Retryable},
+		{"deadline", context.DeadlineExceeded, Retryable},
+		{"record too large", wrap(sarama.ErrMessageSizeTooLarge), Fatal},
+		{"config error", wrap(sarama.ConfigurationError("too big")), Fatal},
+		{"authorization", wrap(sarama.ErrTopicAuthorizationFailed), Fatal},
+		{"txn id authorization", kerr.TransactionalIDAuthorizationFailed, Fatal},
+		{"missing topic", &MissingTopicError{Topic: "t"}, Fatal},
+		{"back in time", fmt.Errorf("%w: row 9", ErrBackInTime), Fatal},
+		{"bad row", fmt.Errorf("outbox row 3: %w: x", errBadRow), Fatal},
+		{"store", fmt.Errorf("%w: database is locked", errStore), Retryable},
+	}
+	for _, c := range cases {
+		if got := Classify(c.err); got != c.want {
+			t.Errorf("%s: Classify(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
+
+func TestConfig_Validate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	c := DefaultConfig()
+	c.Brokers = nil
+	c.Mode = "sometimes"
+	c.Batch = 0
+	c.Wait = -1
+	c.TopicPartitions = 0
+	c.MaxBackoff = 0
+	err := c.Validate()
+	for _, field := range []string{"brokers", "mode", "batch", "wait", "topic partitions", "max backoff"} {
+		if err == nil || !strings.Contains(err.Error(), field+":") {
+			t.Errorf("Validate() = %v, want an error about %s", err, field)
+		}
+	}
+	alo := DefaultConfig()
+	alo.Mode, alo.ProgressTopic = ModeAtLeastOnce, ""
+	if err := alo.Validate(); err != nil {
+		t.Errorf("at-least-once needs no progress topic: %v", err)
+	}
+}

@@ -1,0 +1,158 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Modes accepted by Config.Mode.
+const (
+	// ModeExactlyOnce publishes each batch of rows in a Kafka transaction
+	// together with the relay's progress: a read_committed consumer sees
+	// every row exactly once, across any crash.
+	ModeExactlyOnce = "exactly-once"
+	// ModeAtLeastOnce publishes with an idempotent producer and marks rows
+	// published after the ack: a crash repeats at most the batch in flight.
+	// For brokers without transactions.
+	ModeAtLeastOnce = "at-least-once"
+)
+
+// DefaultProgressTopic is the compacted topic that holds exactly-once progress.
+const DefaultProgressTopic = "__outboxd_progress"
+
+// Config says how the relay publishes. The zero value is not usable: start
+// from DefaultConfig.
+type Config struct {
+	// Brokers are the bootstrap addresses (host:port) of the Kafka cluster.
+	Brokers []string
+	// Mode is ModeExactlyOnce (default) or ModeAtLeastOnce.
+	Mode string
+	// TransactionalID is the Kafka transactional id of the exactly-once
+	// producer. It must be stable for a database and unique to it: a second
+	// relay on the same id fences the first. Empty means "outboxd-" plus
+	// the id the store generates once (Store.MetaID "relay_id").
+	TransactionalID string
+	// ProgressTopic is the compacted topic holding the relay's progress
+	// records (exactly-once mode).
+	ProgressTopic string
+	// Batch is the most rows published in one transaction (or one
+	// at-least-once batch).
+	Batch int
+	// Wait is how long a batch smaller than Batch waits for more rows
+	// before it is published. 0 publishes whatever is there at once.
+	Wait time.Duration
+	// CreateTopics lets the relay create missing output topics. When
+	// false, a missing topic stops publishing (the relay retries, and goes
+	// on once the topic exists) with an error naming it. The progress
+	// topic is the relay's own and is created compacted, with one
+	// partition, either way.
+	CreateTopics bool
+	// TopicPartitions and TopicReplication are used for output topics the
+	// relay creates; TopicReplication also for the progress topic.
+	TopicPartitions  int32
+	TopicReplication int16
+	// Retention is how long published rows stay in the outbox before they
+	// are pruned. 0 prunes them as soon as they are published.
+	Retention time.Duration
+	// PollInterval is the fallback poll for new rows when no commit signal
+	// arrives; the relay is normally woken by Store.Committed.
+	PollInterval time.Duration
+	// MinBackoff and MaxBackoff bound the capped exponential backoff
+	// between attempts while Kafka is unreachable or failing.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+	// TransactionTimeout is the Kafka transaction timeout: the coordinator
+	// aborts a transaction left open longer (a crashed relay's, say).
+	TransactionTimeout time.Duration
+	// ShutdownTimeout bounds how long Run, once its context is done, waits
+	// for the transaction in hand to commit or abort.
+	ShutdownTimeout time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults: exactly-once to a broker on
+// 127.0.0.1:9092, batches of 1000 rows or 5ms, topics created with 3
+// partitions and replication 1, rows kept 24h after publishing.
+func DefaultConfig() Config {
+	return Config{
+		Brokers:            []string{"127.0.0.1:9092"},
+		Mode:               ModeExactlyOnce,
+		ProgressTopic:      DefaultProgressTopic,
+		Batch:              1000,
+		Wait:               5 * time.Millisecond,
+		CreateTopics:       true,
+		TopicPartitions:    3,
+		TopicReplication:   1,
+		Retention:          24 * time.Hour,
+		PollInterval:       200 * time.Millisecond,
+		MinBackoff:         100 * time.Millisecond,
+		MaxBackoff:         5 * time.Second,
+		TransactionTimeout: time.Minute,
+		ShutdownTimeout:    10 * time.Second,
+	}
+}
+
+// maxBatch keeps a transaction's records well within sarama's buffers and
+// the memory of one batch bounded.
+const maxBatch = 100_000
+
+// Validate reports every invalid field, joined; nil when the config is usable.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if len(c.Brokers) == 0 {
+		add("brokers: at least one is required")
+	}
+	for _, b := range c.Brokers {
+		if b == "" {
+			add("brokers: empty address")
+		}
+	}
+	switch c.Mode {
+	case ModeExactlyOnce:
+		if c.ProgressTopic == "" {
+			add("progress topic: required in %s mode", ModeExactlyOnce)
+		}
+	case ModeAtLeastOnce:
+	default:
+		add("mode: %q is not one of %s, %s", c.Mode, ModeExactlyOnce, ModeAtLeastOnce)
+	}
+	if c.Batch < 1 || c.Batch > maxBatch {
+		add("batch: %d is not within 1..%d", c.Batch, maxBatch)
+	}
+	if c.TopicPartitions < 1 {
+		add("topic partitions: %d is below 1", c.TopicPartitions)
+	}
+	if c.TopicReplication < 1 {
+		add("topic replication: %d is below 1", c.TopicReplication)
+	}
+	c.validateDurations(add)
+	return errors.Join(errs...)
+}
+
+func (c Config) validateDurations(add func(string, ...any)) {
+	nonNegative := map[string]time.Duration{"wait": c.Wait, "retention": c.Retention}
+	positive := map[string]time.Duration{
+		"poll interval": c.PollInterval, "min backoff": c.MinBackoff, "max backoff": c.MaxBackoff,
+		"transaction timeout": c.TransactionTimeout, "shutdown timeout": c.ShutdownTimeout,
+	}
+	for name, d := range nonNegative {
+		if d < 0 {
+			add("%s: %v is negative", name, d)
+		}
+	}
+	for name, d := range positive {
+		if d <= 0 {
+			add("%s: %v is not positive", name, d)
+		}
+	}
+	if c.MaxBackoff < c.MinBackoff {
+		add("max backoff: %v is below min backoff %v", c.MaxBackoff, c.MinBackoff)
+	}
+	if c.Mode == ModeExactlyOnce && c.TransactionTimeout < time.Second {
+		add("transaction timeout: %v is below 1s", c.TransactionTimeout)
+	}
+}

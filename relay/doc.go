@@ -1,0 +1,59 @@
+// Package relay publishes the outbox to Kafka, in outbox id order, with a
+// sarama producer.
+//
+// # Exactly-once (ModeExactlyOnce, the default)
+//
+// A read_committed consumer sees every outbox row exactly once, across any
+// crash of the relay or the broker. The relay holds to it this way:
+//
+//  1. Its transactional id is stable for the database ("outboxd-" plus the
+//     store's relay_id unless configured). Making the producer
+//     (InitProducerID) bumps the id's epoch: an older producer with the
+//     same id is fenced, and the transaction it left open is aborted (or,
+//     if its commit had begun, completed) before the call returns.
+//  2. It reads its progress record from the compacted progress topic (key =
+//     relay id) with read_committed, to the end: first it waits until no
+//     transaction is open below the high watermark, then it fetches up to
+//     it. It resumes after the larger of that progress and SQLite's.
+//  3. If Kafka's progress names an id above any the database ever assigned,
+//     or a row the database holds differently, the database has gone back
+//     in time: the relay refuses to publish (ErrBackInTime, state
+//     "refusing") rather than skip rows or reuse ids.
+//  4. Each batch (up to Config.Batch rows, or what arrived within
+//     Config.Wait) is one Kafka transaction: the rows, then one progress
+//     record naming the last row (id, feed, partition, epoch, position, n).
+//     Rows and progress commit together or not at all.
+//  5. After the commit the progress is stored in SQLite (off the publishing
+//     path: Kafka already has it).
+//  6. Any failure ends the session: the producer is dropped and the relay
+//     starts again at step 1 after a capped exponential backoff. A commit
+//     whose outcome is unknown is never guessed; the next session's
+//     producer settles it and step 2 reads what happened. PRODUCER_FENCED
+//     stops the relay (ErrFenced): another relay owns the id now.
+//
+// # At-least-once (ModeAtLeastOnce)
+//
+// An idempotent producer publishes each batch; the batch is marked
+// published in SQLite after every record is acked. A failure or crash
+// before the mark publishes the batch again. Every record carries the
+// outboxd-id header, so consumers drop repeats.
+//
+// # Both modes
+//
+// Records carry the row's own headers and then outboxd-id, outboxd-feed,
+// outboxd-epoch and outboxd-position. Keys are partitioned as the Java
+// client does (murmur2), so a key's rows stay in one partition, in id
+// order; a row without a key goes to a random partition. Missing output
+// topics are created unless Config.CreateTopics is false. The relay is
+// woken by Store.Committed and polls every Config.PollInterval as a
+// fallback; it reads rows in bounded batches (one being published, one
+// read ahead), so memory stays flat however long the backlog. Published
+// rows are pruned in bulk after Config.Retention.
+//
+// # Kafka clients
+//
+// Records are produced by sarama. The relay's reads (topic metadata and
+// creation, the progress topic) and Consume use franz-go, whose raw fetch
+// processing reports the offset after aborted batches and transaction
+// markers: "read to the end" then stops exactly at the end.
+package relay

@@ -1,0 +1,131 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// runExactlyOnce is one exactly-once session:
+//
+//  1. make a transactional producer: InitProducerID fences any earlier
+//     producer with the transactional id and aborts (or completes) the
+//     transaction it left open;
+//  2. read the progress topic to its end with read_committed, and resume
+//     after the larger of Kafka's and SQLite's progress, unless Kafka's
+//     names rows the database does not have;
+//  3. per batch: one transaction holding the rows and a progress record
+//     naming the last of them; after the commit, the progress goes to
+//     SQLite.
+//
+// Any failure ends the session; the next one starts again from step 1, so
+// an unknown outcome is settled by Kafka, never guessed.
+func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err error) {
+	if err := r.ensureProgressTopic(ctx); err != nil {
+		return false, err
+	}
+	p, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, r.txnID))
+	if err != nil {
+		return false, fmt.Errorf("start transactional producer %s: %w", r.txnID, err)
+	}
+	defer r.dropProducer(ctx, hard, p)
+	last, err := r.resumeExactlyOnce(ctx)
+	if err != nil {
+		return false, err
+	}
+	r.connected(last)
+	f := r.startFeeder(ctx, last)
+	defer f.close()
+	for {
+		rows, err := f.next(ctx, r.idle)
+		if err != nil {
+			return progressed, err
+		}
+		if err := r.publishTxn(ctx, hard, p, rows); err != nil {
+			return progressed, err
+		}
+		progressed = true
+		r.st.published(rows[len(rows)-1].ID, len(rows))
+		r.rec.record(rows[len(rows)-1].ID)
+	}
+}
+
+// publishTxn publishes rows and their progress record in one transaction.
+func (r *Relay) publishTxn(ctx, hard context.Context, p *producer, rows []outbox.Row) error {
+	if err := r.ensureOutputTopics(ctx, rows); err != nil {
+		return err
+	}
+	msgs, err := messages(rows)
+	if err != nil {
+		return err
+	}
+	pm, err := progressMessage(r.cfg.ProgressTopic, r.relayID, progressOf(&rows[len(rows)-1]))
+	if err != nil {
+		return err
+	}
+	r.st.state(StatePublishing)
+	if err := p.publishTxn(hard, append(msgs, pm)); err != nil {
+		return fmt.Errorf("publish outbox rows %d..%d: %w", rows[0].ID, rows[len(rows)-1].ID, err)
+	}
+	return nil
+}
+
+// resumeExactlyOnce settles where publishing resumes: after the larger of
+// Kafka's and SQLite's progress.
+func (r *Relay) resumeExactlyOnce(ctx context.Context) (int64, error) {
+	kp, found, err := r.kafka.readProgress(ctx, r.cfg.ProgressTopic, r.relayID)
+	if err != nil {
+		return 0, fmt.Errorf("read progress: %w", err)
+	}
+	sp, err := r.store.RelayProgress(ctx, r.relayID)
+	if err != nil {
+		return 0, err
+	}
+	if found {
+		if err := r.checkProgress(ctx, kp, sp); err != nil {
+			return 0, err
+		}
+	}
+	from := sp
+	if found && kp.LastID > sp {
+		from = kp.LastID
+		if err := r.store.SetRelayProgress(ctx, r.relayID, from); err != nil {
+			return 0, err
+		}
+	}
+	if found && kp.LastID < sp {
+		r.log.Warn("Kafka's progress is behind SQLite's (progress topic recreated?); resuming after SQLite's",
+			"kafka", kp.LastID, "sqlite", sp)
+	}
+	r.log.Info("resuming", "after", from, "kafka_progress", kp.LastID, "sqlite_progress", sp)
+	return from, nil
+}
+
+// checkProgress refuses Kafka's progress kp when the database cannot have
+// produced it: it names an id above any the database ever assigned, or a
+// row the database has under that id is another one.
+func (r *Relay) checkProgress(ctx context.Context, kp Progress, sqliteProgress int64) error {
+	lastID, err := r.store.LastOutboxID(ctx)
+	if err != nil {
+		return err
+	}
+	if kp.LastID > lastID {
+		return fmt.Errorf("%w: Kafka's progress says outbox row %d is published, but the largest id this database "+
+			"ever assigned is %d (restored from an older copy?); refusing to publish", ErrBackInTime, kp.LastID, lastID)
+	}
+	if kp.LastID <= sqliteProgress {
+		return nil // SQLite agrees: that row was published from this database
+	}
+	// Rows after SQLite's progress are never pruned, so the row is there.
+	rows, err := r.store.Rows(ctx, kp.LastID-1, 1)
+	if err != nil {
+		return err
+	}
+	if len(rows) == 0 || !kp.names(&rows[0]) {
+		return fmt.Errorf("%w: Kafka's progress names outbox row %d of feed %q at epoch %q position %d, "+
+			"which this database does not hold (restored from an older copy?); refusing to publish",
+			ErrBackInTime, kp.LastID, kp.Feed, kp.Epoch, kp.Position)
+	}
+	return nil
+}

@@ -1,0 +1,239 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// saramaConfig is the producer configuration: idempotent, acks=all, one
+// request in flight per broker (which keeps per-partition order across
+// retries), keys partitioned like the Java client. A non-empty txnID makes
+// it transactional.
+func saramaConfig(c Config, txnID string) *sarama.Config {
+	sc := sarama.NewConfig()
+	sc.ClientID = "outboxd-relay"
+	sc.Version = sarama.V3_6_0_0
+	sc.ChannelBufferSize = 1024
+	sc.Net.MaxOpenRequests = 1
+	sc.Net.DialTimeout = 5 * time.Second
+	sc.Net.ReadTimeout = 15 * time.Second
+	sc.Net.WriteTimeout = 5 * time.Second
+	// Topics are created on purpose (kafka.ensureTopics), never by a
+	// metadata request.
+	sc.Metadata.AllowAutoTopicCreation = false
+	sc.Metadata.Full = false
+	// Sarama's retries nest (a transaction request retries, each retry
+	// looks up the coordinator with its own retries): keep each level
+	// short so a failure surfaces within about a second. The relay's own
+	// loop retries after that.
+	sc.Metadata.Retry.Max = 1
+	sc.Metadata.Retry.Backoff = 50 * time.Millisecond
+	sc.Producer.Idempotent = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Producer.Partitioner = sarama.NewMurmur2Partitioner
+	sc.Producer.Return.Successes = true
+	sc.Producer.Return.Errors = true
+	sc.Producer.Retry.Max = 5
+	sc.Producer.Retry.Backoff = 100 * time.Millisecond
+	sc.Producer.Timeout = 10 * time.Second
+	if txnID != "" {
+		sc.Producer.Transaction.ID = txnID
+		sc.Producer.Transaction.Timeout = c.TransactionTimeout
+		sc.Producer.Transaction.Retry.Max = 5
+		sc.Producer.Transaction.Retry.Backoff = 50 * time.Millisecond
+	}
+	return sc
+}
+
+// producer is a sarama AsyncProducer that sends a batch and waits for every
+// record's outcome. Two collectors drain the Successes and Errors channels
+// for the producer's whole life, so sending never blocks on them.
+type producer struct {
+	ap         sarama.AsyncProducer
+	collectors sync.WaitGroup
+}
+
+// pending tracks the records of one batch still waiting for an outcome.
+type pending struct {
+	left   atomic.Int64
+	done   chan struct{} // closed when every record has an outcome
+	failed chan struct{} // closed at the first failure
+	mu     sync.Mutex
+	err    error // the first failure
+}
+
+func newPending(n int) *pending {
+	b := &pending{done: make(chan struct{}), failed: make(chan struct{})}
+	b.left.Store(int64(n))
+	return b
+}
+
+func (b *pending) finish(err error) {
+	if err != nil {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+			close(b.failed)
+		}
+		b.mu.Unlock()
+	}
+	if b.left.Add(-1) == 0 {
+		close(b.done)
+	}
+}
+
+func (b *pending) result() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// newProducer connects. A transactional producer also initialises its
+// producer id here (InitProducerID), which fences any earlier producer with
+// the same transactional id and ends its open transaction.
+func newProducer(brokers []string, sc *sarama.Config) (*producer, error) {
+	ap, err := sarama.NewAsyncProducer(brokers, sc)
+	if err != nil {
+		return nil, err
+	}
+	p := &producer{ap: ap}
+	p.collectors.Add(2)
+	go func() {
+		defer p.collectors.Done()
+		for m := range ap.Successes() {
+			if b, ok := m.Metadata.(*pending); ok {
+				b.finish(nil)
+			}
+		}
+	}()
+	go func() {
+		defer p.collectors.Done()
+		for e := range ap.Errors() {
+			if b, ok := e.Msg.Metadata.(*pending); ok {
+				b.finish(e.Err)
+			}
+		}
+	}()
+	return p, nil
+}
+
+// openProducer is newProducer bounded by ctx: sarama's own retries can
+// take a while when Kafka is down. A producer that arrives after ctx is
+// done is closed.
+func openProducer(ctx context.Context, brokers []string, sc *sarama.Config) (*producer, error) {
+	type opened struct {
+		p   *producer
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		p, err := newProducer(brokers, sc)
+		ch <- opened{p, err}
+	}()
+	select {
+	case o := <-ch:
+		return o.p, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-ch; o.p != nil {
+				o.p.close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// sendAll sends msgs in order and waits until each has succeeded, or
+// returns at the first failure: the batch has failed, and waiting for
+// sarama to give up on the rest can take long while Kafka is away. The
+// records still in flight belong to a producer that is about to be
+// dropped (and, for a transactional one, fenced). ctx bounds the wait.
+func (p *producer) sendAll(ctx context.Context, msgs []*sarama.ProducerMessage) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	b := newPending(len(msgs))
+	for _, m := range msgs {
+		m.Metadata = b
+		select {
+		case p.ap.Input() <- m:
+		case <-b.failed:
+			return b.result()
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
+		}
+	}
+	select {
+	case <-b.done:
+		return b.result()
+	case <-b.failed:
+		return b.result()
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
+	}
+}
+
+// publishTxn sends msgs in one transaction and commits it. A commit that
+// fails is ambiguous (*ambiguousError). When a record fails, the
+// transaction cannot commit; it is left to the next producer's
+// initialisation to abort, except after an error that may mean "fenced",
+// where an abort makes the coordinator say so.
+func (p *producer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMessage) error {
+	if err := p.ap.BeginTxn(); err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	if err := p.sendAll(ctx, msgs); err != nil {
+		err = fmt.Errorf("produce: %w", err)
+		if Classify(err) == Ambiguous {
+			return p.abort(ctx, err)
+		}
+		return err
+	}
+	if err := blocking(ctx, p.ap.CommitTxn); err != nil {
+		return &ambiguousError{fmt.Errorf("commit transaction: %w", err)}
+	}
+	return nil
+}
+
+// abortTimeout bounds the abort made to learn whether the producer is fenced.
+const abortTimeout = 3 * time.Second
+
+// abort asks the coordinator to abort the transaction; its answer tells a
+// fenced producer (PRODUCER_FENCED) from one whose records merely failed.
+func (p *producer) abort(ctx context.Context, cause error) error {
+	if ctx.Err() != nil {
+		return cause
+	}
+	ctx, cancel := context.WithTimeout(ctx, abortTimeout)
+	defer cancel()
+	if err := blocking(ctx, p.ap.AbortTxn); err != nil {
+		return errors.Join(cause, fmt.Errorf("abort transaction: %w", err))
+	}
+	return cause
+}
+
+// close shuts the producer down, waiting for records in flight, and
+// returns once both collectors have drained.
+func (p *producer) close() {
+	p.ap.AsyncClose()
+	p.collectors.Wait()
+}
+
+// blocking runs f, which cannot be interrupted, and returns its error, or
+// errAbandoned when ctx is done first (f goes on in the background).
+func blocking(ctx context.Context, f func() error) error {
+	ch := make(chan error, 1)
+	go func() { ch <- f() }()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
+	}
+}

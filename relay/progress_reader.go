@@ -1,0 +1,211 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The progress topic is read with raw read_committed fetches through
+// franz-go rather than a sarama consumer: kgo.ProcessFetchPartition returns
+// the next offset past aborted batches and transaction markers, so "read to
+// the end" stops exactly at the end even when the log ends in a marker.
+
+// progressPartition is where a relay's progress records live.
+type progressPartition struct {
+	topic     string
+	id        [16]byte
+	partition int32
+	leader    int32
+}
+
+// locateProgress finds the partition holding key's records.
+func (k *kafka) locateProgress(ctx context.Context, topic, key string) (progressPartition, error) {
+	md, err := k.metadata(ctx, topic)
+	if err != nil {
+		return progressPartition{}, fmt.Errorf("progress topic %s: metadata: %w", topic, err)
+	}
+	td, ok := md[topic]
+	if !ok {
+		return progressPartition{}, fmt.Errorf("progress topic %s: %w", topic, kerr.UnknownTopicOrPartition)
+	}
+	if err := kerr.ErrorForCode(td.ErrorCode); err != nil {
+		return progressPartition{}, fmt.Errorf("progress topic %s: %w", topic, err)
+	}
+	part, err := partitionFor(topic, key, len(td.Partitions))
+	if err != nil {
+		return progressPartition{}, fmt.Errorf("progress topic %s: partition for %s: %w", topic, key, err)
+	}
+	for _, pd := range td.Partitions {
+		if pd.Partition != part {
+			continue
+		}
+		if err := kerr.ErrorForCode(pd.ErrorCode); err != nil || pd.Leader < 0 {
+			return progressPartition{}, fmt.Errorf("progress topic %s[%d]: no leader: %w", topic, part, cmpErr(err, kerr.LeaderNotAvailable))
+		}
+		return progressPartition{topic: topic, id: td.TopicID, partition: part, leader: pd.Leader}, nil
+	}
+	return progressPartition{}, fmt.Errorf("progress topic %s[%d]: %w", topic, part, kerr.UnknownTopicOrPartition)
+}
+
+func cmpErr(err, fallback error) error {
+	if err != nil {
+		return err
+	}
+	return fallback
+}
+
+// stableEnd returns the partition's high watermark once every transaction
+// that was open below it has ended (last stable offset >= that watermark),
+// so a read up to it sees every commit made before the read began.
+func (k *kafka) stableEnd(ctx context.Context, pp progressPartition) (int64, error) {
+	hwm, err := k.listed(ctx, pp, k.adm.ListEndOffsets)
+	if err != nil {
+		return 0, fmt.Errorf("progress topic %s[%d]: high watermark: %w", pp.topic, pp.partition, err)
+	}
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		lso, err := k.listed(ctx, pp, k.adm.ListCommittedOffsets)
+		if err != nil {
+			return 0, fmt.Errorf("progress topic %s[%d]: last stable offset: %w", pp.topic, pp.partition, err)
+		}
+		if lso >= hwm {
+			return hwm, nil
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return 0, fmt.Errorf("progress topic %s[%d]: waiting for open transactions below %d: %w",
+				pp.topic, pp.partition, hwm, err)
+		}
+	}
+}
+
+type listFunc func(ctx context.Context, topics ...string) (kadm.ListedOffsets, error)
+
+func (k *kafka) listed(ctx context.Context, pp progressPartition, list listFunc) (int64, error) {
+	offs, err := list(ctx, pp.topic)
+	if err != nil {
+		return 0, err
+	}
+	o, ok := offs.Lookup(pp.topic, pp.partition)
+	if !ok {
+		return 0, kerr.UnknownTopicOrPartition
+	}
+	if o.Err != nil {
+		return 0, o.Err
+	}
+	return o.Offset, nil
+}
+
+// readProgress reads key's last committed progress record. found is false
+// when there is none.
+func (k *kafka) readProgress(ctx context.Context, topic, key string) (p Progress, found bool, err error) {
+	pp, err := k.locateProgress(ctx, topic, key)
+	if err != nil {
+		return p, false, err
+	}
+	end, err := k.stableEnd(ctx, pp)
+	if err != nil {
+		return p, false, err
+	}
+	start, err := k.listed(ctx, pp, k.adm.ListStartOffsets)
+	if err != nil {
+		return p, false, fmt.Errorf("progress topic %s[%d]: start offset: %w", pp.topic, pp.partition, err)
+	}
+	var last []byte
+	err = k.fetchRange(ctx, pp, start, end, func(r *kgo.Record) {
+		if string(r.Key) == key {
+			last, found = r.Value, true
+		}
+	})
+	if err != nil || !found {
+		return p, false, err
+	}
+	p, err = DecodeProgress(last)
+	return p, err == nil, err
+}
+
+// maxEmptyFetches bounds fetches that move no offset before the read gives up.
+const maxEmptyFetches = 50
+
+// fetchRange calls each with every committed data record in [from, to).
+func (k *kafka) fetchRange(ctx context.Context, pp progressPartition, from, to int64, each func(*kgo.Record)) error {
+	for empty := 0; from < to; {
+		fp, next, err := k.fetchOnce(ctx, pp, from)
+		if err != nil {
+			return fmt.Errorf("progress topic %s[%d]: fetch at %d: %w", pp.topic, pp.partition, from, err)
+		}
+		for _, r := range fp.Records {
+			if !r.Attrs.IsControl() && r.Offset < to {
+				each(r)
+			}
+		}
+		if next <= from {
+			if empty++; empty > maxEmptyFetches {
+				return fmt.Errorf("progress topic %s[%d]: no data at %d below the end %d", pp.topic, pp.partition, from, to)
+			}
+			continue
+		}
+		from, empty = next, 0
+	}
+	return nil
+}
+
+func (k *kafka) fetchOnce(ctx context.Context, pp progressPartition, offset int64) (kgo.FetchPartition, int64, error) {
+	resp, err := k.cl.Broker(int(pp.leader)).Request(ctx, fetchRequest(pp, offset))
+	if err != nil {
+		return kgo.FetchPartition{}, 0, err
+	}
+	fr := resp.(*kmsg.FetchResponse)
+	if err := kerr.ErrorForCode(fr.ErrorCode); err != nil {
+		return kgo.FetchPartition{}, 0, err
+	}
+	for _, t := range fr.Topics {
+		for i := range t.Partitions {
+			if t.Partitions[i].Partition != pp.partition {
+				continue
+			}
+			fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+				Offset: offset, IsolationLevel: kgo.ReadCommitted(),
+				Topic: pp.topic, Partition: pp.partition,
+			}, &t.Partitions[i], kgo.DefaultDecompressor(), nil)
+			return fp, next, fp.Err
+		}
+	}
+	return kgo.FetchPartition{}, 0, errors.New("the fetch response does not name the partition")
+}
+
+// fetchRequest is a one-off read_committed fetch of one partition.
+func fetchRequest(pp progressPartition, offset int64) *kmsg.FetchRequest {
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = 200
+	req.MinBytes = 1
+	req.MaxBytes = 16 << 20
+	req.IsolationLevel = 1 // read_committed
+	req.SessionEpoch = -1  // a one-off fetch, no fetch session
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic, rt.TopicID = pp.topic, pp.id
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = pp.partition, offset, 8<<20
+	rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return req
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,268 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// relayIDKey is the store meta key of the relay's id.
+const relayIDKey = "relay_id"
+
+// Relay publishes a store's outbox to Kafka in id order. Run does the work;
+// Status may be called from any goroutine at any time.
+type Relay struct {
+	store *outbox.Store
+	cfg   Config
+	base  *slog.Logger
+	log   *slog.Logger
+	st    *tracker
+
+	running atomic.Bool
+
+	// Set by Run before anything is published.
+	relayID string
+	txnID   string
+	kafka   *kafka
+
+	// known holds the topics checked to exist in the current session. Only
+	// the Run goroutine touches it.
+	known map[string]bool
+
+	// recorded is the last id stored as published in SQLite: pruning
+	// never goes past it.
+	recorded atomic.Int64
+	rec      *recorder // exactly-once progress to SQLite
+	pruneNow chan struct{}
+}
+
+// New makes a relay for store. It checks cfg but does not connect: Run does.
+func New(store *outbox.Store, cfg Config) (*Relay, error) {
+	if store == nil {
+		return nil, errors.New("relay: a store is required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("relay config: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "relay", "mode", cfg.Mode)
+	return &Relay{
+		store:    store,
+		cfg:      cfg,
+		base:     log,
+		log:      log,
+		st:       newTracker(cfg.Mode, store.Now),
+		pruneNow: make(chan struct{}, 1),
+	}, nil
+}
+
+// Status returns a snapshot of the relay. It is safe for concurrent use.
+func (r *Relay) Status() Status { return r.st.snapshot() }
+
+// Run publishes until ctx is done, then finishes or abandons the
+// transaction in hand within Config.ShutdownTimeout and returns nil. While
+// Kafka is unreachable or failing it backs off and tries again, without
+// end. It returns early only when it must not go on without an operator:
+// an error wrapping ErrFenced (another relay took over the transactional
+// id) or ErrBackInTime (the database is older than Kafka's progress); the
+// Status then says why. Run may be called again after it returns, but not
+// concurrently.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("relay: Run is already running")
+	}
+	defer r.running.Store(false)
+	r.st.update(func(s *Status) {
+		s.State, s.Fenced, s.PublishedTotal, s.Transactions, s.Pruned = StateStarting, false, 0, 0, 0
+	})
+	if err := r.start(ctx); err != nil {
+		r.st.failed(StateStopped, err)
+		return err
+	}
+	defer r.kafka.close()
+	hard, cancelHard := hardContext(ctx, r.cfg.ShutdownTimeout)
+	defer cancelHard()
+	defer r.startHelpers(ctx, hard)()
+
+	err := r.loop(ctx, hard)
+	r.st.update(func(s *Status) {
+		s.Connected = false
+		if err == nil {
+			s.State = StateStopped
+		}
+	})
+	return err
+}
+
+// start reads the relay's identity and makes the franz-go client.
+func (r *Relay) start(ctx context.Context) error {
+	if err := r.identify(ctx); err != nil {
+		return err
+	}
+	k, err := newKafka(r.cfg.Brokers)
+	if err != nil {
+		return err
+	}
+	r.kafka = k
+	return nil
+}
+
+// startHelpers starts the maintenance loop (until ctx is done) and the
+// progress recorder, and returns the function that stops both. The
+// recorder outlives ctx: it stops when that function is called, after the
+// last transaction, with a last write bounded by hard.
+func (r *Relay) startHelpers(ctx, hard context.Context) (stop func()) {
+	mctx, stopMaintain := context.WithCancel(ctx)
+	rctx, stopRecorder := context.WithCancel(context.WithoutCancel(ctx))
+	r.rec = newRecorder(r.store, r.relayID, &r.recorded, r.log, r.prunePublished)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.maintain(mctx) })
+	wg.Go(func() { r.rec.run(rctx, hard) })
+	return func() {
+		stopMaintain()
+		stopRecorder()
+		wg.Wait()
+	}
+}
+
+// identify reads (or makes) the relay's id and derives the transactional id.
+func (r *Relay) identify(ctx context.Context) error {
+	id, err := r.store.MetaID(ctx, relayIDKey)
+	if err != nil {
+		return fmt.Errorf("relay id: %w", err)
+	}
+	r.relayID, r.txnID = id, r.cfg.TransactionalID
+	if r.txnID == "" {
+		r.txnID = "outboxd-" + id
+	}
+	r.log = r.base.With("relay_id", id)
+	r.st.update(func(s *Status) {
+		s.RelayID = id
+		if r.cfg.Mode == ModeExactlyOnce {
+			s.TransactionalID = r.txnID
+		}
+	})
+	return nil
+}
+
+// loop runs sessions (one producer each) until ctx is done or one ends in
+// a way that needs an operator.
+func (r *Relay) loop(ctx, hard context.Context) error {
+	bo := &backoff.ExponentialBackOff{
+		InitialInterval: r.cfg.MinBackoff, RandomizationFactor: 0.2,
+		Multiplier: 2, MaxInterval: r.cfg.MaxBackoff,
+	}
+	bo.Reset()
+	for {
+		progressed, err := r.session(ctx, hard)
+		if ctx.Err() != nil {
+			if err != nil && !errors.Is(err, context.Canceled) {
+				r.log.Warn("stopped with the last batch unfinished", "err", err)
+			}
+			return nil
+		}
+		if progressed {
+			bo.Reset()
+		}
+		if err := r.mustStop(err); err != nil {
+			return err
+		}
+		wait := bo.NextBackOff()
+		if Classify(err) == Fatal {
+			wait = r.cfg.MaxBackoff
+		}
+		r.st.failed(StateBackingOff, err)
+		r.log.Warn("publishing failed; starting over", "err", err, "class", Classify(err), "retry_in", wait)
+		if sleep(ctx, wait) != nil {
+			return nil
+		}
+	}
+}
+
+// mustStop returns the error Run ends with when err needs an operator, nil
+// when the relay may try again.
+func (r *Relay) mustStop(err error) error {
+	switch {
+	case errors.Is(err, ErrBackInTime):
+		r.st.failed(StateRefusing, err)
+		r.log.Error("refusing to publish", "err", err)
+		return fmt.Errorf("relay: %w", err)
+	case Classify(err) == Fenced:
+		r.st.failed(StateFenced, err)
+		r.st.update(func(s *Status) { s.Fenced = true })
+		r.log.Error("fenced by another producer with the same transactional id; stopping",
+			"transactional_id", r.txnID, "err", err)
+		if !errors.Is(err, ErrFenced) {
+			err = fmt.Errorf("%w: %w", ErrFenced, err)
+		}
+		return fmt.Errorf("relay: %w", err)
+	}
+	return nil
+}
+
+// session opens a producer and publishes with it until ctx is done or an
+// error ends it. progressed says whether it published anything.
+func (r *Relay) session(ctx, hard context.Context) (progressed bool, err error) {
+	r.st.state(StateStarting)
+	r.known = map[string]bool{}
+	if r.cfg.Mode == ModeAtLeastOnce {
+		return r.runAtLeastOnce(ctx, hard)
+	}
+	return r.runExactlyOnce(ctx, hard)
+}
+
+// connected records a producer ready to publish after id last.
+func (r *Relay) connected(last int64) {
+	r.recorded.Store(last)
+	r.st.update(func(s *Status) {
+		s.Connected, s.State, s.LastError, s.LastErrorAt = true, StateIdle, "", time.Time{}
+		s.LastPublishedID = max(s.LastPublishedID, last)
+	})
+}
+
+// idle records that the relay waits for rows.
+func (r *Relay) idle() { r.st.state(StateIdle) }
+
+// dropProducer closes a session's producer. After a failure, a
+// transactional producer is closed in the background: the next producer's
+// initialisation fences whatever it still has in flight. An idempotent
+// producer is not fenced, so the next session waits until its records have
+// settled, or a late retry could land after newer records. At shutdown both
+// get until hard is done.
+func (r *Relay) dropProducer(ctx, hard context.Context, p *producer) {
+	done := make(chan struct{})
+	go func() {
+		p.close()
+		close(done)
+	}()
+	if r.cfg.Mode == ModeExactlyOnce && ctx.Err() == nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-hard.Done():
+		r.log.Warn("the producer is still closing; leaving it to finish in the background")
+	}
+}
+
+// hardContext is done ShutdownTimeout after ctx is: the deadline for the
+// transaction in hand.
+func hardContext(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	hard, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return hard, func() {
+		stop()
+		cancel()
+	}
+}

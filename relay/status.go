@@ -1,0 +1,126 @@
+package relay
+
+import (
+	"sync"
+	"time"
+)
+
+// States reported in Status.State.
+const (
+	// StateStarting: making a producer and reading the progress.
+	StateStarting = "starting"
+	// StatePublishing: a batch is being published.
+	StatePublishing = "publishing"
+	// StateIdle: everything in the outbox is published; waiting for rows.
+	StateIdle = "idle"
+	// StateBackingOff: the last attempt failed (LastError says how); the
+	// relay waits before the next one.
+	StateBackingOff = "backing-off"
+	// StateRefusing: the database has gone back in time (LastError says
+	// how); the relay publishes nothing.
+	StateRefusing = "refusing"
+	// StateFenced: another producer took over the transactional id; the
+	// relay has stopped.
+	StateFenced = "fenced"
+	// StateStopped: Run has not started or has returned.
+	StateStopped = "stopped"
+)
+
+// Status is a snapshot of the relay, for the API and tests.
+type Status struct {
+	// Mode is ModeExactlyOnce or ModeAtLeastOnce.
+	Mode string `json:"mode"`
+	// RelayID keys the relay's progress (in SQLite and in Kafka); it is the
+	// store's "relay_id". Empty until Run has read it.
+	RelayID string `json:"relayId"`
+	// TransactionalID is the exactly-once producer's transactional id.
+	TransactionalID string `json:"transactionalId,omitempty"`
+	// State is one of the State* constants.
+	State string `json:"state"`
+	// Connected is true while a producer is open and its last operation
+	// succeeded.
+	Connected bool `json:"connected"`
+	// LastPublishedID is the last outbox id known published: committed in
+	// Kafka (exactly-once) or acked (at-least-once).
+	LastPublishedID int64 `json:"lastPublishedId"`
+	// PublishedTotal counts the rows this Run published.
+	PublishedTotal int64 `json:"publishedTotal"`
+	// Transactions counts the batches this Run committed.
+	Transactions int64 `json:"transactions"`
+	// Pending is how many rows wait to be published, and OldestPendingAge
+	// how long the oldest of them has waited. The count is refreshed about
+	// once a second while Run runs; the age grows between refreshes.
+	Pending          int64         `json:"pending"`
+	OldestPendingAge time.Duration `json:"oldestPendingAgeNs"`
+	// Pruned counts the rows this Run deleted from the outbox.
+	Pruned int64 `json:"pruned"`
+	// LastError is the last failure, with its time; it is cleared when a
+	// producer is ready again or a batch is published.
+	LastError   string    `json:"lastError,omitempty"`
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+	// Fenced is true once another producer took over the transactional id.
+	Fenced bool `json:"fenced"`
+}
+
+// tracker holds the live status. It is safe for concurrent use.
+type tracker struct {
+	mu       sync.Mutex
+	s        Status
+	oldestAt int64 // unix nanoseconds of the oldest pending row, 0 = none
+	now      func() time.Time
+}
+
+func newTracker(mode string, now func() time.Time) *tracker {
+	return &tracker{s: Status{Mode: mode, State: StateStopped}, now: now}
+}
+
+func (t *tracker) snapshot() Status {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.s
+	if t.oldestAt > 0 && s.Pending > 0 {
+		s.OldestPendingAge = max(t.now().Sub(time.Unix(0, t.oldestAt)), 0)
+	}
+	return s
+}
+
+func (t *tracker) update(f func(s *Status)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f(&t.s)
+}
+
+func (t *tracker) state(state string) {
+	t.update(func(s *Status) { s.State = state })
+}
+
+func (t *tracker) lastPublished() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.s.LastPublishedID
+}
+
+// failed records err and the state it leaves the relay in.
+func (t *tracker) failed(state string, err error) {
+	t.update(func(s *Status) {
+		s.State, s.Connected = state, false
+		s.LastError, s.LastErrorAt = err.Error(), t.now()
+	})
+}
+
+// published records a committed (or acked) batch of n rows ending at last.
+func (t *tracker) published(last int64, n int) {
+	t.update(func(s *Status) {
+		s.State, s.Connected, s.LastError, s.LastErrorAt = StatePublishing, true, "", time.Time{}
+		s.LastPublishedID = max(s.LastPublishedID, last)
+		s.PublishedTotal += int64(n)
+		s.Transactions++
+	})
+}
+
+// backlog records a fresh count of the rows after the last published one.
+func (t *tracker) backlog(pending, oldestAt int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.s.Pending, t.oldestAt = pending, oldestAt
+}

@@ -165,7 +165,7 @@ func (m *Main) serve(ctx context.Context) error {
 	defer stopRelay()
 	relayDone := make(chan error, 1)
 	if m.Relay != nil {
-		go func() { relayDone <- m.Relay.Run(relayCtx) }()
+		go func() { relayDone <- m.relayRun(relayCtx, fatal) }()
 	} else {
 		relayDone <- nil
 	}
@@ -182,6 +182,24 @@ func (m *Main) serve(ctx context.Context) error {
 		err = fmt.Errorf("relay: %w", rerr)
 	}
 	return err
+}
+
+// relayRun runs the relay until ctx is done. A fenced relay ends the whole
+// process (another server owns the transactional id); one that refuses to
+// publish (a database gone back in time) stays, so the status says why.
+func (m *Main) relayRun(ctx context.Context, fatal chan<- error) error {
+	err := m.Relay.Run(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, relay.ErrFenced):
+		fatal <- fmt.Errorf("relay: %w", err)
+		return nil
+	default:
+		m.Logger.Error("the relay stopped publishing; the feeds and the API go on", "err", err)
+		<-ctx.Done()
+		return nil
+	}
 }
 
 func (m *Main) close() error {

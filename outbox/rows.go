@@ -19,8 +19,8 @@ type Row struct {
 	Topic     string `db:"topic"`
 	Key       []byte `db:"key"`
 	Value     []byte `db:"value"`
-	Headers   []byte `db:"headers"` // EncodeHeaders form
-	CreatedAt int64  `db:"created_at"`
+	Headers   []byte `db:"headers"`    // EncodeHeaders form
+	CreatedAt int64  `db:"created_at"` // unix nanoseconds of the commit that wrote it
 }
 
 // scannedRow is a Row as read, with whether its key and value are set: the

@@ -33,20 +33,40 @@ type Place struct {
 	Position  int64
 }
 
-// Tx is one SQLite transaction of the ingest loop: a batch of items, each in
-// its own SAVEPOINT, plus the batch's positions and stats. A Tx is used by
-// one goroutine at a time.
+// Tx is one SQLite transaction of the ingest loop: a batch of items, each
+// undone alone if it fails, plus the batch's positions and stats. A Tx is
+// used by one goroutine at a time.
+//
+// Two things keep the per-item cost low. Outputs are kept in memory and
+// written at Commit, many rows per INSERT, in the order they were emitted
+// (so their ids are too). And an item's SAVEPOINT is opened only when the
+// processor first reaches SQLite through the Tx (Exec, Get, Select, Stmt):
+// an item that writes only outputs needs none.
 type Tx struct {
-	store    *Store
-	tx       *sqlx.Tx
-	ctx      context.Context
-	place    Place
-	n        int
-	emitted  int
-	inItem   bool
-	onCommit []func()
-	done     bool
-	stmts    map[string]*sqlx.Stmt // prepared in this transaction
+	store        *Store
+	tx           *sqlx.Tx
+	ctx          context.Context
+	place        Place
+	n            int
+	inItem       bool
+	savepoint    bool // the current item's SAVEPOINT is open
+	itemStart    int  // len(rows) when the item began
+	rows         []pendingRow
+	undo         []func() // the current item's OnRollbackItem functions
+	beforeCommit []func(ctx context.Context) error
+	onCommit     []func()
+	done         bool
+	stmts        map[string]*sqlx.Stmt // prepared in this transaction
+}
+
+// pendingRow is an output waiting for Commit.
+type pendingRow struct {
+	place   Place
+	n       int
+	topic   string
+	key     []byte
+	value   []byte
+	headers []byte
 }
 
 // Begin starts a write transaction. The transaction is not bound to ctx's
@@ -66,22 +86,38 @@ func (tx *Tx) Store() *Store { return tx.store }
 
 // Exec runs a statement in the transaction.
 func (tx *Tx) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if err := tx.ensureSavepoint(); err != nil {
+		return nil, err
+	}
 	return tx.tx.ExecContext(ctx, query, args...)
 }
 
 // Get scans one row into dest (sqlx rules); sql.ErrNoRows when there is none.
 func (tx *Tx) Get(ctx context.Context, dest any, query string, args ...any) error {
+	if err := tx.ensureSavepoint(); err != nil {
+		return err
+	}
 	return tx.tx.GetContext(ctx, dest, query, args...)
 }
 
 // Select scans every row into the slice dest points to (sqlx rules).
 func (tx *Tx) Select(ctx context.Context, dest any, query string, args ...any) error {
+	if err := tx.ensureSavepoint(); err != nil {
+		return err
+	}
 	return tx.tx.SelectContext(ctx, dest, query, args...)
 }
 
 // Stmt returns query prepared once per transaction: the way for a processor
 // to run its hot statements without re-parsing them for every item.
 func (tx *Tx) Stmt(ctx context.Context, query string) (*sqlx.Stmt, error) {
+	if err := tx.ensureSavepoint(); err != nil {
+		return nil, err
+	}
+	return tx.stmt(query)
+}
+
+func (tx *Tx) stmt(query string) (*sqlx.Stmt, error) {
 	if st, ok := tx.stmts[query]; ok {
 		return st, nil
 	}
@@ -96,26 +132,42 @@ func (tx *Tx) Stmt(ctx context.Context, query string) (*sqlx.Stmt, error) {
 	return st, nil
 }
 
-// BeginItem opens a SAVEPOINT for one item and makes p the place of the
-// outputs emitted until EndItem or RollbackItem.
-func (tx *Tx) BeginItem(p Place) error {
-	if tx.inItem {
-		return errors.New("begin item: previous item still open")
+// ensureSavepoint opens the current item's SAVEPOINT before its first
+// statement.
+func (tx *Tx) ensureSavepoint() error {
+	if !tx.inItem || tx.savepoint {
+		return nil
 	}
 	if _, err := tx.tx.ExecContext(tx.ctx, "SAVEPOINT item"); err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
-	tx.place, tx.n, tx.inItem = p, 0, true
+	tx.savepoint = true
 	return nil
 }
 
-// SetPlace makes p the place of the outputs emitted next without a
-// savepoint, for writes that cannot fail part-way (a dead letter).
+// BeginItem starts an item: p is the place of the outputs emitted until
+// EndItem or RollbackItem, which keep or undo everything the item did.
+func (tx *Tx) BeginItem(p Place) error {
+	if tx.inItem {
+		return errors.New("begin item: previous item still open")
+	}
+	tx.place, tx.n, tx.inItem, tx.savepoint, tx.itemStart = p, 0, true, false, len(tx.rows)
+	tx.undo = tx.undo[:0]
+	return nil
+}
+
+// SetPlace makes p the place of the outputs emitted next, outside any item,
+// for writes that cannot fail part-way (a dead letter).
 func (tx *Tx) SetPlace(p Place) { tx.place, tx.n = p, 0 }
 
 // EndItem keeps the current item's writes.
 func (tx *Tx) EndItem() error {
 	tx.inItem = false
+	tx.undo = tx.undo[:0]
+	if !tx.savepoint {
+		return nil
+	}
+	tx.savepoint = false
 	if _, err := tx.tx.ExecContext(tx.ctx, "RELEASE item"); err != nil {
 		return fmt.Errorf("release savepoint: %w", err)
 	}
@@ -126,7 +178,16 @@ func (tx *Tx) EndItem() error {
 // the batch's other items stand.
 func (tx *Tx) RollbackItem() error {
 	tx.inItem = false
-	tx.emitted -= tx.n
+	for i := len(tx.undo) - 1; i >= 0; i-- {
+		tx.undo[i]()
+	}
+	tx.undo = tx.undo[:0]
+	clear(tx.rows[tx.itemStart:]) // let the item's buffers go
+	tx.rows = tx.rows[:tx.itemStart]
+	if !tx.savepoint {
+		return nil
+	}
+	tx.savepoint = false
 	if _, err := tx.tx.ExecContext(tx.ctx, "ROLLBACK TO item"); err != nil {
 		return fmt.Errorf("rollback to savepoint: %w", err)
 	}
@@ -136,26 +197,32 @@ func (tx *Tx) RollbackItem() error {
 	return nil
 }
 
-const insertOutbox = `INSERT INTO outbox (feed, partition, epoch, position, n, topic, key, value, headers, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-
-// Emit writes o as an outbox row of the current place.
-func (tx *Tx) Emit(ctx context.Context, o Output) error {
+// Emit adds o as an outbox row of the current place. The row is written at
+// Commit: o's slices must not change until the transaction ends.
+func (tx *Tx) Emit(_ context.Context, o Output) error {
 	if o.Topic == "" {
 		return errors.New("emit: output has no topic")
 	}
-	st, err := tx.Stmt(ctx, insertOutbox)
-	if err != nil {
-		return err
-	}
-	p := tx.place
-	if _, err := st.ExecContext(ctx, p.Feed, p.Partition, p.Epoch, p.Position, tx.n, o.Topic,
-		o.Key, o.Value, EncodeHeaders(o.Headers), tx.store.Now().UnixNano()); err != nil {
-		return fmt.Errorf("insert outbox row: %w", err)
-	}
+	tx.rows = append(tx.rows, pendingRow{place: tx.place, n: tx.n, topic: o.Topic,
+		key: o.Key, value: o.Value, headers: EncodeHeaders(o.Headers)})
 	tx.n++
-	tx.emitted++
 	return nil
+}
+
+// OnRollbackItem registers f to run if the current item is rolled back: a
+// processor that keeps state in memory during a batch undoes the item's
+// changes there. Functions run in reverse order of registration.
+func (tx *Tx) OnRollbackItem(f func()) {
+	if tx.inItem {
+		tx.undo = append(tx.undo, f)
+	}
+}
+
+// BeforeCommit registers f to run at Commit, before the outputs are written
+// and the transaction commits: a processor that keeps its state in memory
+// during a batch writes it there. An error fails the commit.
+func (tx *Tx) BeforeCommit(f func(ctx context.Context) error) {
+	tx.beforeCommit = append(tx.beforeCommit, f)
 }
 
 // OnCommit registers f to run after the transaction commits (never if it
@@ -163,7 +230,7 @@ func (tx *Tx) Emit(ctx context.Context, o Output) error {
 func (tx *Tx) OnCommit(f func()) { tx.onCommit = append(tx.onCommit, f) }
 
 // Emitted is the number of output rows the transaction holds.
-func (tx *Tx) Emitted() int { return tx.emitted }
+func (tx *Tx) Emitted() int { return len(tx.rows) }
 
 // Commit checks the store still owns the database (ErrFenced otherwise,
 // see Claim), runs the store's commit hook, commits, then runs the OnCommit
@@ -174,7 +241,7 @@ func (tx *Tx) Commit() error {
 		return errors.New("commit: transaction already finished")
 	}
 	tx.done = true
-	if err := tx.checkOwner(); err != nil {
+	if err := tx.prepareCommit(); err != nil {
 		tx.tx.Rollback()
 		return fmt.Errorf("commit: %w", err)
 	}
@@ -188,7 +255,7 @@ func (tx *Tx) Commit() error {
 		tx.tx.Rollback()
 		return fmt.Errorf("commit: %w", err)
 	}
-	if tx.emitted > 0 {
+	if len(tx.rows) > 0 {
 		select {
 		case tx.store.committed <- struct{}{}:
 		default:

@@ -68,6 +68,7 @@ func appendSlowly(t *testing.T, path string, data []byte, d time.Duration, rng *
 	chunks := 200
 	pause := d / time.Duration(chunks)
 	avg := len(data) / chunks
+	rng = rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())) // the writer's own: the caller goes on using rng
 	go func() {
 		defer close(done)
 		defer f.Close()

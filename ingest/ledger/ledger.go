@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/outboxd/outboxd/ingest"
@@ -69,19 +70,46 @@ type Output struct {
 
 // Processor is the ledger processor. It is safe for use by several feeds:
 // balances are kept per feed.
+//
+// It keeps the balances it has committed in memory, so an account it knows
+// costs no read, and writes each account's balance once per batch, when the
+// batch commits (Tx.BeforeCommit). That is safe because one server owns the
+// database (outbox.Store.Claim) and the processor is its only writer of
+// ledger_balances.
 type Processor struct {
 	topic string
+
+	mu        sync.Mutex
+	committed map[balanceKey]int64 // as of the last commit
+	tx        *outbox.Tx           // the batch in hand
+	pending   *batchBalances       // its changes
 }
+
+type balanceKey struct{ feed, account string }
+
+// batchBalances are one transaction's new balances, in first-change order.
+type batchBalances struct {
+	m     map[balanceKey]*change
+	order []balanceKey
+}
+
+type change struct{ balance, lines int64 }
+
+// maxCached bounds the balances kept in memory; past it the cache starts
+// over (the database has them all).
+const maxCached = 1 << 20
 
 var _ ingest.Processor = (*Processor)(nil)
 
 // New returns a ledger processor emitting to topic.
-func New(topic string) *Processor { return &Processor{topic: topic} }
+func New(topic string) *Processor {
+	return &Processor{topic: topic, committed: map[balanceKey]int64{}}
+}
 
 const (
 	selectBalance = `SELECT balance FROM ledger_balances WHERE feed = ? AND account = ?`
-	upsertBalance = `INSERT INTO ledger_balances (feed, account, balance, lines) VALUES (?, ?, ?, 1)
-ON CONFLICT(feed, account) DO UPDATE SET balance = excluded.balance, lines = lines + 1`
+	upsertBalance = `INSERT INTO ledger_balances (feed, account, balance, lines) VALUES (?, ?, ?, ?)
+ON CONFLICT(feed, account) DO UPDATE SET balance = excluded.balance, lines = lines + excluded.lines`
 )
 
 // Apply adds the line's amount to its account's balance and emits the result.
@@ -90,7 +118,13 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 	if err != nil {
 		return ingest.Permanent(ingest.ReasonMalformed, err)
 	}
-	balance, err := p.balance(ctx, tx, d.Feed, e.Account)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if tx != p.tx {
+		p.begin(tx)
+	}
+	k := balanceKey{d.Feed, e.Account}
+	balance, err := p.balance(ctx, tx, k)
 	if err != nil {
 		return err
 	}
@@ -98,34 +132,126 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 		return ingest.Malformed("amount %d would overflow the balance %d of %q", e.Amount, balance, e.Account)
 	}
 	balance += e.Amount
+	v := appendOutput(make([]byte, 0, 128), Output{Account: e.Account, Amount: e.Amount, Balance: balance,
+		Feed: d.Feed, Epoch: d.Epoch, Position: d.Position})
+	if err := tx.Emit(ctx, outbox.Output{Topic: p.topic, Key: []byte(e.Account), Value: v}); err != nil {
+		return err
+	}
+	undo := p.pending.set(k, balance)
+	tx.OnRollbackItem(undo)
+	return nil
+}
+
+// begin starts tracking a new transaction: what an earlier one left pending
+// never committed, so it is dropped.
+func (p *Processor) begin(tx *outbox.Tx) {
+	b := &batchBalances{m: map[balanceKey]*change{}}
+	p.tx, p.pending = tx, b
+	tx.BeforeCommit(func(ctx context.Context) error { return b.write(ctx, tx) })
+	tx.OnCommit(func() { p.commit(b) })
+}
+
+// set records k's new balance and returns the function that takes it back.
+func (b *batchBalances) set(k balanceKey, balance int64) (undo func()) {
+	c, ok := b.m[k]
+	if !ok {
+		b.m[k] = &change{balance: balance, lines: 1}
+		b.order = append(b.order, k)
+		return func() {
+			delete(b.m, k)
+			b.order = b.order[:len(b.order)-1] // k was added last: later items came after this one
+		}
+	}
+	prev := *c
+	c.balance = balance
+	c.lines++
+	return func() { *c = prev }
+}
+
+// write stores the batch's balances, one statement per account.
+func (b *batchBalances) write(ctx context.Context, tx *outbox.Tx) error {
+	if len(b.order) == 0 {
+		return nil
+	}
 	up, err := tx.Stmt(ctx, upsertBalance)
 	if err != nil {
 		return err
 	}
-	if _, err := up.ExecContext(ctx, d.Feed, e.Account, balance); err != nil {
-		return fmt.Errorf("store balance of %q: %w", e.Account, err)
+	for _, k := range b.order {
+		c := b.m[k]
+		if _, err := up.ExecContext(ctx, k.feed, k.account, c.balance, c.lines); err != nil {
+			return fmt.Errorf("store balance of %q: %w", k.account, err)
+		}
 	}
-	v, err := json.Marshal(Output{Account: e.Account, Amount: e.Amount, Balance: balance, Feed: d.Feed, Epoch: d.Epoch, Position: d.Position})
-	if err != nil {
-		return fmt.Errorf("encode output: %w", err)
-	}
-	return tx.Emit(ctx, outbox.Output{Topic: p.topic, Key: []byte(e.Account), Value: v})
+	return nil
 }
 
-func (p *Processor) balance(ctx context.Context, tx *outbox.Tx, feed, account string) (int64, error) {
+// commit makes a committed batch's balances the known ones.
+func (p *Processor) commit(b *batchBalances) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.committed)+len(b.order) > maxCached {
+		p.committed = map[balanceKey]int64{}
+	}
+	for _, k := range b.order {
+		p.committed[k] = b.m[k].balance
+	}
+}
+
+// balance is the account's balance as of the items applied so far.
+func (p *Processor) balance(ctx context.Context, tx *outbox.Tx, k balanceKey) (int64, error) {
+	if c, ok := p.pending.m[k]; ok {
+		return c.balance, nil
+	}
+	if b, ok := p.committed[k]; ok {
+		return b, nil
+	}
 	sel, err := tx.Stmt(ctx, selectBalance)
 	if err != nil {
 		return 0, err
 	}
 	var b int64
-	err = sel.QueryRowxContext(ctx, feed, account).Scan(&b)
+	err = sel.QueryRowxContext(ctx, k.feed, k.account).Scan(&b)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read balance of %q: %w", account, err)
+		return 0, fmt.Errorf("read balance of %q: %w", k.account, err)
 	}
 	return b, nil
+}
+
+// appendOutput appends o as JSON, byte for byte what encoding/json makes
+// of it, without reflection.
+func appendOutput(b []byte, o Output) []byte {
+	b = append(b, `{"account":`...)
+	b = appendString(b, o.Account)
+	b = append(b, `,"amount":`...)
+	b = strconv.AppendInt(b, o.Amount, 10)
+	b = append(b, `,"balance":`...)
+	b = strconv.AppendInt(b, o.Balance, 10)
+	b = append(b, `,"feed":`...)
+	b = appendString(b, o.Feed)
+	b = append(b, `,"epoch":`...)
+	b = appendString(b, o.Epoch)
+	b = append(b, `,"position":`...)
+	b = strconv.AppendInt(b, o.Position, 10)
+	return append(b, '}')
+}
+
+// appendString appends s as a JSON string: plainly when it holds only
+// printable ASCII that encoding/json leaves alone, through encoding/json
+// otherwise.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // Balances returns every account's balance of a feed.

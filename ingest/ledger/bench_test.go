@@ -48,11 +48,11 @@ func BenchmarkIngest(b *testing.B) {
 	start := time.Now()
 	go func() { done <- l.Run(rctx) }()
 	for {
-		cps, err := s.Positions(ctx, "ledger")
+		cps, err := s.ReadPositions(ctx, "ledger")
 		if err != nil {
 			b.Fatal(err)
 		}
-		if cps[0].Position == end {
+		if len(cps) > 0 && cps[0].Position == end {
 			break
 		}
 		time.Sleep(time.Millisecond)

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -108,8 +109,6 @@ func New(topic string) *Processor {
 
 const (
 	selectBalance = `SELECT balance FROM ledger_balances WHERE feed = ? AND account = ?`
-	upsertBalance = `INSERT INTO ledger_balances (feed, account, balance, lines) VALUES (?, ?, ?, ?)
-ON CONFLICT(feed, account) DO UPDATE SET balance = excluded.balance, lines = lines + excluded.lines`
 )
 
 // Apply adds the line's amount to its account's balance and emits the result.
@@ -168,22 +167,53 @@ func (b *batchBalances) set(k balanceKey, balance int64) (undo func()) {
 	return func() { *c = prev }
 }
 
-// write stores the batch's balances, one statement per account.
+// write stores the batch's balances, up to upsertChunk accounts per
+// statement.
 func (b *batchBalances) write(ctx context.Context, tx *outbox.Tx) error {
-	if len(b.order) == 0 {
-		return nil
-	}
-	up, err := tx.Stmt(ctx, upsertBalance)
-	if err != nil {
-		return err
-	}
-	for _, k := range b.order {
-		c := b.m[k]
-		if _, err := up.ExecContext(ctx, k.feed, k.account, c.balance, c.lines); err != nil {
-			return fmt.Errorf("store balance of %q: %w", k.account, err)
+	args := make([]any, 0, min(len(b.order), upsertChunk)*4)
+	for keys := b.order; len(keys) > 0; {
+		k := min(len(keys), upsertChunk)
+		up, err := tx.Stmt(ctx, upsertBalances(k))
+		if err != nil {
+			return err
 		}
+		args = args[:0]
+		for _, key := range keys[:k] {
+			c := b.m[key]
+			args = append(args, key.feed, key.account, c.balance, c.lines)
+		}
+		if _, err := up.ExecContext(ctx, args...); err != nil {
+			return fmt.Errorf("store balances: %w", err)
+		}
+		keys = keys[k:]
 	}
 	return nil
+}
+
+// upsertChunk is how many balances one statement writes.
+const upsertChunk = 64
+
+var upsertFull = buildUpsert(upsertChunk)
+
+// upsertBalances is the upsert of n balances.
+func upsertBalances(n int) string {
+	if n == upsertChunk {
+		return upsertFull
+	}
+	return buildUpsert(n)
+}
+
+func buildUpsert(n int) string {
+	var sb strings.Builder
+	sb.WriteString("INSERT INTO ledger_balances (feed, account, balance, lines) VALUES ")
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString("(?,?,?,?)")
+	}
+	sb.WriteString(" ON CONFLICT(feed, account) DO UPDATE SET balance = excluded.balance, lines = lines + excluded.lines")
+	return sb.String()
 }
 
 // commit makes a committed batch's balances the known ones.

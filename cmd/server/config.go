@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/ingest/orders"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -33,6 +34,8 @@ type FeedConfig struct {
 	OnCompletionFailure string `yaml:"onCompletionFailure"`
 	// KeyField is forward's 1-based CSV key field (0: no key).
 	KeyField int `yaml:"keyField"`
+	// Group is a Kafka feed's consumer group (default outboxd-NAME).
+	Group string `yaml:"group"`
 }
 
 // Config is the whole service's configuration: defaults, then a YAML file
@@ -55,6 +58,9 @@ type Config struct {
 	Feeds          map[string]*FeedConfig `yaml:"feeds"`
 
 	Relay RelayConfig `yaml:"relay"`
+
+	RetryDelay    time.Duration `yaml:"retryDelay"`
+	RetryAttempts int           `yaml:"retryAttempts"`
 }
 
 // DefaultConfig returns the defaults.
@@ -71,6 +77,9 @@ func DefaultConfig() Config {
 		LogFormat:   "text",
 		Feeds:       map[string]*FeedConfig{},
 		Relay:       DefaultRelayConfig(),
+
+		RetryDelay:    orders.DefaultRetryDelay,
+		RetryAttempts: orders.DefaultRetryAttempts,
 	}
 }
 
@@ -103,8 +112,14 @@ func (c *Config) fillDefaults() {
 		if f.Processor == "" {
 			f.Processor = "forward"
 		}
+		if f.Topic == "" && f.Processor == orders.Name {
+			f.Topic = name + ".status"
+		}
 		if f.Topic == "" {
 			f.Topic = name + ".out"
+		}
+		if f.Group == "" {
+			f.Group = "outboxd-" + name
 		}
 		if f.OnFailure == "" {
 			f.OnFailure = ingest.OnFailureDeadLetter
@@ -132,8 +147,12 @@ func (c *Config) Validate() error {
 	if c.MaxLine < 1 {
 		return fmt.Errorf("--max-line: %d, want at least 1", c.MaxLine)
 	}
-	if c.Grace <= 0 {
-		return fmt.Errorf("--shutdown-grace: %v, want more than 0", c.Grace)
+	if c.Grace <= orders.DefaultWorkDeadline {
+		return fmt.Errorf("--shutdown-grace: %v, want more than a record's work deadline (%v), so a shutdown never cuts one in half",
+			c.Grace, orders.DefaultWorkDeadline)
+	}
+	if c.RetryDelay <= 0 || c.RetryAttempts < 1 {
+		return fmt.Errorf("--retry-delay %v, --retry-attempts %d: want a positive delay and at least 1 attempt", c.RetryDelay, c.RetryAttempts)
 	}
 	for _, name := range c.FeedNames() {
 		if err := c.Feeds[name].validate(name); err != nil {
@@ -150,16 +169,18 @@ func (f *FeedConfig) validate(name string) error {
 	kind, target, ok := strings.Cut(f.Source, ":")
 	switch {
 	case f.Source == "":
-		return fmt.Errorf("feed %s: no source: give --feed %s=file:PATH", name, name)
+		return fmt.Errorf("feed %s: no source: give --feed %s=file:PATH or kafka:TOPIC", name, name)
 	case !ok || target == "":
-		return fmt.Errorf("--feed %s=%s: want file:PATH", name, f.Source)
-	case kind != "file":
-		return fmt.Errorf("--feed %s=%s: unknown feed kind %q (want file)", name, f.Source, kind)
+		return fmt.Errorf("--feed %s=%s: want file:PATH or kafka:TOPIC", name, f.Source)
+	case kind != "file" && kind != "kafka":
+		return fmt.Errorf("--feed %s=%s: unknown feed kind %q (want file or kafka)", name, f.Source, kind)
+	case f.Processor == orders.Name && kind != "kafka":
+		return fmt.Errorf("--processor %s=orders: the orders processor reads a Kafka feed (--feed %s=kafka:TOPIC)", name, name)
 	}
 	switch f.Processor {
-	case "forward", "ledger":
+	case "forward", "ledger", "orders":
 	default:
-		return fmt.Errorf("--processor %s=%s: unknown processor (want forward or ledger)", name, f.Processor)
+		return fmt.Errorf("--processor %s=%s: unknown processor (want forward, ledger or orders)", name, f.Processor)
 	}
 	switch f.OnFailure {
 	case ingest.OnFailureDeadLetter, ingest.OnFailureStop:
@@ -244,17 +265,21 @@ func flagSet(c *Config, configPath *string) *flag.FlagSet {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
 	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.Source = v; return nil }},
-		"feed", "NAME=file:PATH: a feed to read (repeatable)")
+		"feed", "NAME=file:PATH or NAME=kafka:TOPIC: a feed to read (repeatable)")
 	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.Processor = v; return nil }},
-		"processor", "NAME=forward|ledger: the feed's processor (default forward)")
+		"processor", "NAME=forward|ledger|orders: the feed's processor (default forward)")
 	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.Topic = v; return nil }},
-		"topic", "NAME=TOPIC: the topic of the feed's outputs (default NAME.out)")
+		"topic", "NAME=TOPIC: the topic of the feed's outputs (default NAME.out; NAME.status for orders)")
 	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.OnFailure = v; return nil }},
 		"on-failure", "NAME=dead-letter|stop: what to do with an item whose retries are spent")
 	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.OnCompletionFailure = v; return nil }},
 		"on-completion-failure", "NAME=stop|skip: what to do with a batch whose commit keeps failing")
 	fs.Var(perFeed{c, func(f *FeedConfig, v string) (err error) { f.KeyField, err = strconv.Atoi(v); return err }},
 		"key-field", "NAME=N: forward keys each output by the line's N-th CSV field")
+	fs.DurationVar(&c.RetryDelay, "retry-delay", c.RetryDelay, "orders: wait before a refused event is tried again (doubles per attempt)")
+	fs.IntVar(&c.RetryAttempts, "retry-attempts", c.RetryAttempts, "orders: tries of a refused event before it is dead-lettered")
+	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.Group = v; return nil }},
+		"group", "NAME=GROUP: a Kafka feed's consumer group (default outboxd-NAME)")
 	c.Relay.flags(fs)
 	return fs
 }
@@ -320,7 +345,7 @@ func loadYAML(path string, c *Config) error {
 // list of NAME=VALUE settings.
 var repeatable = map[string]bool{
 	"feed": true, "processor": true, "topic": true, "on-failure": true,
-	"on-completion-failure": true, "key-field": true,
+	"on-completion-failure": true, "key-field": true, "group": true,
 }
 
 func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
@@ -361,6 +386,7 @@ Usage:
   server [flags]                      run the service
   server consume --brokers B --topic T [--from-beginning]
                                       print a topic's records (read_committed)
+  server bench [--lines N] [--json]   measure this machine: ingest, relay, latency (bench -h)
 
 Every flag can also be set as OUTBOXD_<NAME> (e.g. OUTBOXD_BATCH_MAX=500;
 repeatable flags take comma-separated values) or in the YAML file of --config.

@@ -31,6 +31,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case "consume":
 			return consumeCommand(args[1:], stdout, stderr)
+		case "bench":
+			return benchCommand(args[1:], stdout, stderr)
 		}
 	}
 	cfg, err := ParseConfig(args, os.Getenv)

@@ -13,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/forward"
 	"github.com/outboxd/outboxd/ingest/ledger"
+	"github.com/outboxd/outboxd/ingest/orders"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/relay"
 )
@@ -68,6 +69,9 @@ func (m *Main) open(ctx context.Context) error {
 		return err
 	}
 	seams.installCommitHook(s)
+	if err := m.resolveBrokers(); err != nil {
+		return err
+	}
 	for _, name := range m.Config.FeedNames() {
 		l, err := m.newLoop(name, m.Config.Feeds[name], seams)
 		if err != nil {
@@ -87,11 +91,27 @@ func (m *Main) newLoop(name string, fc *FeedConfig, seams testSeams) (*ingest.Lo
 	switch kind {
 	case "file":
 		feed = ingest.NewFileFeed(target, ingest.FileOptions{MaxLine: m.Config.MaxLine, Logger: m.Logger})
+	case "kafka":
+		kc := ingest.KafkaFeedConfig{Brokers: m.Config.Brokers, Topic: target, Group: fc.Group, Logger: m.Logger}
+		if fc.Processor == orders.Name {
+			kc.Topics = []string{name + ".retry"}
+		}
+		feed = ingest.NewKafkaFeed(kc)
 	default:
 		return nil, fmt.Errorf("feed %s: unknown kind %q", name, kind)
 	}
 	var proc ingest.Processor
 	switch fc.Processor {
+	case orders.Name:
+		oc := orders.DefaultConfig(name, target)
+		oc.StatusTopic = fc.Topic
+		oc.RetryDelay, oc.RetryAttempts = m.Config.RetryDelay, m.Config.RetryAttempts
+		oc.Logger = m.Logger
+		p, err := orders.New(oc)
+		if err != nil {
+			return nil, fmt.Errorf("feed %s: %w", name, err)
+		}
+		proc = p
 	case ledger.Name:
 		proc = ledger.New(fc.Topic)
 	case forward.Name:
@@ -109,9 +129,43 @@ func (m *Main) newLoop(name string, fc *FeedConfig, seams testSeams) (*ingest.Lo
 			m.API.Metrics().ObserveBatch(name, records, commit)
 		}
 	}
+	if fc.Processor == orders.Name {
+		// The record's work deadline bounds each attempt; it is shorter than
+		// the shutdown grace period, so a SIGTERM never cuts a record in half.
+		cfg.Retry.AttemptTimeout = orders.DefaultWorkDeadline
+	}
 	cfg.DisableGuard = seams.disableGuard
 	cfg.Rewind = seams.rewind[name]
 	return ingest.NewLoop(m.Store, feed, proc, cfg)
+}
+
+// resolveBrokers starts the in-process dev broker when no --brokers are
+// given and something needs Kafka (the relay, a Kafka feed).
+func (m *Main) resolveBrokers() error {
+	if len(m.Config.Brokers) > 0 || !m.needsKafka() {
+		return nil
+	}
+	b, err := relay.StartDevBroker(m.Config.Relay.DevBrokerAddr, m.Logger)
+	if err != nil {
+		return fmt.Errorf("start the dev broker (give --brokers to use a real one): %w", err)
+	}
+	m.Broker = b
+	m.Config.Brokers = []string{b.Addr()}
+	m.Logger.Warn("no --brokers: using an in-process dev broker; its data is IN MEMORY ONLY and lost at exit",
+		"addr", b.Addr())
+	return nil
+}
+
+func (m *Main) needsKafka() bool {
+	if m.Config.Relay.Mode != modeNone {
+		return true
+	}
+	for _, f := range m.Config.Feeds {
+		if strings.HasPrefix(f.Source, "kafka:") {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *Main) openRelay(ctx context.Context) error {
@@ -119,18 +173,7 @@ func (m *Main) openRelay(ctx context.Context) error {
 		m.Logger.Warn("the relay is off (--relay none): outputs stay in the outbox")
 		return nil
 	}
-	brokers := m.Config.Brokers
-	if len(brokers) == 0 {
-		b, err := relay.StartDevBroker(m.Config.Relay.DevBrokerAddr, m.Logger)
-		if err != nil {
-			return fmt.Errorf("start the dev broker (give --brokers to use a real one): %w", err)
-		}
-		m.Broker = b
-		brokers = []string{b.Addr()}
-		m.Logger.Warn("no --brokers: publishing to an in-process dev broker; its data is IN MEMORY ONLY and lost at exit",
-			"addr", b.Addr())
-	}
-	rc := m.Config.Relay.relayConfig(brokers)
+	rc := m.Config.Relay.relayConfig(m.Config.Brokers)
 	rc.Logger = m.Logger
 	r, err := relay.New(m.Store, rc)
 	if err != nil {

@@ -130,14 +130,17 @@ type Backlog struct {
 	OldestAt int64 `db:"oldest_at"`
 }
 
-// Backlog counts the rows after id after (of one feed, or of all when feed
-// is "").
+// Backlog counts the rows after id after, of one feed, or of all when feed
+// is "". For all feeds it costs two index lookups, not a scan: committed ids
+// have no gaps (a rolled-back transaction gives its ids back), so the count
+// is the last id minus after.
 func (s *Store) Backlog(ctx context.Context, feed string, after int64) (Backlog, error) {
 	var b Backlog
 	var err error
 	if feed == "" {
-		err = s.rdb.GetContext(ctx, &b, `SELECT count(*) AS pending, coalesce(min(created_at), 0) AS oldest_at
-FROM outbox WHERE id > ?`, after)
+		err = s.rdb.GetContext(ctx, &b, `SELECT
+max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0) - ?, 0) AS pending,
+coalesce((SELECT created_at FROM outbox WHERE id > ? ORDER BY id LIMIT 1), 0) AS oldest_at`, after, after)
 	} else {
 		err = s.rdb.GetContext(ctx, &b, `SELECT count(*) AS pending, coalesce(min(created_at), 0) AS oldest_at
 FROM outbox WHERE feed = ? AND id > ?`, feed, after)

@@ -16,13 +16,21 @@ var insertChunk = insertRows(flushChunk)
 
 // insertRows is an INSERT of n outbox rows.
 func insertRows(n int) string {
+	return "INSERT INTO outbox (feed, partition, epoch, position, n, topic, key, value, headers, created_at) VALUES " +
+		Placeholders(n, outboxColumns)
+}
+
+// Placeholders returns the VALUES list of a multi-row statement: n groups
+// of cols "?" each, "(?,?),(?,?)" for n = cols = 2.
+func Placeholders(n, cols int) string {
+	group := "(" + strings.Repeat("?,", cols-1) + "?)"
 	var b strings.Builder
-	b.WriteString("INSERT INTO outbox (feed, partition, epoch, position, n, topic, key, value, headers, created_at) VALUES ")
+	b.Grow(n * (len(group) + 1))
 	for i := range n {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("(?,?,?,?,?,?,?,?,?,?)")
+		b.WriteString(group)
 	}
 	return b.String()
 }

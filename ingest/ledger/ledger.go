@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -204,16 +203,8 @@ func upsertBalances(n int) string {
 }
 
 func buildUpsert(n int) string {
-	var sb strings.Builder
-	sb.WriteString("INSERT INTO ledger_balances (feed, account, balance, lines) VALUES ")
-	for i := range n {
-		if i > 0 {
-			sb.WriteByte(',')
-		}
-		sb.WriteString("(?,?,?,?)")
-	}
-	sb.WriteString(" ON CONFLICT(feed, account) DO UPDATE SET balance = excluded.balance, lines = lines + excluded.lines")
-	return sb.String()
+	return "INSERT INTO ledger_balances (feed, account, balance, lines) VALUES " + outbox.Placeholders(n, 4) +
+		" ON CONFLICT(feed, account) DO UPDATE SET balance = excluded.balance, lines = lines + excluded.lines"
 }
 
 // commit makes a committed batch's balances the known ones.

@@ -19,9 +19,6 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// errHelp is returned by ParseFlags when -h was asked for; usage is printed.
-var errHelp = flag.ErrHelp
-
 // FeedConfig is one feed's settings.
 type FeedConfig struct {
 	// Source is "file:PATH" (or "kafka:TOPIC").

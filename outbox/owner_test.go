@@ -52,3 +52,25 @@ func TestStore_Claim(t *testing.T) {
 		t.Fatalf("%d rows (%v), want 2: the fenced commit must leave nothing", len(rows), err)
 	}
 }
+
+// TestStore_OpenConcurrently opens one new database from several stores at
+// once, as a server and a tool starting together do: each migration must be
+// applied once, and every Open succeed.
+func TestStore_OpenConcurrently(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.db")
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			s, err := outbox.Open(context.Background(), outbox.DefaultConfig(path))
+			if err == nil {
+				err = s.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+	}
+}

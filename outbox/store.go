@@ -167,29 +167,34 @@ func (s *Store) checkWAL(ctx context.Context) error {
 	return nil
 }
 
+// migrate applies the migrations the database lacks. Each runs in a write
+// transaction that reads the schema version first, so processes opening
+// the same new database at once apply each migration once.
 func (s *Store) migrate(ctx context.Context) error {
-	var version int
-	if err := s.db.GetContext(ctx, &version, "PRAGMA user_version"); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
-	}
-	ms := outboxd.Migrations()
-	if version > len(ms) {
-		return fmt.Errorf("database schema version %d is newer than this binary's %d", version, len(ms))
-	}
-	for _, m := range ms[version:] {
-		if err := s.applyMigration(ctx, m); err != nil {
+	for _, m := range outboxd.Migrations() {
+		if err := s.applyMigration(ctx, m, len(outboxd.Migrations())); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *Store) applyMigration(ctx context.Context, m outboxd.Migration) error {
+func (s *Store) applyMigration(ctx context.Context, m outboxd.Migration, latest int) error {
 	tx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migration %d: %w", m.Version, err)
 	}
 	defer tx.Rollback()
+	var version int
+	if err := tx.GetContext(ctx, &version, "PRAGMA user_version"); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if version > latest {
+		return fmt.Errorf("database schema version %d is newer than this binary's %d", version, latest)
+	}
+	if version >= m.Version {
+		return nil
+	}
 	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 		return fmt.Errorf("migration %d: %w", m.Version, err)
 	}

@@ -29,9 +29,9 @@ func (r *Relay) maintain(ctx context.Context) {
 	}
 }
 
-// pruneEvery spaces prunes: each one scans the published rows still kept,
-// so with a long retention it runs rarely; the rows it removes have waited
-// Retention anyway.
+// pruneEvery spaces prunes: the rows a prune removes have waited Retention
+// already, so a hundredth of it (between a second and a minute) is soon
+// enough; each pass costs one chunk of the oldest rows.
 func (r *Relay) pruneEvery() time.Duration {
 	return min(max(r.cfg.Retention/100, time.Second), time.Minute)
 }

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/relay"
 )
 
@@ -242,4 +244,24 @@ func (p *proxy) setDelay(d time.Duration) {
 func atoi64(s string) int64 {
 	n, _ := strconv.ParseInt(s, 10, 64)
 	return n
+}
+
+// relayDone says whether the relay has published every outbox row.
+func relayDone(ctx context.Context, s *outbox.Store) error {
+	id, err := s.MetaID(ctx, "relay_id")
+	if err != nil {
+		return err
+	}
+	last, err := s.LastOutboxID(ctx)
+	if err != nil {
+		return err
+	}
+	done, err := s.RelayProgress(ctx, id)
+	if err != nil {
+		return err
+	}
+	if done != last {
+		return fmt.Errorf("relay progress %d, want %d", done, last)
+	}
+	return nil
 }

@@ -320,26 +320,6 @@ func eventsRead(ctx context.Context, s *outbox.Store) (int64, error) {
 	return n, nil
 }
 
-// relayDone says whether the relay has published every outbox row.
-func relayDone(ctx context.Context, s *outbox.Store) error {
-	id, err := s.MetaID(ctx, "relay_id")
-	if err != nil {
-		return err
-	}
-	last, err := s.LastOutboxID(ctx)
-	if err != nil {
-		return err
-	}
-	done, err := s.RelayProgress(ctx, id)
-	if err != nil {
-		return err
-	}
-	if done != last {
-		return fmt.Errorf("relay progress %d, want %d", done, last)
-	}
-	return nil
-}
-
 // checkOrderTopics reads the output topics with read_committed and checks
 // them exactly: every order's changes once each, in order; every bad record
 // dead-lettered once with its reason; every retry once.

@@ -48,22 +48,7 @@ func waitPublished(t *testing.T, db string, end int64) {
 		if err != nil || len(cps) == 0 || cps[0].Position != end {
 			return fmt.Errorf("stored position %v (%v), want %d", cps, err, end)
 		}
-		id, err := s.MetaID(ctx, "relay_id")
-		if err != nil {
-			return err
-		}
-		last, err := s.LastOutboxID(ctx)
-		if err != nil {
-			return err
-		}
-		done, err := s.RelayProgress(ctx, id)
-		if err != nil {
-			return err
-		}
-		if done != last {
-			return fmt.Errorf("relay progress %d, want %d", done, last)
-		}
-		return nil
+		return relayDone(ctx, s)
 	})
 }
 

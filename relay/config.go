@@ -71,6 +71,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// OnTransaction, if set, is told the duration (from the first record
+	// sent to the commit's answer) and the record count of every committed
+	// exactly-once transaction, for metrics.
+	OnTransaction func(d time.Duration, records int)
 }
 
 // DefaultConfig returns the defaults: exactly-once to a broker on

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -65,8 +66,12 @@ func (r *Relay) publishTxn(ctx, hard context.Context, p *producer, rows []outbox
 		return err
 	}
 	r.st.state(StatePublishing)
+	started := time.Now()
 	if err := p.publishTxn(hard, append(msgs, pm)); err != nil {
 		return fmt.Errorf("publish outbox rows %d..%d: %w", rows[0].ID, rows[len(rows)-1].ID, err)
+	}
+	if r.cfg.OnTransaction != nil {
+		r.cfg.OnTransaction(time.Since(started), len(rows))
 	}
 	return nil
 }

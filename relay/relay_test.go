@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,10 +28,15 @@ func TestRelay_Publish(t *testing.T) {
 	ids := emit(t, s, "feedA", rows[:200]...)
 	cfg := testConfig(t, brokers)
 	cfg.Batch = 64
+	var txnRecords atomic.Int64
+	cfg.OnTransaction = func(_ time.Duration, records int) { txnRecords.Add(int64(records)) }
 	rr := startRelay(t, s, cfg)
 	ids = append(ids, emit(t, s, "feedA", rows[200:]...)...)
 	last := ids[len(ids)-1]
 	rr.waitPublished(t, last)
+	if got := txnRecords.Load(); got != int64(len(ids)) {
+		t.Errorf("OnTransaction counted %d records, want %d", got, len(ids))
+	}
 
 	byID := map[int64]row{}
 	for i, id := range ids {

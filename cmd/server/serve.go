@@ -175,6 +175,11 @@ func (m *Main) openRelay(ctx context.Context) error {
 	}
 	rc := m.Config.Relay.relayConfig(m.Config.Brokers)
 	rc.Logger = m.Logger
+	rc.OnTransaction = func(d time.Duration, records int) {
+		if m.API != nil { // set before the relay runs
+			m.API.Metrics().ObserveRelayTxn(d, records)
+		}
+	}
 	r, err := relay.New(m.Store, rc)
 	if err != nil {
 		return err

@@ -34,6 +34,9 @@ type benchOptions struct {
 	Verify          bool
 	Verbose         bool
 	Timeout         time.Duration
+	// CPUProfile names a file for a CPU profile of each phase, written
+	// as FILE.<phase> (go tool pprof reads it).
+	CPUProfile string
 }
 
 // defaultBenchOptions are the engine's own defaults, so that the bench
@@ -75,6 +78,7 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 	fs.BoolVar(&o.Verify, "verify", o.Verify, "check every output arrived exactly once and the balances (exit 1 otherwise)")
 	fs.BoolVar(&o.Verbose, "verbose", o.Verbose, "show the engine's logs on stderr")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest any one phase may take")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of each phase to FILE.<phase>, for go tool pprof")
 	return fs
 }
 

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 )
 
@@ -111,8 +112,13 @@ func (b *bench) runPhase(ctx context.Context, p benchPhase) error {
 	defer cancel()
 	rss := startRSS(rssEvery)
 	b.say("%s ...", p.name)
+	stopProfile, err := b.startProfile(p.name)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
-	err := p.run(pctx)
+	err = p.run(pctx)
+	stopProfile()
 	w := rss.finish()
 	if w.Samples > 0 {
 		b.res.RSS.Phases[p.name] = w.MaxMiB
@@ -122,6 +128,23 @@ func (b *bench) runPhase(ctx context.Context, p benchPhase) error {
 	}
 	b.say("%s done in %.1fs", p.name, time.Since(start).Seconds())
 	return nil
+}
+
+// startProfile starts a CPU profile of a phase when --cpuprofile asks for
+// one; the returned function stops it.
+func (b *bench) startProfile(phase string) (stop func(), err error) {
+	if b.o.CPUProfile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(b.o.CPUProfile + "." + phase)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // say writes a progress line.

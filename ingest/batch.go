@@ -46,12 +46,12 @@ func (l *Loop) process(ctx context.Context, recs []Record) error {
 			return err
 		}
 		b = b.from(done)
-		if failed == nil {
-			continue
-		}
-		if done > 0 {
+		if done > 0 { // a new first item: its own tries start over
 			h = head{attempt: 1}
 			sched.Reset()
+		}
+		if failed == nil {
+			continue
 		}
 		if h, err = l.afterFailure(ctx, b, h, failed, sched.NextBackOff()); err != nil {
 			return err

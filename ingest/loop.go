@@ -288,7 +288,7 @@ func (l *Loop) collect(ctx context.Context, buf []Record) ([]Record, error) {
 		}
 	}
 	deadline := time.Now().Add(l.cfg.BatchWait)
-	for len(buf) < l.cfg.BatchMax && !endsWithControl(buf) && ctx.Err() == nil {
+	for len(buf) < l.cfg.BatchMax && !hasControl(buf) && ctx.Err() == nil {
 		if time.Now().After(deadline) {
 			break
 		}
@@ -318,7 +318,7 @@ func (l *Loop) cutAtControl(buf []Record) []Record {
 	return buf
 }
 
-func endsWithControl(buf []Record) bool {
+func hasControl(buf []Record) bool {
 	for _, r := range buf {
 		if r.Kind != RecordItem {
 			return true

@@ -151,7 +151,9 @@ func TestKafkaFeed_RetentionGap(t *testing.T) {
 	t.Run("WhileRunning", func(t *testing.T) {
 		// The feed reads what it can hold unpolled and its consumer then
 		// waits; meanwhile the log start passes it.
-		const held, more = 6000, 10_000
+		// more is several fetch responses (1 MiB each) beyond what the
+		// consumer can hold, so the deletion surely passes unread records.
+		const held, more = 6000, 60_000
 		produce(t, c, topic, 0, values("w", held)...)
 		f := openKafkaFeed(t, cfg, map[int32]outbox.Checkpoint{0: {Epoch: cp.Epoch, Position: 10}})
 		end := int64(10 + held + more)

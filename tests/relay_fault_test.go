@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -26,7 +27,17 @@ func TestRelay_Faults(t *testing.T) {
 		"--brokers", px.Addr(), "--http", "127.0.0.1:0", "--relay-batch", "200")
 	writing := appendSlowly(t, input, lf.data, 12*time.Second, rng)
 
-	time.Sleep(time.Second) // let publishing start before the first fault
+	s := readStore(t, db)
+	wait(t, 30*time.Second, func() error { // publishing has started: the faults hit a live stream
+		id, err := s.MetaID(context.Background(), "relay_id")
+		if err != nil {
+			return err
+		}
+		if done, err := s.RelayProgress(context.Background(), id); err != nil || done == 0 {
+			return fmt.Errorf("relay progress %d (%v), want some", done, err)
+		}
+		return nil
+	})
 	px.setDown(true)
 	time.Sleep(5 * time.Second) // the outage itself
 	px.setDown(false)

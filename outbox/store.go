@@ -171,6 +171,13 @@ func (s *Store) checkWAL(ctx context.Context) error {
 // transaction that reads the schema version first, so processes opening
 // the same new database at once apply each migration once.
 func (s *Store) migrate(ctx context.Context) error {
+	var version int
+	if err := s.db.GetContext(ctx, &version, "PRAGMA user_version"); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if version == len(outboxd.Migrations()) {
+		return nil // up to date: no write lock needed to open
+	}
 	for _, m := range outboxd.Migrations() {
 		if err := s.applyMigration(ctx, m, len(outboxd.Migrations())); err != nil {
 			return err

@@ -23,19 +23,7 @@ func (r *Relay) runAtLeastOnce(ctx, hard context.Context) (progressed bool, err 
 		return false, err
 	}
 	r.log.Info("resuming", "after", last)
-	r.connected(last)
-	f := r.startFeeder(ctx, last)
-	defer f.close()
-	for {
-		rows, err := f.next(ctx, r.idle)
-		if err != nil {
-			return progressed, err
-		}
-		if err := r.publishAcked(ctx, hard, p, rows); err != nil {
-			return progressed, err
-		}
-		progressed = true
-	}
+	return r.drain(ctx, last, func(rows []outbox.Row) error { return r.publishAcked(ctx, hard, p, rows) })
 }
 
 // publishAcked publishes rows, waits for every ack, then marks them.

@@ -35,6 +35,19 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 	if err != nil {
 		return false, err
 	}
+	return r.drain(ctx, last, func(rows []outbox.Row) error {
+		if err := r.publishTxn(ctx, hard, p, rows); err != nil {
+			return err
+		}
+		r.st.published(rows[len(rows)-1].ID, len(rows))
+		r.rec.record(rows[len(rows)-1].ID)
+		return nil
+	})
+}
+
+// drain publishes the rows after last, batch by batch, until publish or the
+// feeder fails (or ctx is done); progressed says whether a batch went out.
+func (r *Relay) drain(ctx context.Context, last int64, publish func([]outbox.Row) error) (progressed bool, err error) {
 	r.connected(last)
 	f := r.startFeeder(ctx, last)
 	defer f.close()
@@ -43,12 +56,10 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 		if err != nil {
 			return progressed, err
 		}
-		if err := r.publishTxn(ctx, hard, p, rows); err != nil {
+		if err := publish(rows); err != nil {
 			return progressed, err
 		}
 		progressed = true
-		r.st.published(rows[len(rows)-1].ID, len(rows))
-		r.rec.record(rows[len(rows)-1].ID)
 	}
 }
 

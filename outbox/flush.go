@@ -8,16 +8,64 @@ import (
 // outboxColumns is the number of values one outbox row binds.
 const outboxColumns = 10
 
-// flushChunk is how many rows one INSERT writes: fewer statements per batch,
-// well under SQLite's limit of bound variables.
+// flushChunk is the most rows one INSERT writes: fewer statements per
+// batch, well under SQLite's limit of bound variables.
 const flushChunk = 64
 
-var insertChunk = insertRows(flushChunk)
-
-// insertRows is an INSERT of n outbox rows.
+// insertRows is an INSERT of n outbox rows, each binding all its columns.
 func insertRows(n int) string {
 	return "INSERT INTO outbox (feed, partition, epoch, position, n, topic, key, value, headers, created_at) VALUES " +
 		Placeholders(n, outboxColumns)
+}
+
+// sharedColumns is the number of values an INSERT from insertRowsShared
+// binds once for all its rows: feed, partition, epoch, topic, created_at.
+const sharedColumns = 5
+
+// ownColumns is the number of values each of its rows binds: position, n,
+// key, value, headers.
+const ownColumns = outboxColumns - sharedColumns
+
+// insertRowsShared is an INSERT of n outbox rows of one feed, partition,
+// epoch and topic, the common case: those and the commit time are bound
+// once, so each row binds half the values. (Numbered parameters would say
+// it more directly, but the driver looks each one up by name, in time
+// growing with their number.)
+func insertRowsShared(n int) string {
+	return "INSERT INTO outbox (feed, partition, epoch, position, n, topic, key, value, headers, created_at) " +
+		"SELECT ?, ?, ?, column1, column2, ?, column3, column4, column5, ? FROM (VALUES " +
+		Placeholders(n, ownColumns) + ")"
+}
+
+// Statement texts by chunk size, built once: a chunk is flushChunk rows or
+// a power of two below it, so every batch uses the same few statements and
+// the store keeps them prepared (see Tx.stmt).
+var (
+	insertBySize       = map[int]string{}
+	insertSharedBySize = map[int]string{}
+)
+
+func init() {
+	for n := flushChunk; n >= 1; n /= 2 {
+		insertBySize[n] = insertRows(n)
+		insertSharedBySize[n] = insertRowsShared(n)
+	}
+}
+
+// ChunkSize is how many of n pending values the next multi-row statement
+// takes: max when there are that many, else the largest power of two not
+// above n. Statements of a few fixed sizes stay prepared across
+// transactions, where one per remainder would be parsed again each time.
+// max must be a power of two.
+func ChunkSize(n, max int) int {
+	if n >= max {
+		return max
+	}
+	k := 1
+	for k*2 <= n {
+		k *= 2
+	}
+	return k
 }
 
 // Placeholders returns the VALUES list of a multi-row statement: n groups
@@ -49,8 +97,9 @@ func (tx *Tx) prepareCommit() error {
 	return tx.checkOwner()
 }
 
-// flushRows writes the pending outputs in emit order, flushChunk rows per
-// statement and the rest one statement for all.
+// flushRows writes the pending outputs in emit order, in chunks of
+// ChunkSize rows; a chunk whose rows share their feed, partition, epoch and
+// topic binds those once.
 func (tx *Tx) flushRows() error {
 	rows := tx.rows
 	if len(rows) == 0 {
@@ -59,19 +108,26 @@ func (tx *Tx) flushRows() error {
 	now := tx.store.Now().UnixNano()
 	args := make([]any, 0, min(len(rows), flushChunk)*outboxColumns)
 	for len(rows) > 0 {
-		k := min(len(rows), flushChunk)
-		query := insertChunk
-		if k < flushChunk {
-			query = insertRows(k)
+		k := ChunkSize(len(rows), flushChunk)
+		chunk := rows[:k]
+		args = args[:0]
+		var query string
+		if first := chunk[0]; sharesOrigin(chunk) {
+			query = insertSharedBySize[k]
+			args = append(args, first.place.Feed, first.place.Partition, first.place.Epoch, first.topic, now)
+			for _, r := range chunk {
+				args = append(args, r.place.Position, r.n, r.key, r.value, r.headers)
+			}
+		} else {
+			query = insertBySize[k]
+			for _, r := range chunk {
+				args = append(args, r.place.Feed, r.place.Partition, r.place.Epoch, r.place.Position, r.n,
+					r.topic, r.key, r.value, r.headers, now)
+			}
 		}
 		st, err := tx.stmt(query)
 		if err != nil {
 			return err
-		}
-		args = args[:0]
-		for _, r := range rows[:k] {
-			args = append(args, r.place.Feed, r.place.Partition, r.place.Epoch, r.place.Position, r.n,
-				r.topic, r.key, r.value, r.headers, now)
 		}
 		if _, err := st.ExecContext(tx.ctx, args...); err != nil {
 			return fmt.Errorf("insert outbox rows: %w", err)
@@ -79,4 +135,17 @@ func (tx *Tx) flushRows() error {
 		rows = rows[k:]
 	}
 	return nil
+}
+
+// sharesOrigin reports whether every row has the first one's feed,
+// partition, epoch and topic.
+func sharesOrigin(rows []pendingRow) bool {
+	f := rows[0]
+	for _, r := range rows[1:] {
+		if r.place.Feed != f.place.Feed || r.place.Partition != f.place.Partition ||
+			r.place.Epoch != f.place.Epoch || r.topic != f.topic {
+			return false
+		}
+	}
+	return true
 }

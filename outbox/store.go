@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -281,6 +282,35 @@ func (s *Store) prepared(ctx context.Context, query string) (*sqlx.Stmt, error) 
 	}
 	s.stmts[query] = st
 	return st, nil
+}
+
+// maxKeptStmts bounds the statements the store keeps prepared for
+// transactions: a processor building queries of ever new shapes prepares
+// them per transaction instead of growing the cache without end.
+const maxKeptStmts = 256
+
+// keptStmt is the statement the store keeps prepared for query, nil if none.
+func (s *Store) keptStmt(query string) *sqlx.Stmt {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stmts[query]
+}
+
+// keepStmts prepares queries on the writer connection, for the transactions
+// to come, while the cache has room. A failure only means the next
+// transaction prepares the query itself, so it is logged, not returned.
+func (s *Store) keepStmts(ctx context.Context, queries []string) {
+	for _, q := range queries {
+		s.mu.Lock()
+		full := len(s.stmts) >= maxKeptStmts
+		s.mu.Unlock()
+		if full {
+			return
+		}
+		if _, err := s.prepared(ctx, q); err != nil {
+			slog.Warn("keep statement prepared", "err", err)
+		}
+	}
 }
 
 func firstLine(q string) string {

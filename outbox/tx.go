@@ -56,7 +56,8 @@ type Tx struct {
 	beforeCommit []func(ctx context.Context) error
 	onCommit     []func()
 	done         bool
-	stmts        map[string]*sqlx.Stmt // prepared in this transaction
+	stmts        map[string]*sqlx.Stmt // used in this transaction
+	toKeep       []string              // queries to keep prepared once the transaction ends
 }
 
 // pendingRow is an output waiting for Commit.
@@ -117,13 +118,24 @@ func (tx *Tx) Stmt(ctx context.Context, query string) (*sqlx.Stmt, error) {
 	return tx.stmt(query)
 }
 
+// stmt returns query as a statement of the transaction. A query the store
+// keeps prepared on the writer connection is reused without parsing it
+// again; any other is prepared now and kept by the store once the
+// transaction ends (it cannot be prepared on the connection the
+// transaction holds), so the next transaction reuses it.
 func (tx *Tx) stmt(query string) (*sqlx.Stmt, error) {
 	if st, ok := tx.stmts[query]; ok {
 		return st, nil
 	}
-	st, err := tx.tx.PreparexContext(tx.ctx, query)
-	if err != nil {
-		return nil, fmt.Errorf("prepare %q: %w", firstLine(query), err)
+	var st *sqlx.Stmt
+	if kept := tx.store.keptStmt(query); kept != nil {
+		st = tx.tx.StmtxContext(tx.ctx, kept)
+	} else {
+		var err error
+		if st, err = tx.tx.PreparexContext(tx.ctx, query); err != nil {
+			return nil, fmt.Errorf("prepare %q: %w", firstLine(query), err)
+		}
+		tx.toKeep = append(tx.toKeep, query)
 	}
 	if tx.stmts == nil {
 		tx.stmts = map[string]*sqlx.Stmt{}
@@ -255,6 +267,7 @@ func (tx *Tx) Commit() error {
 		tx.tx.Rollback()
 		return fmt.Errorf("commit: %w", err)
 	}
+	tx.store.keepStmts(tx.ctx, tx.toKeep)
 	if len(tx.rows) > 0 {
 		select {
 		case tx.store.committed <- struct{}{}:

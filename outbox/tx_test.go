@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -173,6 +174,34 @@ func TestTx_Emit(t *testing.T) {
 			{2, "f", 0, "e", 5, 1, "t", "", "b"},
 			{3, "f", 0, "e", 6, 0, "t", "", "c"},
 		})
+	})
+
+	// 100 rows flush as chunks of 64, 32 and 4. The first chunk's rows
+	// differ in topic and epoch in its middle (each value bound per row),
+	// the others share their origin (bound once); a second transaction
+	// runs the statements the first left prepared.
+	t.Run("Chunks", func(t *testing.T) {
+		s, _ := openStore(t)
+		var want []rowPlace
+		id := int64(0)
+		for round := range 2 {
+			tx := begin(t, s)
+			for i := range int64(100) {
+				p := outbox.Place{Feed: "f", Partition: 2, Epoch: "e", Position: int64(round)*1000 + i}
+				topic := "t"
+				if i == 30 {
+					p.Epoch, topic = "e2", "u"
+				}
+				must(t, tx.BeginItem(p))
+				key, value := fmt.Sprint("k", i), fmt.Sprint("v", round, "-", i)
+				must(t, tx.Emit(ctx, out(topic, key, value)))
+				must(t, tx.EndItem())
+				id++
+				want = append(want, rowPlace{id, "f", 2, p.Epoch, p.Position, 0, topic, key, value})
+			}
+			must(t, tx.Commit())
+		}
+		samePlaces(t, allRows(t, s), want)
 	})
 
 	t.Run("ErrNoTopic", func(t *testing.T) {
@@ -462,7 +491,7 @@ func TestTx_Stmt(t *testing.T) {
 		equal(t, "rows seen", n, 1)
 		must(t, tx.Rollback())
 
-		// A new transaction prepares its own.
+		// A new transaction has its own.
 		tx2 := begin(t, s)
 		d, err := tx2.Stmt(ctx, q)
 		must(t, err)
@@ -471,6 +500,24 @@ func TestTx_Stmt(t *testing.T) {
 		}
 		must(t, d.GetContext(ctx, &n, "mine"))
 		equal(t, "rows seen after rollback", n, 0)
+		must(t, tx2.Commit())
+
+		// Once a transaction that used it committed, the statement stays
+		// prepared on the writer: the next transaction reuses it, and it
+		// still sees that transaction's writes.
+		tx3 := begin(t, s)
+		e, err := tx3.Stmt(ctx, q)
+		must(t, err)
+		_, err = tx3.Exec(ctx, `INSERT INTO meta (key, value) VALUES ('mine', 'v')`)
+		must(t, err)
+		must(t, e.GetContext(ctx, &n, "mine"))
+		equal(t, "rows seen through a kept statement", n, 1)
+		must(t, tx3.Rollback())
+		tx4 := begin(t, s)
+		f, err := tx4.Stmt(ctx, q)
+		must(t, err)
+		must(t, f.GetContext(ctx, &n, "mine"))
+		equal(t, "rows seen after the rollback", n, 0)
 	})
 
 	t.Run("ErrBadSQL", func(t *testing.T) {
@@ -484,4 +531,12 @@ func TestTx_Stmt(t *testing.T) {
 			t.Fatalf("error = %q, want prefix %q", got, want)
 		}
 	})
+}
+
+func TestChunkSize(t *testing.T) {
+	for _, c := range []struct{ n, want int }{
+		{1, 1}, {2, 2}, {3, 2}, {4, 4}, {63, 32}, {64, 64}, {65, 64}, {1000, 64},
+	} {
+		equal(t, fmt.Sprint("ChunkSize(", c.n, ", 64)"), outbox.ChunkSize(c.n, 64), c.want)
+	}
 }

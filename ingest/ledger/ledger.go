@@ -166,20 +166,31 @@ func (b *batchBalances) set(k balanceKey, balance int64) (undo func()) {
 	return func() { *c = prev }
 }
 
-// write stores the batch's balances, up to upsertChunk accounts per
-// statement.
+// write stores the batch's balances in statements of outbox.ChunkSize
+// accounts; a chunk of one feed binds the feed once.
 func (b *batchBalances) write(ctx context.Context, tx *outbox.Tx) error {
 	args := make([]any, 0, min(len(b.order), upsertChunk)*4)
 	for keys := b.order; len(keys) > 0; {
-		k := min(len(keys), upsertChunk)
-		up, err := tx.Stmt(ctx, upsertBalances(k))
+		k := outbox.ChunkSize(len(keys), upsertChunk)
+		chunk := keys[:k]
+		args = args[:0]
+		query := upsertBySize[k]
+		if oneFeed(chunk) {
+			query = upsertOneFeedBySize[k]
+			args = append(args, chunk[0].feed)
+			for _, key := range chunk {
+				c := b.m[key]
+				args = append(args, key.account, c.balance, c.lines)
+			}
+		} else {
+			for _, key := range chunk {
+				c := b.m[key]
+				args = append(args, key.feed, key.account, c.balance, c.lines)
+			}
+		}
+		up, err := tx.Stmt(ctx, query)
 		if err != nil {
 			return err
-		}
-		args = args[:0]
-		for _, key := range keys[:k] {
-			c := b.m[key]
-			args = append(args, key.feed, key.account, c.balance, c.lines)
 		}
 		if _, err := up.ExecContext(ctx, args...); err != nil {
 			return fmt.Errorf("store balances: %w", err)
@@ -189,22 +200,32 @@ func (b *batchBalances) write(ctx context.Context, tx *outbox.Tx) error {
 	return nil
 }
 
-// upsertChunk is how many balances one statement writes.
-const upsertChunk = 64
-
-var upsertFull = buildUpsert(upsertChunk)
-
-// upsertBalances is the upsert of n balances.
-func upsertBalances(n int) string {
-	if n == upsertChunk {
-		return upsertFull
+func oneFeed(keys []balanceKey) bool {
+	for _, k := range keys[1:] {
+		if k.feed != keys[0].feed {
+			return false
+		}
 	}
-	return buildUpsert(n)
+	return true
 }
 
-func buildUpsert(n int) string {
-	return "INSERT INTO ledger_balances (feed, account, balance, lines) VALUES " + outbox.Placeholders(n, 4) +
-		" ON CONFLICT(feed, account) DO UPDATE SET balance = excluded.balance, lines = lines + excluded.lines"
+// upsertChunk is the most balances one statement writes.
+const upsertChunk = 64
+
+// The upserts by number of balances (upsertChunk and the powers of two
+// below it): binding every column, or the feed once for all.
+var upsertBySize, upsertOneFeedBySize = map[int]string{}, map[int]string{}
+
+func init() {
+	const onConflict = " ON CONFLICT(feed, account) DO UPDATE SET balance = excluded.balance, lines = lines + excluded.lines"
+	for n := upsertChunk; n >= 1; n /= 2 {
+		upsertBySize[n] = "INSERT INTO ledger_balances (feed, account, balance, lines) VALUES " +
+			outbox.Placeholders(n, 4) + onConflict
+		// "WHERE true" tells SQLite's parser the ON starts the upsert, not
+		// a join constraint.
+		upsertOneFeedBySize[n] = "INSERT INTO ledger_balances (feed, account, balance, lines) " +
+			"SELECT ?, column1, column2, column3 FROM (VALUES " + outbox.Placeholders(n, 3) + ") WHERE true" + onConflict
+	}
 }
 
 // commit makes a committed batch's balances the known ones.

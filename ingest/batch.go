@@ -241,7 +241,7 @@ func (l *Loop) applyItem(ctx context.Context, t *txn, d Delivery, r Record, h he
 	if err := t.tx.BeginItem(d.Place()); err != nil {
 		return nil, err
 	}
-	err := l.apply(ctx, t.tx, d, r.Item)
+	err := l.apply(l.attemptContext(ctx), t.tx, d, r.Item)
 	if err == nil {
 		t.delta.Applied++
 		t.delta.LastAppliedAt = l.store.Now()
@@ -256,21 +256,57 @@ func (l *Loop) applyItem(ctx context.Context, t *txn, d Delivery, r Record, h he
 	return err, nil
 }
 
-// apply runs the processor under the attempt timeout. The processor's
-// context is not cancelled by a shutdown: the batch in hand is finished.
-func (l *Loop) apply(ctx context.Context, tx *outbox.Tx, d Delivery, item Item) (err error) {
-	actx := context.WithoutCancel(ctx)
-	if l.cfg.Retry.AttemptTimeout > 0 {
-		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(actx, l.cfg.Retry.AttemptTimeout)
-		defer cancel()
-	}
+// apply runs the processor with the attempt's context actx, turning a
+// panic into a permanent failure.
+func (l *Loop) apply(actx context.Context, tx *outbox.Tx, d Delivery, item Item) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = Permanent("panic", fmt.Errorf("processor panicked: %v", p))
 		}
 	}()
 	return l.proc.Apply(actx, tx, d, item)
+}
+
+// attemptContext is the context of an attempt starting now, bounded by the
+// attempt timeout and not cancelled by a shutdown (the batch in hand is
+// finished). A timer per item costs as much as a small item's work, so
+// attempts that start within attemptReuse of a context's creation share
+// it: each attempt has at least AttemptTimeout - attemptReuse.
+func (l *Loop) attemptContext(ctx context.Context) context.Context {
+	timeout := l.cfg.Retry.AttemptTimeout
+	if timeout <= 0 {
+		return context.WithoutCancel(ctx)
+	}
+	now := time.Now()
+	a := &l.attempt
+	if a.ctx != nil && a.ctx.Err() == nil && now.Sub(a.at) <= attemptReuse(timeout) {
+		return a.ctx
+	}
+	a.stop()
+	a.ctx, a.cancel = context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	a.at = now
+	return a.ctx
+}
+
+// attemptReuse is how long after its creation an attempt context may be
+// handed to another attempt: a sixty-fourth of the timeout, at most 5ms.
+func attemptReuse(timeout time.Duration) time.Duration {
+	return min(timeout/64, 5*time.Millisecond)
+}
+
+// sharedAttempt is the attempt context the loop's items share.
+type sharedAttempt struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	at     time.Time
+}
+
+// stop releases the context's timer.
+func (a *sharedAttempt) stop() {
+	if a.cancel != nil {
+		a.cancel()
+	}
+	*a = sharedAttempt{}
 }
 
 func reasonOf(err error, fallback string) string {

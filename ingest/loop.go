@@ -123,6 +123,7 @@ type Loop struct {
 	// applyMu is held while records are applied, so a requeue never runs
 	// the processor at the same time as the loop.
 	applyMu sync.Mutex
+	attempt sharedAttempt // the loop's items' attempt context
 
 	mu        sync.Mutex
 	state     string
@@ -192,6 +193,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		return err
 	}
 	defer l.feed.Close()
+	defer l.attempt.stop()
 	l.setState(StateRunning)
 	buf := make([]Record, 0, l.cfg.BatchMax)
 	for {

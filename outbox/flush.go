@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"database/sql"
 	"fmt"
 	"strings"
 )
@@ -129,12 +130,40 @@ func (tx *Tx) flushRows() error {
 		if err != nil {
 			return err
 		}
-		if _, err := st.ExecContext(tx.ctx, args...); err != nil {
+		res, err := st.ExecContext(tx.ctx, args...)
+		if err != nil {
 			return fmt.Errorf("insert outbox rows: %w", err)
 		}
+		tx.remember(res, chunk, now)
 		rows = rows[k:]
 	}
 	return nil
+}
+
+// remember adds a chunk's rows, as written, to the rows the store will
+// cache after the commit (see RecentRows). A chunk's ids are consecutive
+// (AUTOINCREMENT, one statement), ending with the last insert id; should
+// they not follow the previous chunk's, nothing of the transaction is
+// cached and the relay reads its rows from SQLite.
+func (tx *Tx) remember(res sql.Result, chunk []pendingRow, createdAt int64) {
+	last, err := res.LastInsertId()
+	first := last - int64(len(chunk)) + 1
+	if err != nil || (len(tx.written) > 0 && tx.written[len(tx.written)-1].ID+1 != first) {
+		tx.written = nil
+		tx.forget = true
+		return
+	}
+	if tx.forget {
+		return
+	}
+	if tx.written == nil {
+		tx.written = make([]Row, 0, len(tx.rows))
+	}
+	for i, r := range chunk {
+		tx.written = append(tx.written, Row{ID: first + int64(i), Feed: r.place.Feed, Partition: r.place.Partition,
+			Epoch: r.place.Epoch, Position: r.place.Position, N: r.n, Topic: r.topic,
+			Key: r.key, Value: r.value, Headers: r.headers, CreatedAt: createdAt})
+	}
 }
 
 // sharesOrigin reports whether every row has the first one's feed,

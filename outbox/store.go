@@ -89,6 +89,7 @@ type Store struct {
 	// committed is signalled (without blocking) after every commit that
 	// wrote output rows, so the relay need not poll.
 	committed chan struct{}
+	recent    recentRows // rows of the latest commits, see RecentRows
 
 	hookMu     sync.Mutex
 	commitHook func(ctx context.Context) error
@@ -271,14 +272,20 @@ func (s *Store) hook() func(ctx context.Context) error {
 
 // prepared returns a statement prepared once on the writer connection.
 func (s *Store) prepared(ctx context.Context, query string) (*sqlx.Stmt, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if st, ok := s.stmts[query]; ok {
+	if st := s.keptStmt(query); st != nil {
 		return st, nil
 	}
+	// Not under s.mu: preparing waits for the writer connection, and a
+	// transaction holding it may need s.mu to look up its statements.
 	st, err := s.db.PreparexContext(ctx, query)
 	if err != nil {
 		return nil, fmt.Errorf("prepare %q: %w", firstLine(query), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if kept, ok := s.stmts[query]; ok {
+		st.Close()
+		return kept, nil
 	}
 	s.stmts[query] = st
 	return st, nil

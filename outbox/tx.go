@@ -58,6 +58,9 @@ type Tx struct {
 	done         bool
 	stmts        map[string]*sqlx.Stmt // used in this transaction
 	toKeep       []string              // queries to keep prepared once the transaction ends
+	arena        []byte                // holds copies of the outputs' keys and values
+	written      []Row                 // the rows flushRows wrote, for the store's recent rows
+	forget       bool                  // the written rows' ids are not known: cache none
 }
 
 // pendingRow is an output waiting for Commit.
@@ -210,15 +213,36 @@ func (tx *Tx) RollbackItem() error {
 }
 
 // Emit adds o as an outbox row of the current place. The row is written at
-// Commit: o's slices must not change until the transaction ends.
+// Commit. Emit copies o: its slices are the caller's again on return.
 func (tx *Tx) Emit(_ context.Context, o Output) error {
 	if o.Topic == "" {
 		return errors.New("emit: output has no topic")
 	}
 	tx.rows = append(tx.rows, pendingRow{place: tx.place, n: tx.n, topic: o.Topic,
-		key: o.Key, value: o.Value, headers: EncodeHeaders(o.Headers)})
+		key: tx.copyBytes(o.Key), value: tx.copyBytes(o.Value), headers: EncodeHeaders(o.Headers)})
 	tx.n++
 	return nil
+}
+
+// arenaSlab is the size of the arrays Emit copies keys and values to.
+const arenaSlab = 64 << 10
+
+// copyBytes copies b into the transaction's arena: one allocation serves
+// many outputs. nil stays nil and empty stays empty (a null Kafka value is
+// a tombstone, an empty one is not).
+func (tx *Tx) copyBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	if len(b) == 0 {
+		return []byte{}
+	}
+	if cap(tx.arena)-len(tx.arena) < len(b) {
+		tx.arena = make([]byte, 0, max(arenaSlab, len(b)))
+	}
+	start := len(tx.arena)
+	tx.arena = append(tx.arena, b...)
+	return tx.arena[start:len(tx.arena):len(tx.arena)]
 }
 
 // OnRollbackItem registers f to run if the current item is rolled back: a
@@ -268,6 +292,7 @@ func (tx *Tx) Commit() error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	tx.store.keepStmts(tx.ctx, tx.toKeep)
+	tx.store.recent.add(tx.written)
 	if len(tx.rows) > 0 {
 		select {
 		case tx.store.committed <- struct{}{}:

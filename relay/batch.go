@@ -14,9 +14,9 @@ import (
 // ctx's error once ctx is done.
 func (r *Relay) nextBatch(ctx context.Context, after int64) ([]outbox.Row, error) {
 	for {
-		rows, err := r.store.RelayRows(ctx, after, r.cfg.Batch)
+		rows, err := r.readRows(ctx, after, r.cfg.Batch)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errStore, err)
+			return nil, err
 		}
 		if len(rows) > 0 {
 			return r.fill(ctx, rows)
@@ -42,11 +42,24 @@ func (r *Relay) fill(ctx context.Context, rows []outbox.Row) ([]outbox.Row, erro
 			return rows, nil
 		case <-r.store.Committed():
 		}
-		more, err := r.store.RelayRows(ctx, rows[len(rows)-1].ID, r.cfg.Batch-len(rows))
+		more, err := r.readRows(ctx, rows[len(rows)-1].ID, r.cfg.Batch-len(rows))
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errStore, err)
+			return nil, err
 		}
 		rows = append(rows, more...)
+	}
+	return rows, nil
+}
+
+// readRows returns up to limit rows after id after: those the store's own
+// commits just wrote from memory, the others from SQLite.
+func (r *Relay) readRows(ctx context.Context, after int64, limit int) ([]outbox.Row, error) {
+	if rows := r.store.RecentRows(after, limit); len(rows) > 0 {
+		return rows, nil
+	}
+	rows, err := r.store.RelayRows(ctx, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errStore, err)
 	}
 	return rows, nil
 }

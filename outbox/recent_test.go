@@ -1,0 +1,113 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// relayRows reads limit rows after id after from SQLite.
+func relayRows(t *testing.T, s *outbox.Store, after int64, limit int) []outbox.Row {
+	t.Helper()
+	rows, err := s.RelayRows(context.Background(), after, limit)
+	must(t, err)
+	return rows
+}
+
+func sameRows(t *testing.T, what string, got, want []outbox.Row) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s:\n got %+v\nwant %+v", what, got, want)
+	}
+}
+
+func TestStore_RecentRows(t *testing.T) {
+	ctx := context.Background()
+
+	// The cached rows are exactly what SQLite returns: ids, places, empty
+	// against null keys and values, headers, creation time.
+	t.Run("SameAsSQLite", func(t *testing.T) {
+		s, clk := openStore(t)
+		emit(t, s, place("f", 1), out("t", "k", "v"))
+		clk.Add(1)
+		tx := begin(t, s)
+		must(t, tx.BeginItem(outbox.Place{Feed: "g", Partition: 7, Epoch: "ep", Position: 40}))
+		buf := []byte("key-1")
+		must(t, tx.Emit(ctx, outbox.Output{Topic: "a", Key: buf, Value: []byte{},
+			Headers: []outbox.Header{{Key: "h", Value: []byte("x")}}}))
+		copy(buf, "XXXXX") // Emit copied it
+		must(t, tx.Emit(ctx, outbox.Output{Topic: "b", Key: []byte{}, Value: nil}))
+		must(t, tx.EndItem())
+		for i := range int64(70) { // chunks of 64, 4 and 2 after the first two
+			must(t, tx.BeginItem(place("f", 100+i)))
+			must(t, tx.Emit(ctx, out("t", fmt.Sprint("k", i), fmt.Sprint("v", i))))
+			must(t, tx.EndItem())
+		}
+		must(t, tx.Commit())
+
+		want := relayRows(t, s, 1, 100)
+		equal(t, "rows in SQLite", len(want), 72)
+		equal(t, "stored key", string(want[0].Key), "key-1")
+		sameRows(t, "RecentRows(1, 100)", s.RecentRows(1, 100), want)
+		sameRows(t, "RecentRows(1, 5)", s.RecentRows(1, 5), want[:5])
+		// Asking past a row forgets it: the relay has published it.
+		sameRows(t, "RecentRows(10, 3)", s.RecentRows(10, 3), want[9:12])
+		if got := s.RecentRows(5, 3); got != nil {
+			t.Fatalf("RecentRows(5, 3) after the cache moved past row 6 = %+v, want nil", got)
+		}
+		if got := s.RecentRows(73, 3); got != nil {
+			t.Fatalf("RecentRows(73, 3) past the last row = %+v, want nil", got)
+		}
+	})
+
+	// Only committed rows are cached.
+	t.Run("RollbackAndFailedCommit", func(t *testing.T) {
+		s, _ := openStore(t)
+		tx := begin(t, s)
+		must(t, tx.BeginItem(place("f", 1)))
+		must(t, tx.Emit(ctx, out("t", "k", "v")))
+		must(t, tx.EndItem())
+		must(t, tx.Rollback())
+		s.SetCommitHook(func(context.Context) error { return errors.New("injected") })
+		tx = begin(t, s)
+		must(t, tx.BeginItem(place("f", 1)))
+		must(t, tx.Emit(ctx, out("t", "k", "v")))
+		must(t, tx.EndItem())
+		if err := tx.Commit(); err == nil {
+			t.Fatal("commit with a failing hook succeeded")
+		}
+		if got := s.RecentRows(0, 10); got != nil {
+			t.Fatalf("RecentRows after no commit = %+v", got)
+		}
+		s.SetCommitHook(nil)
+		emit(t, s, place("f", 1), out("t", "k", "v"))
+		sameRows(t, "after a commit", s.RecentRows(0, 10), relayRows(t, s, 0, 10))
+		equal(t, "first id", relayRows(t, s, 0, 10)[0].ID, int64(1))
+	})
+
+	// A commit bigger than the cache keeps its newest rows; the oldest are
+	// read from SQLite.
+	t.Run("Bounded", func(t *testing.T) {
+		s, _ := openStore(t)
+		const n = 40_000
+		tx := begin(t, s)
+		for i := range int64(n) {
+			must(t, tx.BeginItem(place("f", i+1)))
+			must(t, tx.Emit(ctx, out("t", "", "v")))
+			must(t, tx.EndItem())
+		}
+		must(t, tx.Commit())
+		if got := s.RecentRows(0, 10); got != nil {
+			t.Fatalf("RecentRows(0, 10) = %d rows, want none: row 1 is not cached", len(got))
+		}
+		const kept = 1 << 15
+		first := int64(n - kept)
+		sameRows(t, "the newest rows", s.RecentRows(first, 100), relayRows(t, s, first, 100))
+		emit(t, s, place("f", n+1), out("t", "", "w"))
+		sameRows(t, "the next commit follows them", s.RecentRows(n-1, 10), relayRows(t, s, n-1, 10))
+	})
+}

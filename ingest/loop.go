@@ -62,7 +62,7 @@ type Config struct {
 func DefaultConfig(name string) Config {
 	return Config{
 		Name:                name,
-		BatchMax:            1000,
+		BatchMax:            4000,
 		BatchWait:           5 * time.Millisecond,
 		Retry:               DefaultRetry(),
 		OnFailure:           OnFailureDeadLetter,

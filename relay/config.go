@@ -78,14 +78,14 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults: exactly-once to a broker on
-// 127.0.0.1:9092, batches of 1000 rows or 5ms, topics created with 3
+// 127.0.0.1:9092, batches of 4000 rows or 5ms, topics created with 3
 // partitions and replication 1, rows kept 24h after publishing.
 func DefaultConfig() Config {
 	return Config{
 		Brokers:            []string{"127.0.0.1:9092"},
 		Mode:               ModeExactlyOnce,
 		ProgressTopic:      DefaultProgressTopic,
-		Batch:              1000,
+		Batch:              4000,
 		Wait:               5 * time.Millisecond,
 		CreateTopics:       true,
 		TopicPartitions:    3,

@@ -19,7 +19,7 @@ func TestParseConfig(t *testing.T) {
 		}
 		f := c.Feeds["l"]
 		if c.DB != "./data/outboxd.db" || c.HTTP != "127.0.0.1:8080" || c.Synchronous != "full" ||
-			c.BatchMax != 1000 || c.BatchWait != 5*time.Millisecond || c.Relay.Mode != "exactly-once" {
+			c.BatchMax != 4000 || c.BatchWait != 5*time.Millisecond || c.Relay.Mode != "exactly-once" {
 			t.Fatalf("defaults: %+v", c)
 		}
 		if f.Processor != "forward" || f.Topic != "l.out" || f.OnFailure != "dead-letter" ||

@@ -115,15 +115,15 @@ func (tx *Tx) flushRows() error {
 		var query string
 		if first := chunk[0]; sharesOrigin(chunk) {
 			query = insertSharedBySize[k]
-			args = append(args, first.place.Feed, first.place.Partition, first.place.Epoch, first.topic, now)
+			args = append(args, first.Feed, first.Partition, first.Epoch, first.Topic, now)
 			for _, r := range chunk {
-				args = append(args, r.place.Position, r.n, r.key, r.value, r.headers)
+				args = append(args, r.Position, r.N, r.Key, r.Value, r.Headers)
 			}
 		} else {
 			query = insertBySize[k]
 			for _, r := range chunk {
-				args = append(args, r.place.Feed, r.place.Partition, r.place.Epoch, r.place.Position, r.n,
-					r.topic, r.key, r.value, r.headers, now)
+				args = append(args, r.Feed, r.Partition, r.Epoch, r.Position, r.N,
+					r.Topic, r.Key, r.Value, r.Headers, now)
 			}
 		}
 		st, err := tx.stmt(query)
@@ -140,39 +140,30 @@ func (tx *Tx) flushRows() error {
 	return nil
 }
 
-// remember adds a chunk's rows, as written, to the rows the store will
-// cache after the commit (see RecentRows). A chunk's ids are consecutive
+// remember sets a written chunk's ids and creation time, for the store's
+// cache of recent rows (see RecentRows). A chunk's ids are consecutive
 // (AUTOINCREMENT, one statement), ending with the last insert id; should
 // they not follow the previous chunk's, nothing of the transaction is
 // cached and the relay reads its rows from SQLite.
-func (tx *Tx) remember(res sql.Result, chunk []pendingRow, createdAt int64) {
+func (tx *Tx) remember(res sql.Result, chunk []Row, createdAt int64) {
 	last, err := res.LastInsertId()
 	first := last - int64(len(chunk)) + 1
-	if err != nil || (len(tx.written) > 0 && tx.written[len(tx.written)-1].ID+1 != first) {
-		tx.written = nil
+	if prev := tx.lastID; err != nil || (prev != 0 && prev+1 != first) {
 		tx.forget = true
-		return
 	}
-	if tx.forget {
-		return
-	}
-	if tx.written == nil {
-		tx.written = make([]Row, 0, len(tx.rows))
-	}
-	for i, r := range chunk {
-		tx.written = append(tx.written, Row{ID: first + int64(i), Feed: r.place.Feed, Partition: r.place.Partition,
-			Epoch: r.place.Epoch, Position: r.place.Position, N: r.n, Topic: r.topic,
-			Key: r.key, Value: r.value, Headers: r.headers, CreatedAt: createdAt})
+	tx.lastID = last
+	for i := range chunk {
+		chunk[i].ID, chunk[i].CreatedAt = first+int64(i), createdAt
 	}
 }
 
 // sharesOrigin reports whether every row has the first one's feed,
 // partition, epoch and topic.
-func sharesOrigin(rows []pendingRow) bool {
-	f := rows[0]
-	for _, r := range rows[1:] {
-		if r.place.Feed != f.place.Feed || r.place.Partition != f.place.Partition ||
-			r.place.Epoch != f.place.Epoch || r.topic != f.topic {
+func sharesOrigin(rows []Row) bool {
+	f := &rows[0]
+	for i := range rows[1:] {
+		r := &rows[i+1]
+		if r.Feed != f.Feed || r.Partition != f.Partition || r.Epoch != f.Epoch || r.Topic != f.Topic {
 			return false
 		}
 	}

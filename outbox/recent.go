@@ -7,38 +7,48 @@ import "sync"
 // without reading it: the ingest writer already had it in hand. It is a
 // cache and nothing more. An id is never reused, so a row in it is the
 // row SQLite holds under that id; a row missing from it is read from
-// SQLite. It holds at most maxRecentRows rows: when the relay falls behind
-// (Kafka down, a backlog), the oldest are dropped and read back later.
+// SQLite. It holds about maxRecentRows rows: when the relay falls behind
+// (Kafka down, a backlog, no relay at all), the oldest commits' rows are
+// dropped and read back later.
 type recentRows struct {
 	mu   sync.Mutex
-	rows []Row
+	segs [][]Row // one per commit, oldest first, ids consecutive across them
+	n    int     // rows in segs
 }
 
 // maxRecentRows bounds the cache: a few relay batches, a few MiB.
 const maxRecentRows = 1 << 15
 
-// add appends the rows of a commit. Rows that do not follow the cached
-// ones (another writer's ids came between) replace them.
+// add appends the rows of a commit, which the cache then owns. Rows that
+// do not follow the cached ones (another writer's ids came between)
+// replace them.
 func (c *recentRows) add(rows []Row) {
 	if len(rows) == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n := len(c.rows); n > 0 && c.rows[n-1].ID+1 != rows[0].ID {
-		c.rows = nil
+	if last := c.last(); last != nil && last.ID+1 != rows[0].ID {
+		c.segs, c.n = nil, 0
 	}
-	if len(rows) >= maxRecentRows {
-		c.rows = append([]Row(nil), rows[len(rows)-maxRecentRows:]...)
-		return
+	if len(rows) > maxRecentRows {
+		rows = rows[len(rows)-maxRecentRows:]
 	}
-	if len(c.rows)+len(rows) > maxRecentRows {
-		// Drop the oldest half into a new array, so the dropped rows'
-		// bytes are freed rather than kept by the array's head.
-		keep := c.rows[len(c.rows)/2:]
-		c.rows = append(make([]Row, 0, len(keep)+len(rows)), keep...)
+	c.segs = append(c.segs, rows)
+	c.n += len(rows)
+	for c.n > maxRecentRows {
+		c.n -= len(c.segs[0])
+		c.segs[0] = nil
+		c.segs = c.segs[1:]
 	}
-	c.rows = append(c.rows, rows...)
+}
+
+func (c *recentRows) last() *Row {
+	if len(c.segs) == 0 {
+		return nil
+	}
+	s := c.segs[len(c.segs)-1]
+	return &s[len(s)-1]
 }
 
 // after returns up to limit cached rows from id after+1 on, or nil when
@@ -48,19 +58,30 @@ func (c *recentRows) add(rows []Row) {
 func (c *recentRows) after(after int64, limit int) []Row {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i := 0
-	if n := len(c.rows); n > 0 {
-		i = int(min(max(after+1-c.rows[0].ID, 0), int64(n)))
+	for len(c.segs) > 0 {
+		s := c.segs[0]
+		if s[len(s)-1].ID > after {
+			if k := after + 1 - s[0].ID; k > 0 {
+				c.segs[0] = s[k:]
+				c.n -= int(k)
+			}
+			break
+		}
+		c.n -= len(s)
+		c.segs[0] = nil
+		c.segs = c.segs[1:]
 	}
-	c.rows = c.rows[i:]
-	if len(c.rows) == 0 {
-		c.rows = nil
+	if len(c.segs) == 0 || c.segs[0][0].ID != after+1 {
 		return nil
 	}
-	if c.rows[0].ID != after+1 {
-		return nil
+	rows := make([]Row, 0, min(limit, c.n))
+	for _, s := range c.segs {
+		if len(rows) == limit {
+			break
+		}
+		rows = append(rows, s[:min(len(s), limit-len(rows))]...)
 	}
-	return append([]Row(nil), c.rows[:min(limit, len(c.rows))]...)
+	return rows
 }
 
 // RecentRows returns up to limit rows with id > after, in id order, from

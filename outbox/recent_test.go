@@ -65,6 +65,28 @@ func TestStore_RecentRows(t *testing.T) {
 	})
 
 	// Only committed rows are cached.
+	// Rows come across commits, up to the limit, and asking past some
+	// drops them.
+	t.Run("AcrossCommits", func(t *testing.T) {
+		s, _ := openStore(t)
+		for i := range int64(5) {
+			emit(t, s, place("f", i+1), out("t", "", "a"), out("t", "", "b"), out("t", "", "c"))
+		}
+		all := relayRows(t, s, 0, 100)
+		equal(t, "rows", len(all), 15)
+		sameRows(t, "RecentRows(0, 100)", s.RecentRows(0, 100), all)
+		sameRows(t, "RecentRows(2, 7)", s.RecentRows(2, 7), all[2:9])
+		sameRows(t, "RecentRows(9, 100)", s.RecentRows(9, 100), all[9:])
+		if got := s.RecentRows(8, 100); got != nil {
+			t.Fatalf("RecentRows(8, 100) after rows up to 9 were dropped = %d rows", len(got))
+		}
+		if got := s.RecentRows(15, 100); got != nil {
+			t.Fatalf("RecentRows(15, 100) = %d rows, want none", len(got))
+		}
+		emit(t, s, place("f", 9), out("t", "", "d"))
+		sameRows(t, "RecentRows(15, 100) after a commit", s.RecentRows(15, 100), relayRows(t, s, 15, 100))
+	})
+
 	t.Run("RollbackAndFailedCommit", func(t *testing.T) {
 		s, _ := openStore(t)
 		tx := begin(t, s)
@@ -90,7 +112,7 @@ func TestStore_RecentRows(t *testing.T) {
 	})
 
 	// A commit bigger than the cache keeps its newest rows; the oldest are
-	// read from SQLite.
+	// read from SQLite. Going over the bound drops the oldest commits.
 	t.Run("Bounded", func(t *testing.T) {
 		s, _ := openStore(t)
 		const n = 40_000
@@ -108,6 +130,9 @@ func TestStore_RecentRows(t *testing.T) {
 		first := int64(n - kept)
 		sameRows(t, "the newest rows", s.RecentRows(first, 100), relayRows(t, s, first, 100))
 		emit(t, s, place("f", n+1), out("t", "", "w"))
-		sameRows(t, "the next commit follows them", s.RecentRows(n-1, 10), relayRows(t, s, n-1, 10))
+		if got := s.RecentRows(n-1, 10); got != nil {
+			t.Fatalf("RecentRows(%d, 10) = %d rows, want none: the big commit was dropped", n-1, len(got))
+		}
+		sameRows(t, "the next commit", s.RecentRows(n, 10), relayRows(t, s, n, 10))
 	})
 }

@@ -89,7 +89,8 @@ type Store struct {
 	// committed is signalled (without blocking) after every commit that
 	// wrote output rows, so the relay need not poll.
 	committed chan struct{}
-	recent    recentRows // rows of the latest commits, see RecentRows
+	recent    recentRows   // rows of the latest commits, see RecentRows
+	rowsHint  atomic.Int64 // outputs of the last commit: the next one's first allocation
 
 	hookMu     sync.Mutex
 	commitHook func(ctx context.Context) error

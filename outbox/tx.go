@@ -49,9 +49,9 @@ type Tx struct {
 	place        Place
 	n            int
 	inItem       bool
-	savepoint    bool // the current item's SAVEPOINT is open
-	itemStart    int  // len(rows) when the item began
-	rows         []pendingRow
+	savepoint    bool     // the current item's SAVEPOINT is open
+	itemStart    int      // len(rows) when the item began
+	rows         []Row    // the outputs, IDs set as they are written
 	undo         []func() // the current item's OnRollbackItem functions
 	beforeCommit []func(ctx context.Context) error
 	onCommit     []func()
@@ -59,18 +59,8 @@ type Tx struct {
 	stmts        map[string]*sqlx.Stmt // used in this transaction
 	toKeep       []string              // queries to keep prepared once the transaction ends
 	arena        []byte                // holds copies of the outputs' keys and values
-	written      []Row                 // the rows flushRows wrote, for the store's recent rows
 	forget       bool                  // the written rows' ids are not known: cache none
-}
-
-// pendingRow is an output waiting for Commit.
-type pendingRow struct {
-	place   Place
-	n       int
-	topic   string
-	key     []byte
-	value   []byte
-	headers []byte
+	lastID       int64                 // the last id written so far, 0 before the first chunk
 }
 
 // Begin starts a write transaction. The transaction is not bound to ctx's
@@ -218,11 +208,18 @@ func (tx *Tx) Emit(_ context.Context, o Output) error {
 	if o.Topic == "" {
 		return errors.New("emit: output has no topic")
 	}
-	tx.rows = append(tx.rows, pendingRow{place: tx.place, n: tx.n, topic: o.Topic,
-		key: tx.copyBytes(o.Key), value: tx.copyBytes(o.Value), headers: EncodeHeaders(o.Headers)})
+	if tx.rows == nil {
+		tx.rows = make([]Row, 0, tx.store.rowsHint.Load())
+	}
+	tx.rows = append(tx.rows, Row{Feed: tx.place.Feed, Partition: tx.place.Partition, Epoch: tx.place.Epoch,
+		Position: tx.place.Position, N: tx.n, Topic: o.Topic,
+		Key: tx.copyBytes(o.Key), Value: tx.copyBytes(o.Value), Headers: EncodeHeaders(o.Headers)})
 	tx.n++
 	return nil
 }
+
+// maxRowsHint caps the rows a transaction allocates room for up front.
+const maxRowsHint = 1 << 13
 
 // arenaSlab is the size of the arrays Emit copies keys and values to.
 const arenaSlab = 64 << 10
@@ -292,7 +289,10 @@ func (tx *Tx) Commit() error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	tx.store.keepStmts(tx.ctx, tx.toKeep)
-	tx.store.recent.add(tx.written)
+	tx.store.rowsHint.Store(int64(min(len(tx.rows), maxRowsHint)))
+	if !tx.forget {
+		tx.store.recent.add(tx.rows) // the cache owns them now
+	}
 	if len(tx.rows) > 0 {
 		select {
 		case tx.store.committed <- struct{}{}:

@@ -83,6 +83,7 @@ type Processor struct {
 	committed map[balanceKey]int64 // as of the last commit
 	tx        *outbox.Tx           // the batch in hand
 	pending   *batchBalances       // its changes
+	scratch   []byte               // the output being built (Emit copies it)
 }
 
 type balanceKey struct{ feed, account string }
@@ -130,9 +131,13 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 		return ingest.Malformed("amount %d would overflow the balance %d of %q", e.Amount, balance, e.Account)
 	}
 	balance += e.Amount
-	v := appendOutput(make([]byte, 0, 128), Output{Account: e.Account, Amount: e.Amount, Balance: balance,
+	// Key and value are built in one buffer, reused: Emit copies them.
+	buf := append(p.scratch[:0], e.Account...)
+	buf = appendOutput(buf, Output{Account: e.Account, Amount: e.Amount, Balance: balance,
 		Feed: d.Feed, Epoch: d.Epoch, Position: d.Position})
-	if err := tx.Emit(ctx, outbox.Output{Topic: p.topic, Key: []byte(e.Account), Value: v}); err != nil {
+	p.scratch = buf
+	key, v := buf[:len(e.Account)], buf[len(e.Account):]
+	if err := tx.Emit(ctx, outbox.Output{Topic: p.topic, Key: key, Value: v}); err != nil {
 		return err
 	}
 	undo := p.pending.set(k, balance)

@@ -18,6 +18,7 @@ import (
 
 // benchOptions are the settings of `server bench`, from its flags.
 type benchOptions struct {
+	GOGC            int // the garbage collector's target in effect, -1 for off
 	Lines           int64
 	Accounts        int
 	Rate            int
@@ -146,6 +147,7 @@ func benchCommand(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return badUsage(stderr, fmt.Errorf("bench: %w", err))
 	}
+	o.GOGC = tuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	res, err := runBench(ctx, o, benchLogger(o, stderr), stderr)

@@ -128,6 +128,7 @@ type benchSettings struct {
 	GoVersion     string `json:"go_version"`
 	CPUs          int    `json:"cpus"`
 	GOMAXPROCS    int    `json:"gomaxprocs"`
+	GOGC          int    `json:"gogc"` // -1: off
 	OS            string `json:"os"`
 	Arch          string `json:"arch"`
 }
@@ -140,7 +141,7 @@ func newBenchResult(o benchOptions) *benchResult {
 			Lines: o.Lines, Accounts: o.Accounts, Synchronous: o.Synchronous,
 			BatchMax: o.BatchMax, BatchWait: o.BatchWait.String(), RelayBatch: o.RelayBatch, RelayWait: o.RelayWait.String(),
 			Partitions: topicPartitions, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-			GOMAXPROCS: runtime.GOMAXPROCS(0), OS: runtime.GOOS, Arch: runtime.GOARCH,
+			GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: o.GOGC, OS: runtime.GOOS, Arch: runtime.GOARCH,
 		},
 	}
 }
@@ -233,8 +234,8 @@ func (r *benchResult) tail(w io.Writer) {
 	s := r.Settings
 	fmt.Fprintf(w, "settings  synchronous=%s batch_max=%d batch_wait=%s relay_batch=%d relay_wait=%s partitions=%d\n",
 		s.Synchronous, s.BatchMax, s.BatchWait, s.RelayBatch, s.RelayWait, s.Partitions)
-	fmt.Fprintf(w, "          %s cpus=%d gomaxprocs=%d %s/%s sqlite=%s dir=%s\n",
-		s.GoVersion, s.CPUs, s.GOMAXPROCS, s.OS, s.Arch, s.SQLiteVersion, s.Dir)
+	fmt.Fprintf(w, "          %s cpus=%d gomaxprocs=%d gogc=%d %s/%s sqlite=%s dir=%s\n",
+		s.GoVersion, s.CPUs, s.GOMAXPROCS, s.GOGC, s.OS, s.Arch, s.SQLiteVersion, s.Dir)
 }
 
 // verifyText is the verification's outcome on one line.

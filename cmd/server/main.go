@@ -15,6 +15,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -47,6 +49,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return badUsage(stderr, err)
 	}
+	tuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -63,6 +66,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// defaultGOGC is the garbage collector's target outboxd runs with unless
+// GOGC is set: the heap may grow to three times the live data, not two.
+// Most of outboxd's garbage is short-lived batch buffers, so this halves the
+// collector's CPU for a few tens of MiB (server bench: end_to_end +10-15%,
+// peak RSS 69 -> 87 MiB).
+const defaultGOGC = 200
+
+// tuneGC applies defaultGOGC when the environment does not set GOGC, and
+// returns the GOGC in effect.
+func tuneGC() int {
+	if v, ok := os.LookupEnv("GOGC"); ok {
+		if strings.EqualFold(v, "off") {
+			return -1
+		}
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+		return 100 // the runtime ignores a GOGC it cannot parse
+	}
+	debug.SetGCPercent(defaultGOGC)
+	return defaultGOGC
 }
 
 // badUsage prints err on one line and returns exit code 2.

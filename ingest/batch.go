@@ -166,6 +166,10 @@ func (l *Loop) finish(ctx context.Context, t *txn) error {
 		}
 		through = append(through, c)
 	}
+	if t.delta.Applied > 0 {
+		// The batch's items take effect together, at this commit.
+		t.delta.LastAppliedAt = l.store.Now()
+	}
 	if err := t.tx.AddStats(ctx, l.cfg.Name, t.delta); err != nil {
 		return err
 	}
@@ -244,7 +248,6 @@ func (l *Loop) applyItem(ctx context.Context, t *txn, d Delivery, r Record, h he
 	err := l.apply(l.attemptContext(ctx), t.tx, d, r.Item)
 	if err == nil {
 		t.delta.Applied++
-		t.delta.LastAppliedAt = l.store.Now()
 		return nil, t.tx.EndItem()
 	}
 	if rerr := t.tx.RollbackItem(); rerr != nil {

@@ -78,7 +78,7 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults: exactly-once to a broker on
-// 127.0.0.1:9092, batches of 4000 rows or 5ms, topics created with 3
+// 127.0.0.1:9092, batches of 4000 rows or 1ms, topics created with 3
 // partitions and replication 1, rows kept 24h after publishing.
 func DefaultConfig() Config {
 	return Config{
@@ -86,7 +86,7 @@ func DefaultConfig() Config {
 		Mode:               ModeExactlyOnce,
 		ProgressTopic:      DefaultProgressTopic,
 		Batch:              4000,
-		Wait:               5 * time.Millisecond,
+		Wait:               time.Millisecond,
 		CreateTopics:       true,
 		TopicPartitions:    3,
 		TopicReplication:   1,

@@ -72,7 +72,11 @@ type rssResult struct {
 	RelayDrainStartMiB float64 `json:"relay_drain_start_mib"`
 	RelayDrainMaxMiB   float64 `json:"relay_drain_max_mib"`
 	RelayDrainEndMiB   float64 `json:"relay_drain_end_mib"`
-	RelayDrainSamples  int     `json:"relay_drain_samples"`
+	// The largest sample of each half of the drain: equal when the
+	// memory stays flat as the backlog shrinks.
+	RelayDrainFirstHalfMaxMiB  float64 `json:"relay_drain_first_half_max_mib"`
+	RelayDrainSecondHalfMaxMiB float64 `json:"relay_drain_second_half_max_mib"`
+	RelayDrainSamples          int     `json:"relay_drain_samples"`
 	// Phases is each phase's largest sample.
 	Phases        map[string]float64 `json:"phases"`
 	BrokerPeakMiB float64            `json:"broker_peak_mib,omitempty"`
@@ -82,6 +86,7 @@ type rssResult struct {
 func (r *rssResult) setDrain(w rssWindow, rows int64) {
 	r.RelayDrainRows, r.RelayDrainSamples = rows, w.Samples
 	r.RelayDrainStartMiB, r.RelayDrainMaxMiB, r.RelayDrainEndMiB = w.StartMiB, w.MaxMiB, w.EndMiB
+	r.RelayDrainFirstHalfMaxMiB, r.RelayDrainSecondHalfMaxMiB = w.FirstHalfMaxMiB, w.SecondHalfMaxMiB
 }
 
 // verifyResult is the correctness check of the end-to-end (and latency)
@@ -223,8 +228,8 @@ func (r *benchResult) tail(w io.Writer) {
 	m := r.RSS
 	fmt.Fprintf(w, "memory    peak RSS %.1f MiB", m.PeakMiB)
 	if m.RelayDrainSamples > 0 {
-		fmt.Fprintf(w, "; while the relay drained %d rows: %.1f MiB max (%.1f at the start, %d samples)",
-			m.RelayDrainRows, m.RelayDrainMaxMiB, m.RelayDrainStartMiB, m.RelayDrainSamples)
+		fmt.Fprintf(w, "; while the relay drained %d rows: %.1f at the start, max %.1f in the first half, %.1f in the second (%d samples)",
+			m.RelayDrainRows, m.RelayDrainStartMiB, m.RelayDrainFirstHalfMaxMiB, m.RelayDrainSecondHalfMaxMiB, m.RelayDrainSamples)
 	}
 	if m.BrokerPeakMiB > 0 {
 		fmt.Fprintf(w, "; broker process peak %.1f MiB", m.BrokerPeakMiB)

@@ -13,8 +13,12 @@ import (
 const rssEvery = 50 * time.Millisecond
 
 // rssWindow is what the samples of one stretch of time show, in MiB.
+// Memory that stays flat has the same maximum in both halves; one that
+// grows with the work done has a larger one in the second.
 type rssWindow struct {
 	StartMiB, MaxMiB, EndMiB float64
+	FirstHalfMaxMiB          float64
+	SecondHalfMaxMiB         float64
 	Samples                  int
 }
 
@@ -25,6 +29,7 @@ type rssSampler struct {
 	stop chan struct{}
 	done chan struct{}
 	w    rssWindow
+	all  []float64 // every sample, for the halves
 }
 
 // startRSS starts sampling now and then every interval.
@@ -60,13 +65,29 @@ func (s *rssSampler) sample() {
 	s.w.Samples++
 	s.w.MaxMiB = max(s.w.MaxMiB, v)
 	s.w.EndMiB = v
+	s.all = append(s.all, v)
 }
 
 // finish takes a last sample, stops and returns the window.
 func (s *rssSampler) finish() rssWindow {
 	close(s.stop)
 	<-s.done
+	s.w.FirstHalfMaxMiB, s.w.SecondHalfMaxMiB = halfMaxima(s.all)
 	return s.w
+}
+
+// halfMaxima returns the largest sample of the first half of samples and
+// of the second (which holds the middle one of an odd count).
+func halfMaxima(samples []float64) (first, second float64) {
+	half := len(samples) / 2
+	for i, v := range samples {
+		if i < half {
+			first = max(first, v)
+		} else {
+			second = max(second, v)
+		}
+	}
+	return first, second
 }
 
 // readStatusMiB reads a "Field:   N kB" line of a /proc/PID/status file,

@@ -67,8 +67,29 @@ func TestBenchCommand(t *testing.T) {
 		if res["settings"]["synchronous"] != "full" || res["settings"]["go_version"] == "" {
 			t.Errorf("settings = %v", res["settings"])
 		}
-		if _, ok := res["rss"]["relay_drain_max_mib"]; !ok {
-			t.Errorf("rss = %v", res["rss"])
+		for _, k := range []string{"relay_drain_max_mib", "relay_drain_first_half_max_mib", "relay_drain_second_half_max_mib"} {
+			if got, _ := res["rss"][k].(float64); got <= 0 {
+				t.Errorf("rss.%s = %v, want more than 0", k, res["rss"][k])
+			}
+		}
+		if got, _ := res["settings"]["gogc"].(float64); got != float64(defaultGOGC) && os.Getenv("GOGC") == "" {
+			t.Errorf("settings.gogc = %v, want %d", res["settings"]["gogc"], defaultGOGC)
+		}
+	})
+
+	t.Run("HalfMaxima", func(t *testing.T) {
+		for _, c := range []struct {
+			samples       []float64
+			first, second float64
+		}{
+			{nil, 0, 0},
+			{[]float64{5}, 0, 5},
+			{[]float64{3, 9, 4, 4}, 9, 4},
+			{[]float64{3, 4, 8, 2, 7}, 4, 8},
+		} {
+			if f, s := halfMaxima(c.samples); f != c.first || s != c.second {
+				t.Errorf("halfMaxima(%v) = %v, %v, want %v, %v", c.samples, f, s, c.first, c.second)
+			}
 		}
 	})
 

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -131,22 +132,79 @@ type Backlog struct {
 }
 
 // Backlog counts the rows after id after, of one feed, or of all when feed
-// is "". For all feeds it costs two index lookups, not a scan: committed ids
-// have no gaps (a rolled-back transaction gives its ids back), so the count
-// is the last id minus after.
+// is "". For all feeds it costs two lookups by id, not a scan: committed
+// ids have no gaps (a rolled-back transaction gives its ids back), so the
+// count is the last id minus after. For one feed it reads the pending rows
+// (there is no index by feed: it would cost every row written), so a scan
+// that took long is reused for a while (see feedBacklogs).
 func (s *Store) Backlog(ctx context.Context, feed string, after int64) (Backlog, error) {
 	var b Backlog
-	var err error
-	if feed == "" {
-		err = s.rdb.GetContext(ctx, &b, `SELECT
+	if feed != "" {
+		return s.feedBacklog(ctx, feed, after)
+	}
+	err := s.rdb.GetContext(ctx, &b, `SELECT
 max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0) - ?, 0) AS pending,
 coalesce((SELECT created_at FROM outbox WHERE id > ? ORDER BY id LIMIT 1), 0) AS oldest_at`, after, after)
-	} else {
-		err = s.rdb.GetContext(ctx, &b, `SELECT count(*) AS pending, coalesce(min(created_at), 0) AS oldest_at
-FROM outbox WHERE feed = ? AND id > ?`, feed, after)
-	}
 	if err != nil {
 		return b, fmt.Errorf("read outbox backlog: %w", err)
 	}
+	return b, nil
+}
+
+// feedBacklogs remembers each feed's last backlog scan. A scan costs
+// reading every pending row: little while the relay keeps up, much while
+// Kafka is away and rows pile up, just when an operator watches the
+// status. A result is reused as is while the outbox has not changed (it
+// is exact), and after a scan that took longer than scanReuseAbove for ten
+// times that scan's duration, at most scanReuseMax: repeated status
+// requests spend at most about a tenth of a core on scans.
+type feedBacklogs struct {
+	mu    sync.Mutex
+	scans map[string]feedScan
+}
+
+type feedScan struct {
+	after, last int64 // the scan counted the feed's rows in (after, last]
+	result      Backlog
+	at          time.Time
+	took        time.Duration
+}
+
+const (
+	scanReuseAbove = 20 * time.Millisecond
+	scanReuseMax   = 5 * time.Second
+)
+
+func (s *Store) feedBacklog(ctx context.Context, feed string, after int64) (Backlog, error) {
+	last, err := s.LastOutboxID(ctx)
+	if err != nil {
+		return Backlog{}, err
+	}
+	if last <= after {
+		return Backlog{}, nil
+	}
+	c := &s.backlogs
+	c.mu.Lock()
+	prev, ok := c.scans[feed]
+	c.mu.Unlock()
+	now := time.Now()
+	if ok && ((prev.after == after && prev.last == last) ||
+		(prev.took > scanReuseAbove && now.Sub(prev.at) < min(10*prev.took, scanReuseMax))) {
+		return prev.result, nil
+	}
+	var b Backlog
+	// Rows after last are left out, so the result is exactly that of
+	// (after, last], whatever commits meanwhile.
+	err = s.rdb.GetContext(ctx, &b, `SELECT count(*) AS pending, coalesce(min(created_at), 0) AS oldest_at
+FROM outbox WHERE id > ? AND id <= ? AND feed = ?`, after, last, feed)
+	if err != nil {
+		return b, fmt.Errorf("read outbox backlog of %s: %w", feed, err)
+	}
+	c.mu.Lock()
+	if c.scans == nil {
+		c.scans = map[string]feedScan{}
+	}
+	c.scans[feed] = feedScan{after: after, last: last, result: b, at: now, took: time.Since(now)}
+	c.mu.Unlock()
 	return b, nil
 }

@@ -91,6 +91,7 @@ type Store struct {
 	committed chan struct{}
 	recent    recentRows   // rows of the latest commits, see RecentRows
 	rowsHint  atomic.Int64 // outputs of the last commit: the next one's first allocation
+	backlogs  feedBacklogs // the last backlog scan of each feed
 
 	hookMu     sync.Mutex
 	commitHook func(ctx context.Context) error

@@ -155,6 +155,36 @@ func TestStore_Open(t *testing.T) {
 		}
 	})
 
+	// A database of schema version 1 (with outbox_feed, an index by feed)
+	// is migrated on open: the index goes, the rows stay.
+	t.Run("FromVersion1", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "t.db")
+		db, err := sqlx.Open("sqlite", "file:"+path+"?_pragma=journal_mode(wal)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{outboxd.Migrations()[0].SQL, "PRAGMA user_version = 1",
+			`INSERT INTO outbox (feed, partition, epoch, position, n, topic, value, created_at) VALUES ('f', 0, 'e', 1, 0, 't', x'76', 5)`} {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var n int
+		if err := db.Get(&n, `SELECT count(*) FROM sqlite_master WHERE name = 'outbox_feed'`); err != nil || n != 1 {
+			t.Fatalf("version 1 has outbox_feed: %d, %v", n, err)
+		}
+		db.Close()
+
+		s := openAt(t, outbox.DefaultConfig(path))
+		equal(t, "user_version", pragma(t, s.DB(), "user_version"), fmt.Sprint(len(outboxd.Migrations())))
+		if err := s.DB().Get(&n, `SELECT count(*) FROM sqlite_master WHERE name = 'outbox_feed'`); err != nil || n != 0 {
+			t.Fatalf("outbox_feed after migrating: %d, %v", n, err)
+		}
+		b, err := s.Backlog(ctx, "f", 0)
+		must(t, err)
+		equal(t, "backlog of f", b, outbox.Backlog{Pending: 1, OldestAt: 5})
+	})
+
 	t.Run("PathWithURICharacters", func(t *testing.T) {
 		// The path is put in a "file:" URI: '?', '#' and '%' in it must not
 		// be taken for the query, a fragment or an escape.

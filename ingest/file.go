@@ -285,6 +285,9 @@ func (f *FileFeed) Commit(context.Context, []outbox.Checkpoint) error { return n
 // (0 before there is a file). It is safe for concurrent use.
 func (f *FileFeed) Ends() map[int32]int64 { return map[int32]int64{0: f.end.Load()} }
 
+// MaxItemBytes is the longest line the feed delivers (see ItemSizer).
+func (f *FileFeed) MaxItemBytes() int { return f.opts.MaxLine }
+
 func (f *FileFeed) publishEnd() {
 	if f.cur != nil {
 		f.end.Store(f.cur.size)

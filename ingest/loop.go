@@ -29,10 +29,13 @@ type Config struct {
 	Name string
 	// Processor names the processor, for the status.
 	Processor string
-	// BatchMax closes a batch at this many records; BatchWait closes it this
-	// long after its first record, whichever comes first.
-	BatchMax  int
-	BatchWait time.Duration
+	// BatchMax closes a batch at this many records, BatchBytes once its
+	// items' keys, values and headers hold this many bytes (0: the
+	// default), BatchWait this long after its first record, whichever
+	// comes first.
+	BatchMax   int
+	BatchBytes int
+	BatchWait  time.Duration
 	// Retry is the schedule for an item's transient errors; OnFailure says
 	// what happens when it is spent (OnFailureDeadLetter or OnFailureStop).
 	Retry     Retry
@@ -58,11 +61,30 @@ type Config struct {
 	Rewind map[int32]int64
 }
 
+// DefaultBatchBytes bounds a batch's item bytes unless Config.BatchBytes
+// says otherwise: 4000 lines of 4 KiB, or 16 of the longest lines a file
+// feed delivers whole.
+const DefaultBatchBytes = 16 << 20
+
+// DefaultMaxItemBytes is the largest item the loop expects from a feed that
+// does not say (see ItemSizer): Kafka's default message.max.bytes, and the
+// file feed's default longest line.
+const DefaultMaxItemBytes = 1 << 20
+
+// ItemSizer is implemented by feeds that know the largest item they can
+// yield. The loop asks a feed for as many records as fit the batch's byte
+// budget were each that large, so a batch holds at most BatchBytes plus one
+// item, whatever the items' sizes.
+type ItemSizer interface {
+	MaxItemBytes() int
+}
+
 // DefaultConfig returns the defaults for a feed named name.
 func DefaultConfig(name string) Config {
 	return Config{
 		Name:                name,
 		BatchMax:            4000,
+		BatchBytes:          DefaultBatchBytes,
 		BatchWait:           5 * time.Millisecond,
 		Retry:               DefaultRetry(),
 		OnFailure:           OnFailureDeadLetter,
@@ -78,6 +100,9 @@ func (c Config) Validate() error {
 	}
 	if c.BatchMax < 1 {
 		return fmt.Errorf("batch-max: %d, want at least 1", c.BatchMax)
+	}
+	if c.BatchBytes < 0 {
+		return fmt.Errorf("batch-bytes: %d is negative", c.BatchBytes)
 	}
 	if c.BatchWait < 0 {
 		return fmt.Errorf("batch-wait: %v is negative", c.BatchWait)
@@ -134,6 +159,9 @@ type Loop struct {
 func NewLoop(store *outbox.Store, feed Feed, proc Processor, cfg Config) (*Loop, error) {
 	if cfg.DeadLetterTopic == "" {
 		cfg.DeadLetterTopic = cfg.Name + ".dlq"
+	}
+	if cfg.BatchBytes == 0 {
+		cfg.BatchBytes = DefaultBatchBytes
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("feed %s: %w", cfg.Name, err)
@@ -283,21 +311,25 @@ func (l *Loop) feedError(ctx context.Context, err error) {
 func (l *Loop) collect(ctx context.Context, buf []Record) ([]Record, error) {
 	buf = append(buf, l.carry...)
 	l.carry = l.carry[:0]
+	var c batchFill
+	c.add(buf)
 	if len(buf) == 0 {
 		var err error
-		if buf, err = l.feed.Poll(ctx, buf, l.cfg.BatchMax); err != nil {
+		if buf, err = l.feed.Poll(ctx, buf, l.pollMax(&c)); err != nil {
 			return buf, err
 		}
+		c.add(buf)
 	}
 	deadline := time.Now().Add(l.cfg.BatchWait)
-	for len(buf) < l.cfg.BatchMax && !hasControl(buf) && ctx.Err() == nil {
+	pctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	for len(buf) < l.cfg.BatchMax && c.bytes < l.cfg.BatchBytes && !c.control && ctx.Err() == nil {
 		if time.Now().After(deadline) {
 			break
 		}
-		pctx, cancel := context.WithDeadline(ctx, deadline)
 		var err error
-		buf, err = l.feed.Poll(pctx, buf, l.cfg.BatchMax-len(buf))
-		cancel()
+		buf, err = l.feed.Poll(pctx, buf, l.pollMax(&c))
+		c.add(buf)
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 				return buf, err
@@ -306,6 +338,43 @@ func (l *Loop) collect(ctx context.Context, buf []Record) ([]Record, error) {
 		}
 	}
 	return l.cutAtControl(buf), nil
+}
+
+// batchFill follows what a batch being collected holds.
+type batchFill struct {
+	seen    int  // records counted
+	bytes   int  // their items' bytes
+	control bool // one is not an item (an epoch change, a loss)
+}
+
+// add counts the records of buf not counted yet.
+func (c *batchFill) add(buf []Record) {
+	for _, r := range buf[c.seen:] {
+		if r.Kind != RecordItem {
+			c.control = true
+		}
+		c.bytes += itemBytes(r.Item)
+	}
+	c.seen = len(buf)
+}
+
+func itemBytes(it Item) int {
+	n := len(it.Key) + len(it.Value)
+	for _, h := range it.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// pollMax is how many records to ask the feed for: what the batch has room
+// for, in records and in bytes were every record as large as the feed's
+// largest.
+func (l *Loop) pollMax(c *batchFill) int {
+	maxItem := DefaultMaxItemBytes
+	if s, ok := l.feed.(ItemSizer); ok && s.MaxItemBytes() > 0 {
+		maxItem = s.MaxItemBytes()
+	}
+	return max(1, min(l.cfg.BatchMax-c.seen, (l.cfg.BatchBytes-c.bytes)/maxItem))
 }
 
 // cutAtControl keeps records up to the first epoch change or loss and sets
@@ -318,13 +387,4 @@ func (l *Loop) cutAtControl(buf []Record) []Record {
 		}
 	}
 	return buf
-}
-
-func hasControl(buf []Record) bool {
-	for _, r := range buf {
-		if r.Kind != RecordItem {
-			return true
-		}
-	}
-	return false
 }

@@ -47,6 +47,7 @@ type Config struct {
 	Brokers        []string               `yaml:"brokers"`
 	Synchronous    string                 `yaml:"synchronous"`
 	BatchMax       int                    `yaml:"batchMax"`
+	BatchBytes     int                    `yaml:"batchBytes"`
 	BatchWait      time.Duration          `yaml:"batchWait"`
 	MaxLine        int                    `yaml:"maxLine"`
 	Grace          time.Duration          `yaml:"shutdownGrace"`
@@ -67,6 +68,7 @@ func DefaultConfig() Config {
 		HTTP:        "127.0.0.1:8080",
 		Synchronous: outbox.SyncFull,
 		BatchMax:    ingest.DefaultConfig("").BatchMax,
+		BatchBytes:  ingest.DefaultBatchBytes,
 		BatchWait:   ingest.DefaultConfig("").BatchWait,
 		MaxLine:     1 << 20,
 		Grace:       20 * time.Second,
@@ -137,6 +139,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BatchMax < 1 {
 		return fmt.Errorf("--batch-max: %d, want at least 1", c.BatchMax)
+	}
+	if c.BatchBytes < 1 {
+		return fmt.Errorf("--batch-bytes: %d, want at least 1", c.BatchBytes)
 	}
 	if c.BatchWait < 0 {
 		return fmt.Errorf("--batch-wait: %v is negative", c.BatchWait)
@@ -256,6 +261,7 @@ func flagSet(c *Config, configPath *string) *flag.FlagSet {
 	fs.Var(list{&c.Brokers}, "brokers", "Kafka brokers, comma-separated (none: an in-process dev broker, in memory only)")
 	fs.StringVar(&c.Synchronous, "synchronous", c.Synchronous, "SQLite synchronous mode: full (survives power loss) or normal (survives a crash)")
 	fs.IntVar(&c.BatchMax, "batch-max", c.BatchMax, "close an ingest batch (one transaction) at this many items")
+	fs.IntVar(&c.BatchBytes, "batch-bytes", c.BatchBytes, "close an ingest batch once its items hold this many bytes")
 	fs.DurationVar(&c.BatchWait, "batch-wait", c.BatchWait, "close an ingest batch this long after its first item")
 	fs.IntVar(&c.MaxLine, "max-line", c.MaxLine, "longest file line in bytes; longer lines are dead letters")
 	fs.DurationVar(&c.Grace, "shutdown-grace", c.Grace, "on SIGTERM, exit within this long")

@@ -19,7 +19,7 @@ func TestParseConfig(t *testing.T) {
 		}
 		f := c.Feeds["l"]
 		if c.DB != "./data/outboxd.db" || c.HTTP != "127.0.0.1:8080" || c.Synchronous != "full" ||
-			c.BatchMax != 4000 || c.BatchWait != 5*time.Millisecond || c.Relay.Mode != "exactly-once" {
+			c.BatchMax != 4000 || c.BatchBytes != 16<<20 || c.BatchWait != 5*time.Millisecond || c.Relay.Mode != "exactly-once" {
 			t.Fatalf("defaults: %+v", c)
 		}
 		if f.Processor != "forward" || f.Topic != "l.out" || f.OnFailure != "dead-letter" ||
@@ -60,6 +60,7 @@ func TestParseConfig(t *testing.T) {
 		{"OrdersOnAFile", []string{"--feed", "x=file:/a", "--processor", "x=orders"}, "reads a Kafka feed"},
 		{"BadPolicy", []string{"--feed", "x=file:/a", "--on-failure", "x=ignore"}, "want dead-letter or stop"},
 		{"BadSync", []string{"--synchronous", "off"}, `"off" is not one of full, normal`},
+		{"BadBatchBytes", []string{"--batch-bytes", "0"}, "--batch-bytes: 0, want at least 1"},
 		{"ShortGrace", []string{"--shutdown-grace", "5s"}, "want more than a record's work deadline"},
 		{"BadRelay", []string{"--relay", "maybe"}, `mode: "maybe"`},
 		{"BadFeedName", []string{"--feed", "a b=file:/x"}, "a name is letters"},

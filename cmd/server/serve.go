@@ -121,7 +121,7 @@ func (m *Main) newLoop(name string, fc *FeedConfig, seams testSeams) (*ingest.Lo
 	}
 	cfg := ingest.DefaultConfig(name)
 	cfg.Processor = fc.Processor
-	cfg.BatchMax, cfg.BatchWait = m.Config.BatchMax, m.Config.BatchWait
+	cfg.BatchMax, cfg.BatchBytes, cfg.BatchWait = m.Config.BatchMax, m.Config.BatchBytes, m.Config.BatchWait
 	cfg.OnFailure, cfg.OnCompletionFailure = fc.OnFailure, fc.OnCompletionFailure
 	cfg.Logger = m.Logger
 	cfg.OnBatch = func(records int, commit time.Duration) {

@@ -286,9 +286,19 @@ func (l *Loop) attemptContext(ctx context.Context) context.Context {
 		return a.ctx
 	}
 	a.stop()
-	a.ctx, a.cancel = context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	a.ctx, a.cancel = l.newAttemptContext(ctx)
 	a.at = now
 	return a.ctx
+}
+
+// newAttemptContext is a context of its own for one attempt: bounded by the
+// attempt timeout (if any), not cancelled by ctx's cancellation.
+func (l *Loop) newAttemptContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	actx := context.WithoutCancel(ctx)
+	if t := l.cfg.Retry.AttemptTimeout; t > 0 {
+		return context.WithTimeout(actx, t)
+	}
+	return actx, func() {}
 }
 
 // attemptReuse is how long after its creation an attempt context may be

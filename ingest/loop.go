@@ -74,7 +74,7 @@ const DefaultMaxItemBytes = 1 << 20
 // ItemSizer is implemented by feeds that know the largest item they can
 // yield. The loop asks a feed for as many records as fit the batch's byte
 // budget were each that large, so a batch holds at most BatchBytes plus one
-// item, whatever the items' sizes.
+// item, however its items' sizes vary up to that largest.
 type ItemSizer interface {
 	MaxItemBytes() int
 }
@@ -149,6 +149,7 @@ type Loop struct {
 	// the processor at the same time as the loop.
 	applyMu sync.Mutex
 	attempt sharedAttempt // the loop's items' attempt context
+	maxItem int           // the feed's largest item, in bytes (see ItemSizer)
 
 	mu        sync.Mutex
 	state     string
@@ -170,8 +171,12 @@ func NewLoop(store *outbox.Store, feed Feed, proc Processor, cfg Config) (*Loop,
 	if log == nil {
 		log = slog.Default()
 	}
+	maxItem := DefaultMaxItemBytes
+	if s, ok := feed.(ItemSizer); ok && s.MaxItemBytes() > 0 {
+		maxItem = s.MaxItemBytes()
+	}
 	return &Loop{
-		store: store, feed: feed, proc: proc, cfg: cfg, state: StateStopped,
+		store: store, feed: feed, proc: proc, cfg: cfg, state: StateStopped, maxItem: maxItem,
 		log: log.With("component", "ingest", "feed", cfg.Name),
 	}, nil
 }
@@ -370,11 +375,7 @@ func itemBytes(it Item) int {
 // for, in records and in bytes were every record as large as the feed's
 // largest.
 func (l *Loop) pollMax(c *batchFill) int {
-	maxItem := DefaultMaxItemBytes
-	if s, ok := l.feed.(ItemSizer); ok && s.MaxItemBytes() > 0 {
-		maxItem = s.MaxItemBytes()
-	}
-	return max(1, min(l.cfg.BatchMax-c.seen, (l.cfg.BatchBytes-c.bytes)/maxItem))
+	return max(1, min(l.cfg.BatchMax-c.seen, (l.cfg.BatchBytes-c.bytes)/l.maxItem))
 }
 
 // cutAtControl keeps records up to the first epoch change or loss and sets

@@ -41,12 +41,8 @@ func (l *Loop) Requeue(ctx context.Context, id int64) (bool, error) {
 	if err := tx.BeginItem(d.Place()); err != nil {
 		return false, err
 	}
-	actx := context.WithoutCancel(ctx)
-	if t := l.cfg.Retry.AttemptTimeout; t > 0 {
-		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(actx, t)
-		defer cancel()
-	}
+	actx, cancel := l.newAttemptContext(ctx)
+	defer cancel()
 	if err := l.apply(actx, tx, d, Item{Key: dl.Key, Value: dl.Payload, Headers: hs}); err != nil {
 		return false, fmt.Errorf("requeue dead letter %d: the processor failed again: %w", id, err)
 	}

@@ -113,15 +113,17 @@ func (tx *Tx) flushRows() error {
 		chunk := rows[:k]
 		args = args[:0]
 		var query string
-		if first := chunk[0]; sharesOrigin(chunk) {
+		if first := &chunk[0]; sharesOrigin(chunk) {
 			query = insertSharedBySize[k]
 			args = append(args, first.Feed, first.Partition, first.Epoch, first.Topic, now)
-			for _, r := range chunk {
+			for i := range chunk {
+				r := &chunk[i]
 				args = append(args, r.Position, r.N, r.Key, r.Value, r.Headers)
 			}
 		} else {
 			query = insertBySize[k]
-			for _, r := range chunk {
+			for i := range chunk {
+				r := &chunk[i]
 				args = append(args, r.Feed, r.Partition, r.Epoch, r.Position, r.N,
 					r.Topic, r.Key, r.Value, r.Headers, now)
 			}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/ingest/filefeed"
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -152,7 +153,7 @@ func (h *harness) start(rewind map[int32]int64) {
 	cfg.OnCompletionFailure = ingest.OnCompletionSkip
 	cfg.Logger = quiet()
 	cfg.Rewind = rewind
-	feed := ingest.NewFileFeed(h.path, ingest.FileOptions{PollInterval: 20 * time.Millisecond, Logger: quiet()})
+	feed := filefeed.New(h.path, filefeed.Options{PollInterval: 20 * time.Millisecond, Logger: quiet()})
 	l, err := ingest.NewLoop(h.store, feed, h.proc, cfg)
 	if err != nil {
 		h.t.Fatal(err)

@@ -214,7 +214,7 @@ func (l *Loop) applyRecord(ctx context.Context, t *txn, r Record, seq int64, h h
 		return nil, l.recordLoss(ctx, t, r)
 	}
 	cp := t.cps[r.Partition]
-	d := Delivery{Feed: l.cfg.Name, Partition: r.Partition, Sequence: seq, Epoch: r.Epoch, Position: r.Position, Attempt: h.attempt}
+	d := Delivery{Feed: l.cfg.Name, Partition: r.Partition, Topic: r.Topic, Sequence: seq, Epoch: r.Epoch, Position: r.Position, Attempt: h.attempt}
 	if !l.cfg.DisableGuard && d.AlreadyApplied(cp.Epoch, cp.Position) {
 		t.delta.ReplaysSkipped++
 		return nil, nil

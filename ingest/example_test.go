@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/ingest/filefeed"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -44,7 +45,7 @@ func Example_processor() {
 		log.Fatal(err)
 	}
 	defer store.Close()
-	feed := ingest.NewFileFeed("./words.txt", ingest.FileOptions{})
+	feed := filefeed.New("./words.txt", filefeed.Options{})
 	loop, err := ingest.NewLoop(store, feed, Counter{}, ingest.DefaultConfig("words"))
 	if err != nil {
 		log.Fatal(err)

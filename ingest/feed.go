@@ -31,6 +31,8 @@ const (
 type Record struct {
 	Kind      RecordKind
 	Partition int32
+	// Topic is the Kafka topic an item was read from ("" for a file).
+	Topic string
 	// Epoch is the item's epoch, the new epoch, or the epoch of the lost range.
 	Epoch string
 	// Position is the position after the item, or where a new epoch starts.

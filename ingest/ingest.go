@@ -20,8 +20,12 @@ import (
 type Delivery struct {
 	// Feed is the feed's name.
 	Feed string
-	// Partition is the source partition (0 for a file).
+	// Partition is the feed's partition (0 for a file). For a Kafka feed's
+	// main topic it is the topic's partition; the partitions of its extra
+	// topics (a retry topic) are numbered apart, so positions never mix.
 	Partition int32
+	// Topic is the Kafka topic the item was read from ("" for a file).
+	Topic string
 	// Sequence counts this run's deliveries from 1. It restarts with every
 	// run: never compare it across a restart.
 	Sequence int64

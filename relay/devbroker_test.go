@@ -11,17 +11,19 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/internal/devkafka"
 )
 
 // TestDevBroker_RelayAndConsume runs the relay against the dev broker and
 // reads the result back with Consume, as `server consume` does.
 func TestDevBroker_RelayAndConsume(t *testing.T) {
-	b, err := StartDevBroker("127.0.0.1:0", testLogger(t))
+	b, err := devkafka.Start("127.0.0.1:0", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if _, err := StartDevBroker(b.Addr(), nil); err == nil {
+	if _, err := devkafka.Start(b.Addr(), nil); err == nil {
 		t.Fatal("a second dev broker on the same address started")
 	}
 	brokers := []string{b.Addr()}
@@ -34,7 +36,7 @@ func TestDevBroker_RelayAndConsume(t *testing.T) {
 	out := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Consume(ctx, brokers, "dev", true, out) }()
+	go func() { done <- devkafka.Consume(ctx, brokers, "dev", true, out) }()
 	wait(t, 10*time.Second, func() error {
 		if n := out.lines(); n < len(ids) {
 			return fmt.Errorf("%d lines", n)
@@ -48,7 +50,7 @@ func TestDevBroker_RelayAndConsume(t *testing.T) {
 	seen := map[int64]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(out.bytes()))
 	for sc.Scan() {
-		var r ConsumedRecord
+		var r devkafka.ConsumedRecord
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("line %q: %v", sc.Text(), err)
 		}
@@ -63,7 +65,7 @@ func TestDevBroker_RelayAndConsume(t *testing.T) {
 	}
 }
 
-func consumedID(t *testing.T, r ConsumedRecord) int64 {
+func consumedID(t *testing.T, r devkafka.ConsumedRecord) int64 {
 	t.Helper()
 	for _, h := range r.Headers {
 		if h.Key == HeaderID {

@@ -14,15 +14,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxd/outboxd/internal/devkafka"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/relay"
 )
 
 // startBroker hosts a Kafka broker (kfake: the real protocol, transactions
 // included) in the test process, outliving every server the test kills.
 func startBroker(t *testing.T) string {
 	t.Helper()
-	b, err := relay.StartDevBroker("127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	b, err := devkafka.Start("127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func startProxiedBroker(t *testing.T) *proxy {
 	}
 	p := &proxy{ln: front, target: back.Addr().String(), conns: map[net.Conn]bool{}}
 	// The broker listens on back but advertises front.
-	b, err := relay.StartDevBrokerOn(advertised{back, front.Addr()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	b, err := devkafka.StartOn(advertised{back, front.Addr()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/ingest/kafkafeed"
 	"github.com/outboxd/outboxd/ingest/orders"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -313,7 +314,7 @@ func eventsRead(ctx context.Context, s *outbox.Store) (int64, error) {
 	}
 	var n int64
 	for _, c := range cps {
-		if c.Partition < ingest.KafkaPartitionStride {
+		if c.Partition < kafkafeed.PartitionStride {
 			n += c.Position
 		}
 	}
@@ -458,7 +459,7 @@ func TestOrders_RetentionGap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(losses) != 1 || losses[0].From != 10 || losses[0].To != 15 || losses[0].Reason != ingest.LossRetention {
+	if len(losses) != 1 || losses[0].From != 10 || losses[0].To != 15 || losses[0].Reason != kafkafeed.LossRetention {
 		t.Fatalf("losses %+v, want one retention loss 10..15", losses)
 	}
 	f, err := s.Feed(context.Background(), "gap")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/ingest/filefeed"
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -38,7 +39,7 @@ func BenchmarkIngest(b *testing.B) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := ingest.DefaultConfig("ledger")
 	cfg.Logger = quiet
-	l, err := ingest.NewLoop(s, ingest.NewFileFeed(path, ingest.FileOptions{Logger: quiet}), ledger.New("ledger.out"), cfg)
+	l, err := ingest.NewLoop(s, filefeed.New(path, filefeed.Options{Logger: quiet}), ledger.New("ledger.out"), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -74,9 +74,12 @@ func (h *harness) inTx(f func(tx *outbox.Tx) error) error {
 // off, and returns the outputs it emitted and Apply's error.
 func (h *harness) apply(p int32, off int64, key, value string, hs ...outbox.Header) ([]outbox.Row, error) {
 	h.t.Helper()
-	d := ingest.Delivery{Feed: feed, Partition: p, Epoch: fmt.Sprintf("e%d", p), Position: off + 1, Attempt: 1}
+	d := ingest.Delivery{Feed: feed, Partition: p, Topic: source, Epoch: fmt.Sprintf("e%d", p), Position: off + 1, Attempt: 1}
 	if p == 0 {
 		d.Epoch = epoch
+	}
+	if p == retryPart {
+		d.Topic = feed + ".retry"
 	}
 	var k []byte
 	if key != "" {
@@ -189,9 +192,11 @@ func retryHeaders(t *testing.T, row outbox.Row, off int64, attempt int, delay ti
 	return hs
 }
 
+// retryPart is the feed partition of the retry topic's partition 0.
+const retryPart = 1 << 16
+
 func TestProcessor_Retry(t *testing.T) {
 	h := newHarness(t)
-	retryPart := ingest.KafkaFeedPartition(1, 0)
 	// paid (offset 0) comes before placed (offset 1): refused, retried.
 	rows, err := h.apply(0, 0, "o-2", event("paid", 2))
 	if err != nil || len(rows) != 1 {

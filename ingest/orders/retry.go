@@ -20,9 +20,8 @@ const maxRetryShift = 20
 // attempt 1; a record of an extra topic (the retry topic) carries both in
 // its headers, and without them it is malformed.
 func (p *Processor) origin(d ingest.Delivery, item ingest.Item) (Place, int, error) {
-	ti, kp := ingest.KafkaTopicPartition(d.Partition)
-	if ti == 0 {
-		return Place{Topic: p.cfg.SourceTopic, Partition: kp, Epoch: d.Epoch, Offset: d.Position - 1}, 1, nil
+	if d.Topic != p.cfg.RetryTopic {
+		return Place{Topic: p.cfg.SourceTopic, Partition: d.Partition, Epoch: d.Epoch, Offset: d.Position - 1}, 1, nil
 	}
 	return retryOrigin(item.Headers)
 }
@@ -34,7 +33,7 @@ func retryOrigin(hs []outbox.Header) (Place, int, error) {
 	if len(topic) == 0 || len(epoch) == 0 {
 		return Place{}, 0, fmt.Errorf("a retry record without headers %s and %s", ingest.HeaderOrigTopic, ingest.HeaderOrigEpoch)
 	}
-	part, err := headerInt(hs, ingest.HeaderOrigPartition, 0, ingest.KafkaPartitionStride-1)
+	part, err := headerInt(hs, ingest.HeaderOrigPartition, 0, math.MaxInt32)
 	if err != nil {
 		return Place{}, 0, err
 	}

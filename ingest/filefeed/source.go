@@ -1,0 +1,134 @@
+package filefeed
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+)
+
+// fileReadSize is the size of a file source's reusable read buffer: one read
+// syscall serves many lines.
+const fileReadSize = 64 << 10
+
+// fileSource is one open file a Feed reads, with where it stands in it.
+type fileSource struct {
+	file  *os.File
+	id    fileID
+	epoch string // "" until announced (or resumed): no item is read before
+	split *lineSplitter
+	buf   []byte // the read buffer, handed to split chunk by chunk
+	fpBuf []byte // the buffer fingerprints are read into
+	size  int64  // the file's size as last seen
+	seen  int64  // the largest size seen in this epoch: what a loss runs to
+	atEOF bool   // the last read found the end: look at the file before reading on
+}
+
+// openFileSource opens the file at path, with its identity (the fingerprint
+// too, when the file has one yet). It returns nil and no error when there is
+// no file.
+func openFileSource(path string, maxLine int) (*fileSource, error) {
+	file, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	s, err := newFileSource(file, maxLine)
+	if err != nil {
+		file.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func newFileSource(file *os.File, maxLine int) (*fileSource, error) {
+	fi, err := file.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat %s: %w", file.Name(), err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("open %s: not a regular file", file.Name())
+	}
+	s := &fileSource{
+		file:  file,
+		id:    fileIDOf(fi),
+		split: newLineSplitter(maxLine, 0),
+		buf:   make([]byte, fileReadSize),
+		fpBuf: make([]byte, fingerprintSize),
+		size:  fi.Size(),
+		seen:  fi.Size(),
+	}
+	fp, ok, err := s.fingerprint()
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		s.id.fp = fp
+	}
+	return s, nil
+}
+
+// fingerprint reads the file's current fingerprint; ok is false while it has
+// none.
+func (s *fileSource) fingerprint() (fp string, ok bool, err error) {
+	return readFingerprint(s.file, s.fpBuf)
+}
+
+// seek makes the next read start at pos, dropping any unfinished line.
+func (s *fileSource) seek(pos int64) error {
+	if _, err := s.file.Seek(pos, io.SeekStart); err != nil {
+		return fmt.Errorf("seek %s to %d: %w", s.file.Name(), pos, err)
+	}
+	s.split.reset(pos)
+	s.atEOF = false
+	return nil
+}
+
+// stat looks at the file's size again. The caller decides whether the size
+// counts as seen in this epoch (see saw): not when the file started over.
+func (s *fileSource) stat() (int64, error) {
+	fi, err := s.file.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("stat %s: %w", s.file.Name(), err)
+	}
+	s.size = fi.Size()
+	return s.size, nil
+}
+
+// saw notes that the file had at least size bytes.
+func (s *fileSource) saw(size int64) { s.seen = max(s.seen, size) }
+
+// next returns the next complete line, reading the file a chunk at a time as
+// needed; ok is false at the end of the file.
+func (s *fileSource) next() (l fileLine, ok bool, err error) {
+	for {
+		if l, ok := s.split.next(); ok {
+			return l, true, nil
+		}
+		n, err := s.file.Read(s.buf)
+		if n > 0 {
+			s.split.push(s.buf[:n])
+			s.size = max(s.size, s.split.fed())
+			s.saw(s.size)
+			continue
+		}
+		if err == nil || errors.Is(err, io.EOF) {
+			s.atEOF = true
+			return fileLine{}, false, nil
+		}
+		return fileLine{}, false, fmt.Errorf("read %s: %w", s.file.Name(), err)
+	}
+}
+
+// unread reports whether bytes were seen past the last complete line.
+func (s *fileSource) unread() bool { return s.seen > s.split.pos }
+
+func (s *fileSource) close() error {
+	if err := s.file.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", s.file.Name(), err)
+	}
+	return nil
+}

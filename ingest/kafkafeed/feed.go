@@ -1,0 +1,448 @@
+// Package kafkafeed is the Kafka feed: an ingest.Feed over the partitions of
+// a topic (and extra topics, such as a retry topic), read with sarama from
+// the positions the store holds. Its epochs are topic IDs with the partition,
+// and offsets deleted by retention before they were read are losses.
+package kafkafeed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// Defaults of Config.
+const (
+	DefaultMetadataRefresh = 2 * time.Second
+	DefaultCommitInterval  = time.Second
+)
+
+// Reasons a Kafka feed gives for a RecordLoss.
+const (
+	// LossRetention: offsets deleted (by retention or DeleteRecords) before
+	// the feed read them: From is the position the feed stood at, To the
+	// partition's log start offset.
+	LossRetention = "deleted by retention before read"
+	// LossTopicReplaced: the topic was deleted and created again (another
+	// topic ID) with records of the old one not yet read, or read but not
+	// yet confirmed to belong to it (see Feed). To is the high
+	// watermark last seen.
+	LossTopicReplaced = "topic deleted and re-created before read"
+)
+
+// Log keys of the Kafka feed.
+const (
+	logSource    = "source"    // the topics read
+	logTopic     = "topic"     // the topic of one partition
+	logPartition = "partition" // a feed partition
+	logEpoch     = "epoch"
+	logFrom      = "from"
+	logTo        = "to"
+	logErr       = "err"
+)
+
+// PartitionStride separates the partition spaces of a Kafka feed's
+// topics: partition p of Topic is feed partition p, and partition p of the
+// k-th extra topic (Topics[k-1]) is feed partition k*PartitionStride+p.
+// So a retry topic's positions never mix with the main topic's.
+const PartitionStride = 1 << 16
+
+// maxExtraTopics keeps every feed partition within int32.
+const maxExtraTopics = 1<<15 - 2
+
+// FeedPartition returns the feed partition of partition p of the topic
+// at index topic (0: Config.Topic, k: Topics[k-1]).
+func FeedPartition(topic int, p int32) int32 {
+	return int32(topic)*PartitionStride + p
+}
+
+// TopicPartition reverses FeedPartition.
+func TopicPartition(feedPartition int32) (topic int, p int32) {
+	return int(feedPartition / PartitionStride), feedPartition % PartitionStride
+}
+
+// Epoch is the epoch of a partition of the topic with the given ID:
+// "ID:PARTITION", the ID in Kafka's own text form (base64url, no padding).
+// A topic deleted and created again gets a new ID, hence new epochs.
+func Epoch(topicID string, partition int32) string {
+	return topicID + ":" + strconv.FormatInt(int64(partition), 10)
+}
+
+// Config configures a Feed.
+type Config struct {
+	// Brokers are the bootstrap addresses (host:port). Required.
+	Brokers []string
+	// Topic is the feed's main topic. Required.
+	Topic string
+	// Topics are extra topics read by the same feed (a retry topic), each
+	// in its own partition space (see PartitionStride). Their records
+	// that carry HeaderRetryDue are held until that time.
+	Topics []string
+	// Group is the consumer group under which offsets are committed after
+	// each store commit, so lag shows in Kafka's tools. It is never read
+	// from: the store's positions are the authority. Empty: no commits.
+	Group string
+	// MetadataRefresh is how often the topics' metadata is read to find new
+	// partitions and re-created topics (default DefaultMetadataRefresh).
+	MetadataRefresh time.Duration
+	// CommitInterval is the most often offsets are committed to the group
+	// (default DefaultCommitInterval).
+	CommitInterval time.Duration
+	// ClientID names the feed's connections to the brokers (default
+	// "outboxd-feed").
+	ClientID string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.MetadataRefresh <= 0 {
+		c.MetadataRefresh = DefaultMetadataRefresh
+	}
+	if c.CommitInterval <= 0 {
+		c.CommitInterval = DefaultCommitInterval
+	}
+	if c.ClientID == "" {
+		c.ClientID = "outboxd-feed"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports the first unusable field.
+func (c Config) Validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("kafka feed: no brokers")
+	}
+	if c.Topic == "" {
+		return errors.New("kafka feed: no topic")
+	}
+	if len(c.Topics) > maxExtraTopics {
+		return fmt.Errorf("kafka feed: %d extra topics, at most %d", len(c.Topics), maxExtraTopics)
+	}
+	seen := map[string]bool{c.Topic: true}
+	for _, t := range c.Topics {
+		if t == "" || seen[t] {
+			return fmt.Errorf("kafka feed: extra topic %q is empty or read twice", t)
+		}
+		seen[t] = true
+	}
+	return nil
+}
+
+// topics returns every topic read, the main one first.
+func (c Config) topics() []string {
+	return append([]string{c.Topic}, c.Topics...)
+}
+
+// Feed reads every partition of a topic (and of its extra Topics),
+// picking up partitions added later, with one direct sarama partition
+// consumer per partition and read_committed isolation.
+//
+// Each record is an item: Key, Value and Headers as in Kafka, Position the
+// record's offset + 1, Partition as PartitionStride says, Epoch
+// Epoch(topic ID, partition). Records are never skipped: the fetch size
+// has no upper bound, and a record too big for one fetch is fetched again
+// with a bigger one.
+//
+// The store's checkpoints are the authority: Open reads each partition right
+// after its checkpoint, never from the group's offset. A partition without
+// one starts at its log start offset with a RecordEpoch there. A checkpoint
+// below the log start offset is reported as a RecordLoss (LossRetention,
+// From the checkpoint, To the log start) before reading on from the log
+// start; so is a gap met while running. A topic whose ID is not the
+// checkpoint's (deleted and created again) yields a RecordLoss
+// (LossTopicReplaced) for the old epoch when records past the checkpoint
+// were seen, then a RecordEpoch for the new one, and is read from its start.
+//
+// Since a fetch cannot say which incarnation of a topic it read, no record
+// is yielded before a metadata request sent after it arrived shows its topic
+// still has the epoch's ID (or no longer exists). Records that a request
+// shows to have arrived after the topic was re-created, or that no request
+// confirmed before it was, are dropped and counted in the old epoch's loss.
+// This holds as far as the brokers' metadata is current.
+//
+// A record of an extra topic carrying HeaderRetryDue is not yielded before
+// that time; the records behind it in its partition wait with it, and no
+// other partition does. Commit records each partition's position as the
+// group's offset, sent at most every CommitInterval and on Close.
+//
+// Open, Poll, Commit and Close are called from one goroutine, except that
+// Close may be called while Poll waits, to end it. Ends may be called from
+// any goroutine.
+type Feed struct {
+	cfg    Config
+	topics []string
+	log    *slog.Logger
+
+	// client asks for metadata and offsets and commits the group's;
+	// fetches go through fetcher's connections, so a fetch waiting for
+	// records never delays those requests.
+	client   sarama.Client
+	fetcher  sarama.Client
+	consumer sarama.Consumer
+
+	mu       sync.Mutex
+	opened   bool
+	closed   bool
+	slots    map[int32]*kafkaSlot
+	order    []*kafkaSlot         // slots by feed partition
+	ids      map[string]string    // topic -> ID of the runs started
+	verified map[string]time.Time // topic -> start of the last metadata request that confirmed it
+	rr       int                  // the slot Poll starts at, for fairness
+
+	ready    chan struct{} // a record may be ready
+	checkReq chan struct{} // a metadata check is wanted
+	ctx      context.Context
+	stop     context.CancelFunc // called by Close
+	done     <-chan struct{}    // ctx.Done()
+	wg       sync.WaitGroup
+
+	commits *kafkaCommitter
+}
+
+var _ ingest.Feed = (*Feed)(nil)
+
+// New returns a feed on cfg's topics. Nothing is connected before
+// Open; a config that Validate refuses makes Open fail.
+func New(cfg Config) *Feed {
+	cfg = cfg.withDefaults()
+	ctx, stop := context.WithCancel(context.Background())
+	return &Feed{
+		ctx:      ctx,
+		stop:     stop,
+		done:     ctx.Done(),
+		cfg:      cfg,
+		topics:   cfg.topics(),
+		log:      cfg.Logger.With("component", "kafka-feed", logSource, strings.Join(cfg.topics(), ",")),
+		slots:    map[int32]*kafkaSlot{},
+		ids:      map[string]string{},
+		verified: map[string]time.Time{},
+		ready:    make(chan struct{}, 1),
+		checkReq: make(chan struct{}, 1),
+	}
+}
+
+// Kind returns KindKafka.
+func (f *Feed) Kind() string { return ingest.KindKafka }
+
+// Source returns the topics read, comma-separated, the main one first.
+func (f *Feed) Source() string { return strings.Join(f.topics, ",") }
+
+// Open connects to the brokers and positions each partition after its
+// checkpoint in from (keyed by feed partition); partitions without one start
+// at their log start offset. It waits for the brokers while ctx allows, so a
+// Kafka outage at start delays the feed rather than failing it. Topics that
+// do not exist yet are read once they do. It returns an error for an
+// unusable config, when ctx ends first, or when the feed was opened before.
+func (f *Feed) Open(ctx context.Context, from map[int32]outbox.Checkpoint) error {
+	if err := f.cfg.Validate(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	if f.opened || f.closed {
+		f.mu.Unlock()
+		return fmt.Errorf("open kafka feed %s: already opened", f.cfg.Topic)
+	}
+	f.opened = true
+	f.resumeFrom(from)
+	f.mu.Unlock()
+	if err := f.connect(ctx); err != nil {
+		return fmt.Errorf("open kafka feed %s: %w", f.cfg.Topic, err)
+	}
+	f.commits = newKafkaCommitter(f)
+	if err := f.check(); err != nil {
+		f.log.Warn("reading topic metadata (will retry)", logErr, err)
+	}
+	f.wg.Add(2)
+	go f.manage()
+	go f.commits.run()
+	return nil
+}
+
+// resumeFrom makes a slot for each stored checkpoint of a topic read.
+func (f *Feed) resumeFrom(from map[int32]outbox.Checkpoint) {
+	for p, cp := range from {
+		ti, kp := TopicPartition(p)
+		if p < 0 || ti >= len(f.topics) || cp.Epoch == "" {
+			f.log.Warn("ignoring a checkpoint of no topic read", logPartition, p, logEpoch, cp.Epoch)
+			continue
+		}
+		s := f.slot(ti, kp)
+		s.epoch, s.next, s.yielded, s.end = cp.Epoch, cp.Position, cp.Position, cp.End
+	}
+}
+
+// connect creates the sarama clients and consumer, retrying while ctx
+// allows.
+func (f *Feed) connect(ctx context.Context) error {
+	for {
+		err := f.dial()
+		if err == nil {
+			return nil
+		}
+		var cerr sarama.ConfigurationError
+		if errors.As(err, &cerr) {
+			return err
+		}
+		f.log.Warn("connecting to the brokers (will retry)", "brokers", f.cfg.Brokers, logErr, err)
+		if !sleep(ctx, time.Second) {
+			return ctx.Err()
+		}
+	}
+}
+
+func (f *Feed) dial() error {
+	client, err := sarama.NewClient(f.cfg.Brokers, f.saramaConfig())
+	if err != nil {
+		return err
+	}
+	fetcher, err := sarama.NewClient(f.cfg.Brokers, f.saramaConfig())
+	if err != nil {
+		client.Close()
+		return err
+	}
+	consumer, err := sarama.NewConsumerFromClient(fetcher)
+	if err != nil {
+		fetcher.Close()
+		client.Close()
+		return fmt.Errorf("consumer: %w", err)
+	}
+	f.client, f.fetcher, f.consumer = client, fetcher, consumer
+	return nil
+}
+
+func (f *Feed) saramaConfig() *sarama.Config {
+	c := sarama.NewConfig()
+	c.Version = sarama.V3_6_0_0
+	c.ClientID = f.cfg.ClientID
+	c.Net.DialTimeout = 5 * time.Second
+	c.Net.ReadTimeout = 10 * time.Second
+	c.Net.WriteTimeout = 10 * time.Second
+	c.Metadata.AllowAutoTopicCreation = false // reading a topic never creates it
+	c.Metadata.Full = false
+	c.Consumer.IsolationLevel = sarama.ReadCommitted
+	c.Consumer.Return.Errors = true
+	c.Consumer.Retry.Backoff = 500 * time.Millisecond
+	c.Consumer.MaxWaitTime = 250 * time.Millisecond // also how long closing waits for a fetch
+	c.Consumer.Fetch.Max = 0                        // no limit: a big record is fetched whole, never skipped
+	c.Consumer.Offsets.AutoCommit.Enable = false
+	return c
+}
+
+// Ends returns each partition's end as last seen, by feed partition: its
+// high watermark, or its position when the offsets between them hold no
+// record a read_committed reader gets (commit markers, aborted records; the
+// feed looks every MetadataRefresh at an idle partition whose high
+// watermark is ahead). Safe for concurrent use.
+func (f *Feed) Ends() map[int32]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := make(map[int32]int64, len(f.slots))
+	for p, s := range f.slots {
+		if s.epoch != "" {
+			m[p] = s.end
+		}
+	}
+	return m
+}
+
+// Close stops the partition consumers, commits the group's offsets for the
+// last checkpoints given to Commit (bounded by a few seconds), disconnects,
+// and wakes a waiting Poll, which then returns an error wrapping
+// fs.ErrClosed. Closing twice returns nil.
+func (f *Feed) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.closed = true
+	f.stop()
+	runs := make([]*kafkaRun, 0, len(f.slots))
+	for _, s := range f.slots {
+		if s.run != nil {
+			runs = append(runs, s.run)
+			s.run = nil
+		}
+	}
+	f.mu.Unlock()
+	for _, r := range runs {
+		r.stop()
+	}
+	var errs []error
+	if f.consumer != nil {
+		errs = append(errs, f.consumer.Close())
+	}
+	if f.commits != nil {
+		f.commits.flush()
+	}
+	if f.client != nil {
+		errs = append(errs, f.fetcher.Close(), f.client.Close())
+	}
+	f.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// usable returns why the feed cannot be polled, if it cannot. f.mu is held.
+func (f *Feed) usable() error {
+	switch {
+	case f.closed:
+		return fmt.Errorf("poll kafka feed %s: %w", f.cfg.Topic, fs.ErrClosed)
+	case !f.opened:
+		return fmt.Errorf("poll kafka feed %s: not opened", f.cfg.Topic)
+	}
+	return nil
+}
+
+// slot returns the slot of partition kp of topic ti, creating it. f.mu is
+// held.
+func (f *Feed) slot(ti int, kp int32) *kafkaSlot {
+	p := FeedPartition(ti, kp)
+	if s, ok := f.slots[p]; ok {
+		return s
+	}
+	s := &kafkaSlot{feedPart: p, topic: f.topics[ti], ti: ti, part: kp, space: make(chan struct{}, 1)}
+	f.slots[p] = s
+	f.order = append(f.order, s)
+	sort.Slice(f.order, func(i, j int) bool { return f.order[i].feedPart < f.order[j].feedPart })
+	return s
+}
+
+// slotLog is the feed's logger for one partition.
+func (f *Feed) slotLog(s *kafkaSlot) *slog.Logger {
+	return f.log.With(logTopic, s.topic, logPartition, s.feedPart)
+}
+
+// signal makes a non-blocking send on a wake-up channel.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits d or until ctx is done; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

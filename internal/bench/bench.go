@@ -1,0 +1,205 @@
+// Package bench is `server bench`: it measures ingest, the relay, the two
+// together and latency on this machine, each against a ceiling, and checks
+// that every output arrived exactly once.
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/relay"
+	"github.com/outboxd/outboxd/server"
+)
+
+// benchOptions are the settings of `server bench`, from its flags.
+type benchOptions struct {
+	GOGC            int // the garbage collector's target in effect, -1 for off
+	Lines           int64
+	Accounts        int
+	Rate            int
+	LatencyDuration time.Duration
+	Brokers         []string
+	JSON            bool
+	Synchronous     string
+	BatchMax        int
+	BatchWait       time.Duration
+	RelayBatch      int
+	RelayWait       time.Duration
+	Dir             string
+	Keep            bool
+	Verify          bool
+	Verbose         bool
+	Timeout         time.Duration
+	// CPUProfile names a file for a CPU profile of each phase, written
+	// as FILE.<phase> (go tool pprof reads it).
+	CPUProfile string
+}
+
+// defaultBenchOptions are the engine's own defaults, so that the bench
+// measures what the server does unless told otherwise.
+func defaultBenchOptions() benchOptions {
+	d := server.DefaultConfig()
+	return benchOptions{
+		Lines:           1_000_000,
+		Accounts:        1000,
+		Rate:            10_000,
+		LatencyDuration: 5 * time.Second,
+		Synchronous:     d.Synchronous,
+		BatchMax:        d.BatchMax,
+		BatchWait:       d.BatchWait,
+		RelayBatch:      d.Relay.Batch,
+		RelayWait:       d.Relay.Wait,
+		Verify:          true,
+		Timeout:         10 * time.Minute,
+	}
+}
+
+// benchFlagSet binds the bench's flags to o.
+func benchFlagSet(o *benchOptions) *flag.FlagSet {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Int64Var(&o.Lines, "lines", o.Lines, "lines of the generated ledger file (each phase handles them all)")
+	fs.IntVar(&o.Accounts, "accounts", o.Accounts, "distinct accounts (Kafka keys) in the ledger file")
+	fs.IntVar(&o.Rate, "rate", o.Rate, "offered load of the latency phase, in lines/s (0: skip the phase)")
+	fs.DurationVar(&o.LatencyDuration, "latency-duration", o.LatencyDuration, "how long the latency phase appends lines")
+	fs.Func("brokers", "Kafka brokers, comma-separated (none: a dev broker in a child process)", func(v string) error {
+		o.Brokers = nil
+		for _, b := range strings.Split(v, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				o.Brokers = append(o.Brokers, b)
+			}
+		}
+		return nil
+	})
+	fs.BoolVar(&o.JSON, "json", o.JSON, "print one JSON object instead of a table")
+	fs.StringVar(&o.Synchronous, "synchronous", o.Synchronous, "SQLite synchronous mode: full or normal")
+	fs.IntVar(&o.BatchMax, "batch-max", o.BatchMax, "items per ingest transaction (and per raw_sqlite transaction)")
+	fs.DurationVar(&o.BatchWait, "batch-wait", o.BatchWait, "close an ingest batch this long after its first item")
+	fs.IntVar(&o.RelayBatch, "relay-batch", o.RelayBatch, "rows per Kafka transaction (and per raw_produce transaction)")
+	fs.DurationVar(&o.RelayWait, "relay-wait", o.RelayWait, "how long a short relay batch waits for more rows")
+	fs.StringVar(&o.Dir, "dir", o.Dir, "directory (on the disk to measure) for the files and databases (default: the system temp dir)")
+	fs.BoolVar(&o.Keep, "keep", o.Keep, "keep the files, databases and topics")
+	fs.BoolVar(&o.Verify, "verify", o.Verify, "check every output arrived exactly once and the balances (exit 1 otherwise)")
+	fs.BoolVar(&o.Verbose, "verbose", o.Verbose, "show the engine's logs on stderr")
+	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest any one phase may take")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of each phase to FILE.<phase>, for go tool pprof")
+	return fs
+}
+
+// parseBenchFlags reads the bench's command line.
+func parseBenchFlags(args []string) (benchOptions, error) {
+	o := defaultBenchOptions()
+	fs := benchFlagSet(&o)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return o, o.validate()
+}
+
+// validate reports the first invalid setting, naming its flag.
+func (o benchOptions) validate() error {
+	switch {
+	case o.Lines < 1:
+		return fmt.Errorf("--lines: %d, want at least 1", o.Lines)
+	case o.Accounts < 1:
+		return fmt.Errorf("--accounts: %d, want at least 1", o.Accounts)
+	case o.Rate < 0:
+		return fmt.Errorf("--rate: %d is negative", o.Rate)
+	case o.Rate > 0 && o.LatencyDuration < 100*time.Millisecond:
+		return fmt.Errorf("--latency-duration: %v, want at least 100ms", o.LatencyDuration)
+	case o.Synchronous != outbox.SyncFull && o.Synchronous != outbox.SyncNormal:
+		return fmt.Errorf("--synchronous: %q is not one of full, normal", o.Synchronous)
+	case o.BatchMax < 1:
+		return fmt.Errorf("--batch-max: %d, want at least 1", o.BatchMax)
+	case o.BatchWait < 0:
+		return fmt.Errorf("--batch-wait: %v is negative", o.BatchWait)
+	case o.RelayWait < 0:
+		return fmt.Errorf("--relay-wait: %v is negative", o.RelayWait)
+	case o.Timeout <= 0:
+		return fmt.Errorf("--timeout: %v, want more than 0", o.Timeout)
+	}
+	rc := relay.DefaultConfig()
+	rc.Batch = o.RelayBatch
+	if err := rc.Validate(); err != nil {
+		return fmt.Errorf("--relay-batch: %w", err)
+	}
+	return nil
+}
+
+// latencyLines is how many lines the latency phase appends.
+func (o benchOptions) latencyLines() int64 {
+	return int64(float64(o.Rate) * o.LatencyDuration.Seconds())
+}
+
+// Command runs `server bench`: it measures each stage of the engine
+// against its ceiling on this machine and prints the results. It returns
+// 0, 2 for a bad command line, or 1 when a phase or the verification failed.
+// Started by a bench with envBenchBroker set, it is that bench's broker.
+func Command(args []string, stdout, stderr io.Writer) int {
+	if os.Getenv(envBenchBroker) != "" {
+		return benchBrokerChild(os.Stdin, stdout, stderr)
+	}
+	o, err := parseBenchFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		benchUsage(stdout)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "server bench: %s (see server bench -h)\n", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return 2
+	}
+	o.GOGC = server.TuneGC()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	res, err := runBench(ctx, o, benchLogger(o, stderr), stderr)
+	if res != nil {
+		if perr := res.print(stdout, o.JSON); perr != nil && err == nil {
+			err = fmt.Errorf("print results: %w", perr)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// benchLogger is where the engine logs: nowhere, unless --verbose.
+func benchLogger(o benchOptions, stderr io.Writer) *slog.Logger {
+	if !o.Verbose {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// benchUsage prints the bench's help.
+func benchUsage(w io.Writer) {
+	o := defaultBenchOptions()
+	fs := benchFlagSet(&o)
+	fs.SetOutput(w)
+	fmt.Fprint(w, `Usage: server bench [flags]
+
+Measures, on this machine and disk, in one run: a bare SQLite loop writing the
+engine's rows (raw_sqlite) and a bare transactional producer sending its
+records (raw_produce), the ceilings; then file -> SQLite through the engine
+(ingest), the relay draining the resulting outbox (relay), file -> Kafka with
+both running (end_to_end), the append-to-visible latency at a fixed load, and
+the memory used. Progress goes to stderr, results to stdout.
+
+Flags:
+`)
+	fs.PrintDefaults()
+}

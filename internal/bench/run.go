@@ -1,0 +1,194 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"time"
+)
+
+// bench is one run of `server bench`: its settings, working directory,
+// broker, generated ledger file and the results so far.
+type bench struct {
+	o      benchOptions
+	log    *slog.Logger
+	status io.Writer // progress lines
+
+	dir     string   // removed at the end unless --keep
+	prefix  string   // of every topic of the run, unique to it
+	topics  []string // created by the run, deleted at the end unless --keep
+	brokers []string
+	broker  *benchBroker // nil with --brokers
+
+	data    ledgerData
+	backlog *benchEngine // the ingest phase's database, drained by the relay phase
+	res     *benchResult
+}
+
+// benchPhase is one step of the run.
+type benchPhase struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// runBench runs every phase in order and returns the results gathered, also
+// when a phase fails (then with its error).
+func runBench(ctx context.Context, o benchOptions, log *slog.Logger, status io.Writer) (*benchResult, error) {
+	b, err := newBench(ctx, o, log, status)
+	if err != nil {
+		return nil, err
+	}
+	err = b.runPhases(ctx)
+	b.finish()
+	if cerr := b.close(); err == nil {
+		err = cerr
+	}
+	if err == nil && o.Verify && !b.res.Verify.OK {
+		err = fmt.Errorf("verification failed: %s", b.res.Verify.summary())
+	}
+	return b.res, err
+}
+
+// newBench makes the working directory and finds or starts the broker.
+func newBench(ctx context.Context, o benchOptions, log *slog.Logger, status io.Writer) (*bench, error) {
+	b := &bench{o: o, log: log, status: status, prefix: "outboxd-bench-" + runID()}
+	// The relays create these if they need them.
+	b.topics = []string{b.topic("progress"), b.topic("dlq")}
+	b.res = newBenchResult(o)
+	dir, err := os.MkdirTemp(o.Dir, "outboxd-bench-*")
+	if err != nil {
+		return nil, fmt.Errorf("make the working directory: %w", err)
+	}
+	b.dir = dir
+	b.res.Settings.Dir = dir
+	if err := b.connect(ctx); err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// runID names a run's topics, so that runs against one cluster never see
+// each other's records.
+func runID() string {
+	var r [4]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return fmt.Sprint(time.Now().UnixNano())
+	}
+	return hex.EncodeToString(r[:])
+}
+
+func (b *bench) runPhases(ctx context.Context) error {
+	phases := []benchPhase{
+		{"generate", b.generate},
+		{"raw_sqlite", b.runRawSQLite},
+		{"raw_produce", b.runRawProduce},
+		{"ingest", b.runIngest},
+		{"relay", b.runRelay},
+		{"end_to_end", b.runEndToEnd},
+		{"latency", b.runLatency},
+	}
+	for _, p := range phases {
+		if err := b.runPhase(ctx, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runPhase runs one phase within --timeout, sampling the memory it uses.
+func (b *bench) runPhase(ctx context.Context, p benchPhase) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", p.name, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
+	defer cancel()
+	rss := startRSS(rssEvery)
+	b.say("%s ...", p.name)
+	stopProfile, err := b.startProfile(p.name)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	err = p.run(pctx)
+	stopProfile()
+	w := rss.finish()
+	if w.Samples > 0 {
+		b.res.RSS.Phases[p.name] = w.MaxMiB
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.name, err)
+	}
+	b.say("%s done in %.1fs", p.name, time.Since(start).Seconds())
+	return nil
+}
+
+// startProfile starts a CPU profile of a phase when --cpuprofile asks for
+// one; the returned function stops it.
+func (b *bench) startProfile(phase string) (stop func(), err error) {
+	if b.o.CPUProfile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(b.o.CPUProfile + "." + phase)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// say writes a progress line.
+func (b *bench) say(format string, args ...any) {
+	fmt.Fprintf(b.status, "bench: "+format+"\n", args...)
+}
+
+// path is a file of the run's directory.
+func (b *bench) path(name string) string { return filepath.Join(b.dir, name) }
+
+// topic names one phase's output topic.
+func (b *bench) topic(phase string) string { return b.prefix + "." + phase }
+
+// finish records what is known only at the end: peak memory, ratios.
+func (b *bench) finish() {
+	b.res.fillRatios()
+	if peak, err := readStatusMiB("/proc/self/status", "VmHWM"); err == nil {
+		b.res.RSS.PeakMiB = peak
+	}
+	if b.broker != nil {
+		b.res.RSS.BrokerPeakMiB = b.broker.peakMiB()
+	}
+}
+
+// close releases everything the run made: the databases, the topics, the
+// broker and, unless --keep, the working directory.
+func (b *bench) close() error {
+	var errs []error
+	if b.backlog != nil {
+		errs = append(errs, b.backlog.close())
+		b.backlog = nil
+	}
+	if !b.o.Keep && len(b.topics) > 0 && b.broker == nil {
+		errs = append(errs, b.deleteTopics(b.topics...))
+	}
+	if b.broker != nil {
+		errs = append(errs, b.broker.close())
+	}
+	if b.dir != "" {
+		if b.o.Keep {
+			b.say("kept %s", b.dir)
+		} else if err := os.RemoveAll(b.dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", b.dir, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,400 @@
+package server
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/outboxd/outboxd/api"
+	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/ingest/orders"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// FeedConfig is one feed's settings.
+type FeedConfig struct {
+	// Source is "file:PATH" (or "kafka:TOPIC").
+	Source string `yaml:"source"`
+	// Processor is "forward" (default) or "ledger".
+	Processor string `yaml:"processor"`
+	// Topic receives the processor's outputs (default NAME.out).
+	Topic               string `yaml:"topic"`
+	OnFailure           string `yaml:"onFailure"`
+	OnCompletionFailure string `yaml:"onCompletionFailure"`
+	// KeyField is forward's 1-based CSV key field (0: no key).
+	KeyField int `yaml:"keyField"`
+	// Group is a Kafka feed's consumer group (default outboxd-NAME).
+	Group string `yaml:"group"`
+}
+
+// Config is the whole service's configuration: defaults, then a YAML file
+// (--config), then OUTBOXD_* environment variables, then flags.
+type Config struct {
+	DB   string `yaml:"db"`
+	HTTP string `yaml:"http"`
+	// AdminTokenFile holds the admin token (or set OUTBOXD_ADMIN_TOKEN);
+	// AdminToken is what was read from either.
+	AdminTokenFile string                 `yaml:"adminTokenFile"`
+	AdminToken     string                 `yaml:"-"`
+	Brokers        []string               `yaml:"brokers"`
+	Synchronous    string                 `yaml:"synchronous"`
+	BatchMax       int                    `yaml:"batchMax"`
+	BatchBytes     int                    `yaml:"batchBytes"`
+	BatchWait      time.Duration          `yaml:"batchWait"`
+	MaxLine        int                    `yaml:"maxLine"`
+	Grace          time.Duration          `yaml:"shutdownGrace"`
+	LogLevel       string                 `yaml:"logLevel"`
+	LogFormat      string                 `yaml:"logFormat"`
+	Feeds          map[string]*FeedConfig `yaml:"feeds"`
+
+	Relay RelayConfig `yaml:"relay"`
+
+	RetryDelay    time.Duration `yaml:"retryDelay"`
+	RetryAttempts int           `yaml:"retryAttempts"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		DB:          "./data/outboxd.db",
+		HTTP:        "127.0.0.1:8080",
+		Synchronous: outbox.SyncFull,
+		BatchMax:    ingest.DefaultConfig("").BatchMax,
+		BatchBytes:  ingest.DefaultBatchBytes,
+		BatchWait:   ingest.DefaultConfig("").BatchWait,
+		MaxLine:     1 << 20,
+		Grace:       20 * time.Second,
+		LogLevel:    "info",
+		LogFormat:   "text",
+		Feeds:       map[string]*FeedConfig{},
+		Relay:       DefaultRelayConfig(),
+
+		RetryDelay:    orders.DefaultRetryDelay,
+		RetryAttempts: orders.DefaultRetryAttempts,
+	}
+}
+
+// feed returns the named feed's settings, creating them.
+func (c *Config) feed(name string) *FeedConfig {
+	if c.Feeds == nil {
+		c.Feeds = map[string]*FeedConfig{}
+	}
+	f, ok := c.Feeds[name]
+	if !ok {
+		f = &FeedConfig{}
+		c.Feeds[name] = f
+	}
+	return f
+}
+
+// FeedNames returns the configured feeds' names, sorted.
+func (c *Config) FeedNames() []string {
+	names := make([]string, 0, len(c.Feeds))
+	for n := range c.Feeds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// fillDefaults completes each feed's settings.
+func (c *Config) fillDefaults() {
+	for name, f := range c.Feeds {
+		if f.Processor == "" {
+			f.Processor = "forward"
+		}
+		if f.Topic == "" && f.Processor == orders.Name {
+			f.Topic = name + ".status"
+		}
+		if f.Topic == "" {
+			f.Topic = name + ".out"
+		}
+		if f.Group == "" {
+			f.Group = "outboxd-" + name
+		}
+		if f.OnFailure == "" {
+			f.OnFailure = ingest.OnFailureDeadLetter
+		}
+		if f.OnCompletionFailure == "" {
+			f.OnCompletionFailure = ingest.OnCompletionStop
+		}
+	}
+}
+
+// Validate reports the first invalid setting, naming it as a flag.
+func (c *Config) Validate() error {
+	if c.DB == "" {
+		return errors.New("--db: a path is required")
+	}
+	if c.Synchronous != outbox.SyncFull && c.Synchronous != outbox.SyncNormal {
+		return fmt.Errorf("--synchronous: %q is not one of full, normal", c.Synchronous)
+	}
+	if c.BatchMax < 1 {
+		return fmt.Errorf("--batch-max: %d, want at least 1", c.BatchMax)
+	}
+	if c.BatchBytes < 1 {
+		return fmt.Errorf("--batch-bytes: %d, want at least 1", c.BatchBytes)
+	}
+	if c.BatchWait < 0 {
+		return fmt.Errorf("--batch-wait: %v is negative", c.BatchWait)
+	}
+	if c.MaxLine < 1 {
+		return fmt.Errorf("--max-line: %d, want at least 1", c.MaxLine)
+	}
+	if c.Grace <= orders.DefaultWorkDeadline {
+		return fmt.Errorf("--shutdown-grace: %v, want more than a record's work deadline (%v), so a shutdown never cuts one in half",
+			c.Grace, orders.DefaultWorkDeadline)
+	}
+	if c.RetryDelay <= 0 || c.RetryAttempts < 1 {
+		return fmt.Errorf("--retry-delay %v, --retry-attempts %d: want a positive delay and at least 1 attempt", c.RetryDelay, c.RetryAttempts)
+	}
+	for _, name := range c.FeedNames() {
+		if err := c.Feeds[name].validate(name); err != nil {
+			return err
+		}
+	}
+	return c.Relay.Validate()
+}
+
+func (f *FeedConfig) validate(name string) error {
+	if !validName(name) {
+		return fmt.Errorf("feed %q: a name is letters, digits, '.', '_' and '-'", name)
+	}
+	kind, target, ok := strings.Cut(f.Source, ":")
+	switch {
+	case f.Source == "":
+		return fmt.Errorf("feed %s: no source: give --feed %s=file:PATH or kafka:TOPIC", name, name)
+	case !ok || target == "":
+		return fmt.Errorf("--feed %s=%s: want file:PATH or kafka:TOPIC", name, f.Source)
+	case kind != "file" && kind != "kafka":
+		return fmt.Errorf("--feed %s=%s: unknown feed kind %q (want file or kafka)", name, f.Source, kind)
+	case f.Processor == orders.Name && kind != "kafka":
+		return fmt.Errorf("--processor %s=orders: the orders processor reads a Kafka feed (--feed %s=kafka:TOPIC)", name, name)
+	}
+	switch f.Processor {
+	case "forward", "ledger", "orders":
+	default:
+		return fmt.Errorf("--processor %s=%s: unknown processor (want forward, ledger or orders)", name, f.Processor)
+	}
+	switch f.OnFailure {
+	case ingest.OnFailureDeadLetter, ingest.OnFailureStop:
+	default:
+		return fmt.Errorf("--on-failure %s=%s: want dead-letter or stop", name, f.OnFailure)
+	}
+	switch f.OnCompletionFailure {
+	case ingest.OnCompletionStop, ingest.OnCompletionSkip:
+	default:
+		return fmt.Errorf("--on-completion-failure %s=%s: want stop or skip", name, f.OnCompletionFailure)
+	}
+	if f.KeyField < 0 {
+		return fmt.Errorf("--key-field %s=%d: want 0 (no key) or a 1-based field", name, f.KeyField)
+	}
+	return nil
+}
+
+func validName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		ok := r == '.' || r == '_' || r == '-' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// perFeed is a repeatable flag NAME=VALUE that sets one field of a feed.
+type perFeed struct {
+	cfg *Config
+	set func(f *FeedConfig, v string) error
+}
+
+func (p perFeed) String() string { return "" }
+
+func (p perFeed) Set(s string) error {
+	name, v, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("%q: want NAME=VALUE", s)
+	}
+	return p.set(p.cfg.feed(name), v)
+}
+
+// list is a comma-separated flag.
+type list struct{ p *[]string }
+
+func (l list) String() string {
+	if l.p == nil {
+		return ""
+	}
+	return strings.Join(*l.p, ",")
+}
+
+func (l list) Set(s string) error {
+	*l.p = nil
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l.p = append(*l.p, v)
+		}
+	}
+	return nil
+}
+
+// flagSet binds every flag to c.
+func flagSet(c *Config, configPath *string) *flag.FlagSet {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(configPath, "config", "", "YAML configuration file (flags and OUTBOXD_* variables override it)")
+	fs.StringVar(&c.DB, "db", c.DB, "SQLite database file (its directory is created)")
+	fs.StringVar(&c.HTTP, "http", c.HTTP, "HTTP API listen address")
+	fs.StringVar(&c.AdminTokenFile, "admin-token-file", c.AdminTokenFile,
+		"file holding the bearer token of the HTTP admin endpoints (or set "+api.EnvAdminToken+"); none: they are disabled")
+	fs.Var(list{&c.Brokers}, "brokers", "Kafka brokers, comma-separated (none: an in-process dev broker, in memory only)")
+	fs.StringVar(&c.Synchronous, "synchronous", c.Synchronous, "SQLite synchronous mode: full (survives power loss) or normal (survives a crash)")
+	fs.IntVar(&c.BatchMax, "batch-max", c.BatchMax, "close an ingest batch (one transaction) at this many items")
+	fs.IntVar(&c.BatchBytes, "batch-bytes", c.BatchBytes, "close an ingest batch once its items hold this many bytes")
+	fs.DurationVar(&c.BatchWait, "batch-wait", c.BatchWait, "close an ingest batch this long after its first item")
+	fs.IntVar(&c.MaxLine, "max-line", c.MaxLine, "longest file line in bytes; longer lines are dead letters")
+	fs.DurationVar(&c.Grace, "shutdown-grace", c.Grace, "on SIGTERM, exit within this long")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
+	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.Source = v; return nil }},
+		"feed", "NAME=file:PATH or NAME=kafka:TOPIC: a feed to read (repeatable)")
+	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.Processor = v; return nil }},
+		"processor", "NAME=forward|ledger|orders: the feed's processor (default forward)")
+	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.Topic = v; return nil }},
+		"topic", "NAME=TOPIC: the topic of the feed's outputs (default NAME.out; NAME.status for orders)")
+	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.OnFailure = v; return nil }},
+		"on-failure", "NAME=dead-letter|stop: what to do with an item whose retries are spent")
+	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.OnCompletionFailure = v; return nil }},
+		"on-completion-failure", "NAME=stop|skip: what to do with a batch whose commit keeps failing")
+	fs.Var(perFeed{c, func(f *FeedConfig, v string) (err error) { f.KeyField, err = strconv.Atoi(v); return err }},
+		"key-field", "NAME=N: forward keys each output by the line's N-th CSV field")
+	fs.DurationVar(&c.RetryDelay, "retry-delay", c.RetryDelay, "orders: wait before a refused event is tried again (doubles per attempt)")
+	fs.IntVar(&c.RetryAttempts, "retry-attempts", c.RetryAttempts, "orders: tries of a refused event before it is dead-lettered")
+	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.Group = v; return nil }},
+		"group", "NAME=GROUP: a Kafka feed's consumer group (default outboxd-NAME)")
+	c.Relay.flags(fs)
+	return fs
+}
+
+// ParseConfig reads the configuration from a YAML file, the environment
+// (OUTBOXD_ plus the flag's name in capitals, '-' as '_'; repeatable flags
+// take comma-separated values) and the command line, in that order.
+func ParseConfig(args []string, getenv func(string) string) (Config, error) {
+	c := DefaultConfig()
+	var configPath string
+	fs := flagSet(&c, &configPath)
+	configPath = findConfigPath(args, getenv)
+	if configPath != "" {
+		if err := loadYAML(configPath, &c); err != nil {
+			return c, err
+		}
+	}
+	if err := applyEnv(fs, getenv); err != nil {
+		return c, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	c.fillDefaults()
+	tok, err := api.LoadAdminToken(c.AdminTokenFile, getenv)
+	if err != nil {
+		return c, err
+	}
+	c.AdminToken = tok
+	return c, c.Validate()
+}
+
+func findConfigPath(args []string, getenv func(string) string) string {
+	path := getenv("OUTBOXD_CONFIG")
+	for i, a := range args {
+		a = strings.TrimLeft(a, "-")
+		if v, ok := strings.CutPrefix(a, "config="); ok {
+			path = v
+		} else if a == "config" && i+1 < len(args) {
+			path = args[i+1]
+		}
+	}
+	return path
+}
+
+func loadYAML(path string, c *Config) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("--config %s: %w", path, err)
+	}
+	return nil
+}
+
+// repeatable names the flags whose environment value is a comma-separated
+// list of NAME=VALUE settings.
+var repeatable = map[string]bool{
+	"feed": true, "processor": true, "topic": true, "on-failure": true,
+	"on-completion-failure": true, "key-field": true, "group": true,
+}
+
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || f.Name == "config" {
+			return
+		}
+		key := "OUTBOXD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v := getenv(key)
+		if v == "" {
+			return
+		}
+		vals := []string{v}
+		if repeatable[f.Name] {
+			vals = strings.Split(v, ",")
+		}
+		for _, s := range vals {
+			if serr := fs.Set(f.Name, strings.TrimSpace(s)); serr != nil {
+				err = fmt.Errorf("%s=%s: %w", key, v, serr)
+				return
+			}
+		}
+	})
+	return err
+}
+
+// usage prints every flag.
+func usage(w io.Writer) {
+	c := DefaultConfig()
+	var p string
+	fs := flagSet(&c, &p)
+	fs.SetOutput(w)
+	fmt.Fprintf(w, `outboxd: applies at-least-once feeds to state in SQLite exactly once, and
+publishes their outputs to Kafka exactly once.
+
+Usage:
+  server [flags]                      run the service
+  server consume --brokers B --topic T [--from-beginning]
+                                      print a topic's records (read_committed)
+  server bench [--lines N] [--json]   measure this machine: ingest, relay, latency (bench -h)
+
+Every flag can also be set as OUTBOXD_<NAME> (e.g. OUTBOXD_BATCH_MAX=500;
+repeatable flags take comma-separated values) or in the YAML file of --config.
+
+Flags:
+`)
+	fs.PrintDefaults()
+}

@@ -1,0 +1,69 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/outboxd/outboxd/api"
+	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/relay"
+)
+
+// apiFeed adapts an ingest loop to api.Feed.
+type apiFeed struct{ l *ingest.Loop }
+
+var _ api.Feed = apiFeed{}
+
+func (f apiFeed) Name() string            { return f.l.Name() }
+func (f apiFeed) Kind() string            { return f.l.Feed().Kind() }
+func (f apiFeed) Source() string          { return f.l.Feed().Source() }
+func (f apiFeed) Processor() string       { return f.l.Processor() }
+func (f apiFeed) State() (string, string) { return f.l.State() }
+func (f apiFeed) Ends() map[int32]int64   { return f.l.Feed().Ends() }
+func (f apiFeed) Requeue(ctx context.Context, id int64) (bool, error) {
+	return f.l.Requeue(ctx, id)
+}
+
+// apiRelay adapts the relay to api.Relay.
+type apiRelay struct{ r *relay.Relay }
+
+func (a apiRelay) Status() api.RelayStatus {
+	s := a.r.Status()
+	return api.RelayStatus{
+		Mode: s.Mode, State: s.State, Connected: s.Connected, LastPublishedID: s.LastPublishedID,
+		Pending: s.Pending, OldestPendingAge: s.OldestPendingAge, PublishedTotal: s.PublishedTotal,
+		LastError: s.LastError, Fenced: s.Fenced,
+	}
+}
+
+// openAPI starts the HTTP API on --http; errors (a busy port) come back at once.
+func (m *Main) openAPI() error {
+	cfg := api.DefaultConfig()
+	cfg.Addr, cfg.AdminToken = m.Config.HTTP, m.Config.AdminToken
+	feeds := make([]api.Feed, 0, len(m.Loops))
+	for _, l := range m.Loops {
+		feeds = append(feeds, apiFeed{l})
+	}
+	var r api.Relay // a nil interface when the relay is off, not a nil *relay.Relay
+	if m.Relay != nil {
+		r = apiRelay{m.Relay}
+	}
+	srv, err := api.New(cfg, m.Store, feeds, r, m.Logger)
+	if err != nil {
+		return err
+	}
+	if err := srv.Open(); err != nil {
+		return err
+	}
+	m.API = srv
+	return nil
+}
+
+func (m *Main) closeAPI() error {
+	if m.API == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return m.API.Close(ctx)
+}

@@ -1,0 +1,82 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// Test seams: environment variables that end-to-end tests use to reach into
+// a running binary. They break guarantees on purpose and are logged loudly;
+// never set them in production.
+const (
+	// envDisableGuard=1 applies re-delivered items again.
+	envDisableGuard = "OUTBOXD_TEST_DISABLE_GUARD"
+	// envRewind=NAME=POS[,NAME=POS] opens feed NAME's partition 0 at POS of
+	// its stored epoch, so stored items are re-delivered.
+	envRewind = "OUTBOXD_TEST_REWIND"
+	// envFailCommits=PATH: when the file PATH appears holding a number N,
+	// the next N store commits fail, then the file is removed.
+	envFailCommits = "OUTBOXD_TEST_FAIL_COMMITS"
+)
+
+type testSeams struct {
+	disableGuard bool
+	rewind       map[string]map[int32]int64
+	failFile     string
+}
+
+func loadTestSeams(log *slog.Logger) (testSeams, error) {
+	var s testSeams
+	s.disableGuard = os.Getenv(envDisableGuard) == "1"
+	if v := os.Getenv(envRewind); v != "" {
+		s.rewind = map[string]map[int32]int64{}
+		for _, kv := range strings.Split(v, ",") {
+			name, pos, ok := strings.Cut(kv, "=")
+			n, err := strconv.ParseInt(pos, 10, 64)
+			if !ok || err != nil {
+				return s, fmt.Errorf("%s: %q: want NAME=POSITION", envRewind, kv)
+			}
+			s.rewind[name] = map[int32]int64{0: n}
+		}
+	}
+	s.failFile = os.Getenv(envFailCommits)
+	if s.disableGuard || s.rewind != nil || s.failFile != "" {
+		log.Warn("TEST SEAMS ENABLED: exactly-once is not guaranteed",
+			"disableGuard", s.disableGuard, "rewind", s.rewind, "failCommits", s.failFile)
+	}
+	return s, nil
+}
+
+var errInjected = errors.New("injected commit failure (test seam)")
+
+// installCommitHook makes commits fail as the fail file says. The hook runs
+// under the store's single writer, so it needs no lock of its own.
+func (s testSeams) installCommitHook(st *outbox.Store) {
+	if s.failFile == "" {
+		return
+	}
+	path, left := s.failFile, 0
+	st.SetCommitHook(func(context.Context) error {
+		if left == 0 {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return nil
+			}
+			n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil || n < 1 {
+				return nil
+			}
+			left = n
+			os.Remove(path)
+		}
+		left--
+		return errInjected
+	})
+}

@@ -82,3 +82,11 @@ type Feed interface {
 	// Close releases the feed's resources.
 	Close() error
 }
+
+// Waiter is implemented by feeds whose source can be absent (a file not yet
+// created). Waiting returns why the feed is waiting for its source, or ""
+// when the source is there. It is safe for concurrent use. While it says
+// why, the loop reports the feed as StateWaiting with that reason.
+type Waiter interface {
+	Waiting() string
+}

@@ -45,10 +45,16 @@ type Record struct {
 	BadReason string
 	BadErr    error
 
-	// From, To and Reason describe a loss.
+	// From, To and Reason describe a loss. To is UnknownPosition when
+	// the loss's extent cannot be known (the bytes a file held past From
+	// before it was truncated, with no copy of them left).
 	From, To int64
 	Reason   string
 }
+
+// UnknownPosition, as a loss's To, says its extent is unknown: input from
+// From on vanished, and nothing tells how much of it there was.
+const UnknownPosition int64 = -1
 
 // Feed is a source of positioned records.
 //

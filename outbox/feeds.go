@@ -90,7 +90,7 @@ type Loss struct {
 	Reason    string `db:"reason"`
 	Epoch     string `db:"epoch"`
 	From      int64  `db:"from_pos"`
-	To        int64  `db:"to_pos"` // -1 (ingest.UnknownPosition): the extent is unknown
+	To        int64  `db:"to_pos"`   // -1 (ingest.UnknownPosition): the extent is unknown
 	AckedAt   int64  `db:"acked_at"` // unix nanoseconds, 0 = not acked
 }
 

@@ -36,7 +36,12 @@ func TestDevBroker_RelayAndConsume(t *testing.T) {
 	out := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- devkafka.Consume(ctx, brokers, "dev", true, out) }()
+	go func() {
+		_, err := devkafka.Consume(ctx, devkafka.ConsumeOptions{
+			Brokers: brokers, Topic: "dev", FromBeginning: true, Format: devkafka.FormatJSON,
+		}, out)
+		done <- err
+	}()
 	wait(t, 10*time.Second, func() error {
 		if n := out.lines(); n < len(ids) {
 			return fmt.Errorf("%d lines", n)

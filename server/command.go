@@ -20,8 +20,16 @@ import (
 // subcommand) and returns the exit code: 0 for success, 2 for a bad command
 // line or configuration, 1 for a failure at run time.
 func Command(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "consume" {
-		return consumeCommand(args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "consume":
+			return consumeCommand(args[1:], stdout, stderr)
+		case "produce":
+			return produceCommand(args[1:], os.Stdin, stdout, stderr)
+		case "version", "--version", "-version":
+			fmt.Fprintln(stdout, Version())
+			return 0
+		}
 	}
 	cfg, err := ParseConfig(args, os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {

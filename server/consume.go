@@ -6,37 +6,108 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/outboxd/outboxd/internal/devkafka"
 )
 
-// consumeCommand prints a topic's committed records until interrupted.
+// toolBrokers is the default --brokers of consume and produce: the dev
+// broker's default address.
+var toolBrokers = []string{devkafka.DefaultAddr}
+
+// consumeCommand prints a topic's committed records: until interrupted, or
+// with --until-end until it has read what the topic held at the call.
 func consumeCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var brokers []string
-	fs.Var(list{&brokers}, "brokers", "Kafka brokers, comma-separated")
-	topic := fs.String("topic", "", "the topic to read")
-	fromBeginning := fs.Bool("from-beginning", false, "read from the start of each partition (default: only new records)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fmt.Fprintln(stdout, "Usage: server consume --brokers B --topic T [--from-beginning]")
-			fs.PrintDefaults()
-			return 0
-		}
-		return badUsage(stderr, fmt.Errorf("consume: %w", err))
+	o := devkafka.ConsumeOptions{Brokers: toolBrokers}
+	fs.Var(list{&o.Brokers}, "brokers", "Kafka brokers, comma-separated")
+	fs.StringVar(&o.Topic, "topic", "", "the topic to read (required)")
+	fs.BoolVar(&o.FromBeginning, "from-beginning", false, "read from the start of each partition (default: only new records)")
+	fs.BoolVar(&o.UntilEnd, "until-end", false, "stop once caught up with the topic's end at the moment of the call, and print the count on stderr")
+	fs.StringVar(&o.Format, "format", devkafka.FormatText, "text (partition, offset, key, value, headers; tab-separated) or json (one object per record)")
+	timeout := fs.Duration("timeout", 0, "stop after this long (0: no limit)")
+	fs.DurationVar(&o.ConnectTimeout, "connect-timeout", devkafka.DefaultConnectTimeout, "fail when no broker answers within this long")
+	if code, done := parseTool(fs, args, "consume", "server consume --topic T [--brokers B] [--from-beginning] [--until-end] [--format text|json] [--timeout D]", stdout, stderr); done {
+		return code
 	}
-	if len(brokers) == 0 || *topic == "" {
-		return badUsage(stderr, errors.New("consume: --brokers and --topic are required"))
+	if o.Topic == "" {
+		return badUsage(stderr, errors.New("consume: --topic is required"))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	if o.Format != devkafka.FormatText && o.Format != devkafka.FormatJSON {
+		return badUsage(stderr, fmt.Errorf("consume: --format %q: want text or json", o.Format))
+	}
+	ctx, stop := toolContext(*timeout)
 	defer stop()
-	if err := devkafka.Consume(ctx, brokers, *topic, *fromBeginning, stdout); err != nil && ctx.Err() == nil {
-		fmt.Fprintf(stderr, "consume: %v\n", err)
+	n, err := devkafka.Consume(ctx, o, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "server consume: %v\n", err)
+		return 1
+	}
+	if o.UntilEnd {
+		fmt.Fprintf(stderr, "%d records\n", n)
+	}
+	return 0
+}
+
+// produceCommand puts a record per line of stdin on a topic.
+func produceCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o := devkafka.ProduceOptions{Brokers: toolBrokers}
+	fs.Var(list{&o.Brokers}, "brokers", "Kafka brokers, comma-separated")
+	fs.StringVar(&o.Topic, "topic", "", "the topic to write (required; the dev broker creates it)")
+	fs.IntVar(&o.KeyField, "key-field", 0, "key each record by the line's N-th comma-separated field (1-based; 0: no key)")
+	fs.BoolVar(&o.JSON, "json", false, `each line is {"key": "...", "value": <string or JSON>, "headers": {"k": "v"}}`)
+	fs.IntVar(&o.MaxLine, "max-line", devkafka.DefaultMaxLine, "longest line in bytes")
+	fs.DurationVar(&o.ConnectTimeout, "connect-timeout", devkafka.DefaultConnectTimeout, "fail when no broker answers within this long")
+	if code, done := parseTool(fs, args, "produce", "server produce --topic T [--brokers B] [--key-field N | --json] < FILE", stdout, stderr); done {
+		return code
+	}
+	if o.Topic == "" {
+		return badUsage(stderr, errors.New("produce: --topic is required"))
+	}
+	if o.KeyField < 0 || (o.JSON && o.KeyField > 0) {
+		return badUsage(stderr, errors.New("produce: --key-field is a 1-based field number, and not given with --json"))
+	}
+	ctx, stop := toolContext(0)
+	defer stop()
+	n, err := devkafka.Produce(ctx, o, stdin)
+	fmt.Fprintf(stderr, "%d records produced to %s\n", n, o.Topic)
+	if err != nil {
+		fmt.Fprintf(stderr, "server produce: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// parseTool parses a tool subcommand's flags. done says the command must
+// return code now: after -h (0) or a bad flag (2).
+func parseTool(fs *flag.FlagSet, args []string, name, synopsis string, stdout, stderr io.Writer) (code int, done bool) {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fmt.Fprintln(stdout, "Usage: "+synopsis)
+		fs.PrintDefaults()
+		return 0, true
+	case err != nil:
+		return badUsage(stderr, fmt.Errorf("%s: %w", name, err)), true
+	case fs.NArg() > 0:
+		return badUsage(stderr, fmt.Errorf("%s: unexpected argument %q", name, fs.Arg(0))), true
+	}
+	return 0, false
+}
+
+// toolContext ends at SIGINT or SIGTERM, or after timeout when above 0.
+func toolContext(timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if timeout <= 0 {
+		return ctx, stop
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	return tctx, func() { cancel(); stop() }
 }

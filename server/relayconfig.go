@@ -3,6 +3,7 @@ package server
 import (
 	"flag"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/outboxd/outboxd/relay"
@@ -23,6 +24,22 @@ type RelayConfig struct {
 	TopicReplication int           `yaml:"topicReplication"`
 	Retention        time.Duration `yaml:"outboxRetention"`
 	DevBrokerAddr    string        `yaml:"devBrokerAddr"`
+	// DevBrokerData is the dev broker's data directory: DevBrokerDataAuto
+	// for "devbroker" beside the database, "" for memory only.
+	DevBrokerData string `yaml:"devBrokerData"`
+}
+
+// DevBrokerDataAuto, as --dev-broker-data, keeps the dev broker's log in
+// the directory "devbroker" beside the database.
+const DevBrokerDataAuto = "auto"
+
+// devBrokerDir is the dev broker's data directory for a database at db, ""
+// for memory only.
+func (r RelayConfig) devBrokerDir(db string) string {
+	if r.DevBrokerData == DevBrokerDataAuto {
+		return filepath.Join(filepath.Dir(db), "devbroker")
+	}
+	return r.DevBrokerData
 }
 
 // DefaultRelayConfig returns the relay defaults.
@@ -38,6 +55,7 @@ func DefaultRelayConfig() RelayConfig {
 		TopicReplication: int(d.TopicReplication),
 		Retention:        d.Retention,
 		DevBrokerAddr:    "127.0.0.1:9092",
+		DevBrokerData:    DevBrokerDataAuto,
 	}
 }
 
@@ -52,6 +70,7 @@ func (r *RelayConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&r.TopicReplication, "topic-replication", r.TopicReplication, "replication factor of topics the relay creates")
 	fs.DurationVar(&r.Retention, "outbox-retention", r.Retention, "keep published outbox rows this long (0: prune at once)")
 	fs.StringVar(&r.DevBrokerAddr, "dev-broker-addr", r.DevBrokerAddr, "listen address of the in-process dev broker started when --brokers is empty")
+	fs.StringVar(&r.DevBrokerData, "dev-broker-data", r.DevBrokerData, "the dev broker's data directory: auto for devbroker/ beside --db, '' for memory only")
 }
 
 // Validate reports an invalid relay setting.

@@ -148,14 +148,23 @@ func (m *Main) resolveBrokers() error {
 	if len(m.Config.Brokers) > 0 || !m.needsKafka() {
 		return nil
 	}
-	b, err := devkafka.Start(m.Config.Relay.DevBrokerAddr, m.Logger)
+	dir := m.Config.Relay.devBrokerDir(m.Config.DB)
+	b, err := devkafka.StartWith(devkafka.Options{
+		Addr: m.Config.Relay.DevBrokerAddr, DataDir: dir, AutoCreateTopics: true,
+		Partitions: m.Config.Relay.TopicPartitions, Logger: m.Logger,
+	})
 	if err != nil {
 		return fmt.Errorf("start the dev broker (give --brokers to use a real one): %w", err)
 	}
 	m.Broker = b
 	m.Config.Brokers = []string{b.Addr()}
-	m.Logger.Warn("no --brokers: using an in-process dev broker; its data is IN MEMORY ONLY and lost at exit",
-		"addr", b.Addr())
+	if dir == "" {
+		m.Logger.Warn("no --brokers: using an in-process dev broker; its data is IN MEMORY ONLY and lost at exit",
+			"addr", b.Addr())
+		return nil
+	}
+	m.Logger.Warn("no --brokers: using an in-process dev broker, for trying outboxd out; its log is kept on disk",
+		"addr", b.Addr(), "data", dir)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 // Package devkafka holds the Kafka tools of development and tests: the
-// in-process dev broker (kfake) and the read_committed reader behind
-// `server consume`. The relay and the feeds never import it.
+// in-process dev broker (kfake), and the clients behind `server consume`
+// (a read_committed reader) and `server produce`. The relay and the feeds
+// never import it.
 package devkafka
 
 import (
@@ -17,19 +18,50 @@ const DefaultAddr = "127.0.0.1:9092"
 
 // Broker is an in-process, single-broker Kafka for development and
 // tests: franz-go's kfake, which speaks the real protocol, transactions,
-// idempotence and read_committed included. It keeps everything in memory:
-// its topics vanish with it.
+// idempotence and read_committed included. It keeps its log in memory, or
+// in a data directory that a later broker reloads (Options.DataDir).
 type Broker struct {
-	c    *kfake.Cluster
-	addr string
+	c       *kfake.Cluster
+	addr    string
+	dataDir string
 }
 
-// Start starts a dev broker listening on addr (DefaultAddr
-// when empty; port 0 picks a free one). The listener is opened first, so an
-// address in use fails here. The broker advertises the address it listens
-// on: give a host clients can reach (127.0.0.1, not 0.0.0.0). logger may be
-// nil; the broker's request logs go to it at debug level.
+// Options configures a dev broker. The zero value is an in-memory broker on
+// DefaultAddr that creates no topic by itself.
+type Options struct {
+	// Addr is where it listens (DefaultAddr when empty; port 0 picks a
+	// free one). It advertises this address: give a host clients can
+	// reach (127.0.0.1, not 0.0.0.0).
+	Addr string
+	// DataDir, when set, is where the broker keeps its log, synced at
+	// every produce, so records survive a restart (even after kill -9) and
+	// a broker started on the same directory serves them again. Empty:
+	// memory only.
+	DataDir string
+	// AutoCreateTopics creates a topic the first time a client asks for
+	// it (a producer, kcat -P), with Partitions partitions.
+	AutoCreateTopics bool
+	// Partitions of the topics it creates when a client does not say
+	// (default 3).
+	Partitions int
+	// Logger gets the broker's logs, its request logs at debug level
+	// (default slog.Default()).
+	Logger *slog.Logger
+	// Extra options for the cluster (TLS, SASL, ACLs in tests).
+	Extra []kfake.Opt
+}
+
+// Start starts an in-memory dev broker listening on addr (see
+// Options.Addr). The listener is opened first, so an address in use fails
+// here. logger may be nil.
 func Start(addr string, logger *slog.Logger) (*Broker, error) {
+	return StartWith(Options{Addr: addr, Logger: logger})
+}
+
+// StartWith starts a dev broker as o says. The listener is opened first, so
+// an address in use fails here.
+func StartWith(o Options) (*Broker, error) {
+	addr := o.Addr
 	if addr == "" {
 		addr = DefaultAddr
 	}
@@ -37,13 +69,17 @@ func Start(addr string, logger *slog.Logger) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dev broker: listen on %s: %w", addr, err)
 	}
-	return StartOn(ln, logger)
+	return StartOnWith(ln, o)
 }
+
+// DataDir is the directory the broker keeps its log in ("" for memory only).
+func (b *Broker) DataDir() string { return b.dataDir }
 
 // Addr is the host:port the broker listens on and advertises.
 func (b *Broker) Addr() string { return b.addr }
 
-// Close stops the broker and drops its data. It always returns nil.
+// Close stops the broker: an in-memory broker drops its data, one with a
+// data directory writes what it holds there. It always returns nil.
 func (b *Broker) Close() error {
 	b.c.Close()
 	return nil

@@ -387,8 +387,11 @@ publishes their outputs to Kafka exactly once.
 
 Usage:
   server [flags]                      run the service
-  server consume --brokers B --topic T [--from-beginning]
+  server consume --topic T [--from-beginning] [--until-end] [--format json]
                                       print a topic's records (read_committed)
+  server produce --topic T [--key-field N | --json] < FILE
+                                      put a record per line on a topic
+  server --version                    the build: module version, revision, Go
   server bench [--lines N] [--json]   measure this machine: ingest, relay, latency (bench -h)
 
 Every flag can also be set as OUTBOXD_<NAME> (e.g. OUTBOXD_BATCH_MAX=500;

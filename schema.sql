@@ -118,3 +118,14 @@ CREATE TABLE ledger_balances (
 -- each of them about a tenth of the ingest CPU. A feed's backlog is counted
 -- over the pending rows instead (Store.Backlog), found by id.
 DROP INDEX IF EXISTS outbox_feed;
+
+-- migration: 3
+
+-- An output the relay cannot publish (too large for Kafka) becomes a dead
+-- letter of its feed, naming its outbox row and the topic it was for. There
+-- is one per row: the relay stores it before the Kafka transaction that
+-- passes the row commits, and storing it again after a crash changes
+-- nothing. An item's dead letter has neither (NULL and '').
+ALTER TABLE dead_letters ADD COLUMN outbox_id INTEGER;
+ALTER TABLE dead_letters ADD COLUMN topic TEXT NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX dead_letters_outbox_id ON dead_letters (outbox_id);

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strconv"
 	"time"
 
 	"github.com/outboxd/outboxd/outbox"
@@ -254,7 +253,7 @@ func (l *Loop) applyItem(ctx context.Context, t *txn, d Delivery, r Record, h he
 		return nil, rerr
 	}
 	if p, ok := IsPermanent(err); ok {
-		return nil, l.deadLetter(ctx, t, d, r, p.Reason, p.Err, h.attempt)
+		return nil, l.deadLetter(ctx, t, d, r, p.Reason, p.Err, max(h.attempt, p.Attempts))
 	}
 	return err, nil
 }
@@ -329,12 +328,20 @@ func reasonOf(err error, fallback string) string {
 	return fallback
 }
 
-// Dead-letter headers, on records of the dead-letter topic.
+// Dead-letter headers, on records of the dead-letter topic, after the
+// item's own (the relay keeps a Kafka item's outboxd-id, -feed, -epoch and
+// -position as outboxd-orig-*).
 const (
 	HeaderReason   = "outboxd-reason"
 	HeaderError    = "outboxd-error"
 	HeaderAttempts = "outboxd-attempts"
 	HeaderDeadID   = "outboxd-dead-letter-id"
+	// HeaderTruncated is on a copy cut to fit the record limit
+	// (Config.MaxMessageBytes): PART=BYTES for each part cut, comma
+	// separated, BYTES its size before: value, error (this header's
+	// HeaderError), headers (the item's, dropped), key. The dead letter
+	// in the store is whole.
+	HeaderTruncated = "outboxd-truncated"
 )
 
 // deadLetter stores the item whole and emits it to the dead-letter topic, in
@@ -352,20 +359,17 @@ func (l *Loop) deadLetter(ctx context.Context, t *txn, d Delivery, r Record, rea
 	if err != nil {
 		return err
 	}
-	hs := append(append(make([]outbox.Header, 0, len(r.Item.Headers)+4), r.Item.Headers...),
-		outbox.Header{Key: HeaderReason, Value: []byte(reason)},
-		outbox.Header{Key: HeaderError, Value: []byte(msg)},
-		outbox.Header{Key: HeaderAttempts, Value: strconv.AppendInt(nil, int64(attempts), 10)},
-		outbox.Header{Key: HeaderDeadID, Value: strconv.AppendInt(nil, id, 10)})
+	own := deadLetterHeaders{reason: reason, err: msg, attempts: attempts, id: id}
+	out := own.output(d.Place(), l.cfg.DeadLetterTopic, r.Item, l.cfg.MaxMessageBytes)
 	t.tx.SetPlace(d.Place())
-	if err := t.tx.Emit(ctx, outbox.Output{Topic: l.cfg.DeadLetterTopic, Key: r.Item.Key, Value: r.Item.Value, Headers: hs}); err != nil {
+	if err := t.tx.Emit(ctx, out); err != nil {
 		return err
 	}
 	t.delta.DeadLettered++
 	t.cps[r.Partition] = outbox.Checkpoint{Partition: r.Partition, Epoch: r.Epoch, Position: r.Position}
 	t.touch[r.Partition] = true
 	t.logs = append(t.logs, func() {
-		l.log.Warn("dead-lettered", "partition", d.Partition, "position", d.Position, "reason", reason, "err", msg)
+		l.log.Warn("dead-lettered", "partition", d.Partition, "position", d.Position, "reason", reason, "err", cutText(msg, maxCutError))
 	})
 	return nil
 }

@@ -90,12 +90,20 @@ const (
 	ReasonMalformed    = "malformed"     // the input is not what the processor reads
 	ReasonTooLong      = "line-too-long" // a file line over the feed's limit
 	ReasonRetriesSpent = "retries-exhausted"
+	// ReasonOutputTooLarge: an output of the item that Kafka does not take;
+	// the relay stores it (the output, not the item) as a dead letter.
+	ReasonOutputTooLarge = outbox.ReasonOutputTooLarge
 )
 
 // PermanentError is a processor error that retrying cannot fix.
 type PermanentError struct {
 	Reason string // short, stable, machine-readable: "malformed", "unknown-type"
 	Err    error
+	// Attempts, when not 0, is how many times the processor itself tried
+	// the item (rounds through a retry topic, each coming back as a new
+	// delivery): the dead letter counts those rather than the loop's tries
+	// of this delivery.
+	Attempts int
 }
 
 func (e *PermanentError) Error() string { return e.Reason + ": " + e.Err.Error() }
@@ -107,6 +115,12 @@ func (e *PermanentError) Unwrap() error { return e.Err }
 // at once.
 func Permanent(reason string, err error) error {
 	return &PermanentError{Reason: reason, Err: err}
+}
+
+// PermanentAfter is Permanent for an item the processor tried attempts
+// times in all.
+func PermanentAfter(reason string, attempts int, err error) error {
+	return &PermanentError{Reason: reason, Err: err, Attempts: attempts}
 }
 
 // Malformed is Permanent(ReasonMalformed, fmt.Errorf(format, args...)).

@@ -47,6 +47,11 @@ type Config struct {
 	OnCompletionFailure string
 	// DeadLetterTopic receives dead letters (default Name + ".dlq").
 	DeadLetterTopic string
+	// MaxMessageBytes is the largest record the relay publishes, as its
+	// relay.Config.MaxMessageBytes counts it: a dead letter's Kafka copy
+	// is cut to fit (see HeaderTruncated); the dead letter in the store is
+	// whole. 0 means DefaultMaxMessageBytes.
+	MaxMessageBytes int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// OnBatch, if set, is told the size (records) and commit time of every
@@ -60,6 +65,10 @@ type Config struct {
 	// epoch, so the feed re-delivers items the store already has. Test seam.
 	Rewind map[int32]int64
 }
+
+// DefaultMaxMessageBytes is Config.MaxMessageBytes unless set: 1 MiB, as
+// the relay's default.
+const DefaultMaxMessageBytes = 1 << 20
 
 // DefaultBatchBytes bounds a batch's item bytes unless Config.BatchBytes
 // says otherwise: 4000 lines of 4 KiB, or 16 of the longest lines a file
@@ -90,6 +99,7 @@ func DefaultConfig(name string) Config {
 		OnFailure:           OnFailureDeadLetter,
 		CommitRetry:         DefaultRetry(),
 		OnCompletionFailure: OnCompletionStop,
+		MaxMessageBytes:     DefaultMaxMessageBytes,
 	}
 }
 
@@ -106,6 +116,9 @@ func (c Config) Validate() error {
 	}
 	if c.BatchWait < 0 {
 		return fmt.Errorf("batch-wait: %v is negative", c.BatchWait)
+	}
+	if c.MaxMessageBytes != 0 && c.MaxMessageBytes < outbox.MinMessageBytes {
+		return fmt.Errorf("max-message-bytes: %d, want at least %d", c.MaxMessageBytes, outbox.MinMessageBytes)
 	}
 	if err := c.Retry.Validate(); err != nil {
 		return fmt.Errorf("retry: %w", err)

@@ -21,6 +21,10 @@ func (l *Loop) Requeue(ctx context.Context, id int64) (bool, error) {
 	if dl.RequeuedAt != 0 {
 		return false, nil
 	}
+	if dl.OutboxID != nil {
+		return false, fmt.Errorf("requeue dead letter %d: it is an output to %s that Kafka did not take (%s), not an item: "+
+			"it stays in the store whole", id, dl.Topic, dl.Reason)
+	}
 	hs, err := outbox.DecodeHeaders(dl.Headers)
 	if err != nil {
 		return false, fmt.Errorf("requeue dead letter %d: %w", id, err)

@@ -79,6 +79,11 @@ type DeadLetter struct {
 	Headers    []byte `db:"headers" json:"-"`              // EncodeHeaders form
 	At         int64  `db:"at" json:"at"`                  // unix nanoseconds
 	RequeuedAt int64  `db:"requeued_at" json:"requeuedAt"` // unix nanoseconds, 0 = never
+	// OutboxID and Topic name the outbox row and its topic when the dead
+	// letter is an output the relay could not publish (ReasonOutputTooLarge):
+	// Key, Payload and Headers are then the output's. nil and "" for an item.
+	OutboxID *int64 `db:"outbox_id" json:"outboxId,omitempty"`
+	Topic    string `db:"topic" json:"topic,omitempty"`
 }
 
 // Loss is input a feed moved past without keeping its effects.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/IBM/sarama"
+
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -23,27 +25,32 @@ func (r *Relay) runAtLeastOnce(ctx, hard context.Context) (progressed bool, err 
 		return false, err
 	}
 	r.log.Info("resuming", "after", last)
-	return r.drain(ctx, last, func(rows []outbox.Row) error { return r.publishAcked(ctx, hard, p, rows) })
+	send := func(rows []outbox.Row, recs []*sarama.ProducerMessage) error {
+		return r.publishAcked(hard, p, rows, recs)
+	}
+	// Nothing to undo after a refusal: sendAll has waited for every record
+	// of the refused batch, and those that went out may go out again.
+	reset := func() error { return nil }
+	return r.drain(ctx, last, func(rows []outbox.Row) error {
+		if err := r.ensureOutputTopics(ctx, rows); err != nil {
+			return err
+		}
+		return r.publish(ctx, rows, send, reset)
+	})
 }
 
-// publishAcked publishes rows, waits for every ack, then marks them.
-func (r *Relay) publishAcked(ctx, hard context.Context, p *producer, rows []outbox.Row) error {
-	if err := r.ensureOutputTopics(ctx, rows); err != nil {
-		return err
-	}
-	msgs, err := messages(rows)
-	if err != nil {
-		return err
-	}
+// publishAcked publishes recs, the records of rows to publish, waits for
+// every ack, then marks the rows published.
+func (r *Relay) publishAcked(hard context.Context, p *producer, rows []outbox.Row, recs []*sarama.ProducerMessage) error {
 	first, last := rows[0].ID, rows[len(rows)-1].ID
 	r.st.state(StatePublishing)
-	if err := p.sendAll(hard, msgs); err != nil {
+	if err := p.sendAll(hard, recs); err != nil {
 		return fmt.Errorf("publish outbox rows %d..%d: %w", first, last, err)
 	}
 	if err := r.store.SetRelayProgress(hard, r.relayID, last); err != nil {
 		return fmt.Errorf("mark outbox rows %d..%d published: %w", first, last, err)
 	}
-	r.st.published(last, len(rows))
+	r.st.published(last, len(recs))
 	r.recorded.Store(last)
 	r.prunePublished()
 	return nil

@@ -31,9 +31,10 @@ const (
 	// relay stops: making a new producer would fence the newcomer in turn.
 	Fenced
 	// Fatal errors will not go away without an operator: authorization,
-	// an unsupported broker, a record too large for the broker, a missing
-	// topic the relay may not create. The relay keeps retrying at its
-	// longest backoff and reports the error; no row is skipped.
+	// an unsupported broker, a missing topic the relay may not create. The
+	// relay keeps retrying at its longest backoff and reports the error;
+	// no row is skipped. (A record too large is not one of them: the
+	// relay stores its row as a dead letter and goes on, see publish.)
 	Fatal
 )
 
@@ -72,6 +73,13 @@ func Classify(err error) Class {
 		// a backoff; nothing about Kafka is in doubt.
 		return Retryable
 	}
+	if isTooLarge(err) {
+		// The relay dead-letters a row too large itself; such an error
+		// reaches here only when the producer could not be readied
+		// after it. A new session publishes the batch again and finds
+		// the row.
+		return Retryable
+	}
 	var missing *MissingTopicError
 	if errors.As(err, &missing) {
 		return Fatal
@@ -108,7 +116,7 @@ func classifyKafka(err error) (Class, bool) {
 	}
 	var ce sarama.ConfigurationError
 	if errors.As(err, &ce) {
-		// Raised before sending, e.g. a record above MaxMessageBytes.
+		// Raised before sending: the producer is misconfigured.
 		return Fatal, true
 	}
 	switch {

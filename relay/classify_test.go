@@ -40,7 +40,11 @@ func TestClassify(t *testing.T) {
 		{"connection refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, Retryable},
 		{"eof", wrap(io.EOF), Retryable},
 		{"deadline", context.DeadlineExceeded, Retryable},
-		{"record too large", wrap(sarama.ErrMessageSizeTooLarge), Fatal},
+		// A row too large is dead-lettered; one that surfaces means a
+		// producer that could not be readied after it: start over.
+		{"record too large", wrap(sarama.ErrMessageSizeTooLarge), Retryable},
+		{"batch too large", wrap(sarama.ErrMessageSetSizeTooLarge), Retryable},
+		{"over the producer's limit", wrap(sarama.ConfigurationError("Attempt to produce message larger than configured Producer.MaxMessageBytes: 9 > 8")), Retryable},
 		{"config error", wrap(sarama.ConfigurationError("too big")), Fatal},
 		{"authorization", wrap(sarama.ErrTopicAuthorizationFailed), Fatal},
 		{"txn id authorization", kerr.TransactionalIDAuthorizationFailed, Fatal},
@@ -67,8 +71,9 @@ func TestConfig_Validate(t *testing.T) {
 	c.Wait = -1
 	c.TopicPartitions = 0
 	c.MaxBackoff = 0
+	c.MaxMessageBytes = 100
 	err := c.Validate()
-	for _, field := range []string{"brokers", "mode", "batch", "wait", "topic partitions", "max backoff"} {
+	for _, field := range []string{"brokers", "mode", "batch", "wait", "topic partitions", "max backoff", "max message bytes"} {
 		if err == nil || !strings.Contains(err.Error(), field+":") {
 			t.Errorf("Validate() = %v, want an error about %s", err, field)
 		}

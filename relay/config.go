@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // Modes accepted by Config.Mode.
@@ -21,6 +23,14 @@ const (
 
 // DefaultProgressTopic is the compacted topic that holds exactly-once progress.
 const DefaultProgressTopic = "__outboxd_progress"
+
+// DefaultMaxMessageBytes is Config.MaxMessageBytes unless set: 1 MiB, the
+// default message.max.bytes of a Kafka broker (which allows 12 bytes more).
+const DefaultMaxMessageBytes = 1 << 20
+
+// MaxMessageBytesLimit bounds Config.MaxMessageBytes: a produce request
+// holds at least one batch, and sarama sends no request over 100 MiB.
+const MaxMessageBytesLimit = 64 << 20
 
 // Config says how the relay publishes. The zero value is not usable: start
 // from DefaultConfig.
@@ -69,6 +79,16 @@ type Config struct {
 	// ShutdownTimeout bounds how long Run, once its context is done, waits
 	// for the transaction in hand to commit or abort.
 	ShutdownTimeout time.Duration
+	// MaxMessageBytes is the largest record batch the relay sends, counted
+	// as a broker counts it against its message.max.bytes: a record alone
+	// in its batch has this less outbox.RecordBatchOverhead. A row whose
+	// record is larger is not published: it is stored as a dead letter of
+	// its feed (outbox.ReasonOutputTooLarge, the row whole) and publishing
+	// goes on, as it does past a record a broker refuses as too large (a
+	// topic's max.message.bytes below this). Between
+	// outbox.MinMessageBytes and MaxMessageBytesLimit; keep it at or below
+	// the brokers' message.max.bytes.
+	MaxMessageBytes int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// OnTransaction, if set, is told the duration (from the first record
@@ -78,8 +98,9 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults: exactly-once to a broker on
-// 127.0.0.1:9092, batches of 4000 rows or 1ms, topics created with 3
-// partitions and replication 1, rows kept 24h after publishing.
+// 127.0.0.1:9092, batches of 4000 rows or 1ms, records of at most 1 MiB,
+// topics created with 3 partitions and replication 1, rows kept 24h after
+// publishing.
 func DefaultConfig() Config {
 	return Config{
 		Brokers:            []string{"127.0.0.1:9092"},
@@ -96,6 +117,7 @@ func DefaultConfig() Config {
 		MaxBackoff:         5 * time.Second,
 		TransactionTimeout: time.Minute,
 		ShutdownTimeout:    10 * time.Second,
+		MaxMessageBytes:    DefaultMaxMessageBytes,
 	}
 }
 
@@ -132,6 +154,9 @@ func (c Config) Validate() error {
 	}
 	if c.TopicReplication < 1 {
 		add("topic replication: %d is below 1", c.TopicReplication)
+	}
+	if c.MaxMessageBytes < outbox.MinMessageBytes || c.MaxMessageBytes > MaxMessageBytesLimit {
+		add("max message bytes: %d is not within %d..%d", c.MaxMessageBytes, outbox.MinMessageBytes, MaxMessageBytesLimit)
 	}
 	c.validateDurations(add)
 	return errors.Join(errs...)

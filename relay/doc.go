@@ -26,7 +26,10 @@
 //  5. After the commit the progress is stored in SQLite (off the publishing
 //     path: Kafka already has it).
 //  6. Any failure ends the session: the producer is dropped and the relay
-//     starts again at step 1 after a capped exponential backoff. A commit
+//     starts again at step 1 after a capped exponential backoff. (A
+//     broker refusing records as too large does not: a new producer
+//     fences the refused transaction and the batch goes on in halves, see
+//     "Both modes".) A commit
 //     whose outcome is unknown is never guessed; the next session's
 //     producer settles it and step 2 reads what happened. PRODUCER_FENCED
 //     stops the relay (ErrFenced): another relay owns the id now.
@@ -41,7 +44,13 @@
 // # Both modes
 //
 // Records carry the row's own headers and then outboxd-id, outboxd-feed,
-// outboxd-epoch and outboxd-position. Keys are partitioned as the Java
+// outboxd-epoch and outboxd-position, each outboxd-* name once (a row's own
+// place headers are kept as outboxd-orig-*). No row stops the others: one
+// whose record is over Config.MaxMessageBytes, or that a broker refuses as
+// too large (the batch is published in halves until it stands alone), is
+// stored as a dead letter of its feed (outbox.ReasonOutputTooLarge), once
+// per row and durably before any transaction that passes it commits, and
+// is not published. Keys are partitioned as the Java
 // client does (murmur2), so a key's rows stay in one partition, in id
 // order; a row without a key goes to a random partition. Missing output
 // topics are created unless Config.CreateTopics is false. The relay is

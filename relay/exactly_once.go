@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/IBM/sarama"
+
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -18,7 +20,8 @@ import (
 //     names rows the database does not have;
 //  3. per batch: one transaction holding the rows and a progress record
 //     naming the last of them; after the commit, the progress goes to
-//     SQLite.
+//     SQLite. A row Kafka cannot take (too large) is a dead letter in
+//     SQLite before the transaction that passes it commits (see publish).
 //
 // Any failure ends the session; the next one starts again from step 1, so
 // an unknown outcome is settled by Kafka, never guessed.
@@ -30,18 +33,33 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 	if err != nil {
 		return false, fmt.Errorf("start transactional producer %s: %w", r.txnID, err)
 	}
-	defer r.dropProducer(ctx, hard, p)
+	defer func() { r.dropProducer(ctx, hard, p) }()
 	last, err := r.resumeExactlyOnce(ctx)
 	if err != nil {
 		return false, err
 	}
+	send := func(rows []outbox.Row, recs []*sarama.ProducerMessage) error {
+		return r.publishTxn(hard, p, rows, recs)
+	}
+	// A transaction whose records a broker refused cannot commit, and
+	// aborting it waits for sarama to give up retrying the rest of them:
+	// a new producer fences this one instead, which aborts it at once. The
+	// transactions committed before it stand, so publishing goes on from
+	// the refused rows.
+	reset := func() error {
+		np, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, r.txnID))
+		if err != nil {
+			return fmt.Errorf("start transactional producer %s: %w", r.txnID, err)
+		}
+		r.dropProducer(ctx, hard, p)
+		p = np
+		return nil
+	}
 	return r.drain(ctx, last, func(rows []outbox.Row) error {
-		if err := r.publishTxn(ctx, hard, p, rows); err != nil {
+		if err := r.ensureOutputTopics(ctx, rows); err != nil {
 			return err
 		}
-		r.st.published(rows[len(rows)-1].ID, len(rows))
-		r.rec.record(rows[len(rows)-1].ID)
-		return nil
+		return r.publish(ctx, rows, send, reset)
 	})
 }
 
@@ -63,27 +81,28 @@ func (r *Relay) drain(ctx context.Context, last int64, publish func([]outbox.Row
 	}
 }
 
-// publishTxn publishes rows and their progress record in one transaction.
-func (r *Relay) publishTxn(ctx, hard context.Context, p *producer, rows []outbox.Row) error {
-	if err := r.ensureOutputTopics(ctx, rows); err != nil {
-		return err
-	}
-	msgs, err := messages(rows)
-	if err != nil {
-		return err
-	}
-	pm, err := progressMessage(r.cfg.ProgressTopic, r.relayID, progressOf(&rows[len(rows)-1]))
+// publishTxn publishes recs, the records of rows to publish, and the
+// progress after the last row in one transaction, then has the progress
+// stored in SQLite.
+func (r *Relay) publishTxn(hard context.Context, p *producer, rows []outbox.Row, recs []*sarama.ProducerMessage) error {
+	last := &rows[len(rows)-1]
+	pm, err := progressMessage(r.cfg.ProgressTopic, r.relayID, progressOf(last))
 	if err != nil {
 		return err
 	}
 	r.st.state(StatePublishing)
 	started := time.Now()
-	if err := p.publishTxn(hard, append(msgs, pm)); err != nil {
-		return fmt.Errorf("publish outbox rows %d..%d: %w", rows[0].ID, rows[len(rows)-1].ID, err)
+	// A copy: recs may be part of a longer slice whose next record the
+	// progress must not overwrite.
+	msgs := append(append(make([]*sarama.ProducerMessage, 0, len(recs)+1), recs...), pm)
+	if err := p.publishTxn(hard, msgs); err != nil {
+		return fmt.Errorf("publish outbox rows %d..%d: %w", rows[0].ID, last.ID, err)
 	}
 	if r.cfg.OnTransaction != nil {
-		r.cfg.OnTransaction(time.Since(started), len(rows))
+		r.cfg.OnTransaction(time.Since(started), len(recs))
 	}
+	r.st.published(last.ID, len(recs))
+	r.rec.record(last.ID)
 	return nil
 }
 

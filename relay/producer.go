@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // saramaConfig is the producer configuration: idempotent, acks=all, one
@@ -42,6 +44,10 @@ func saramaConfig(c Config, txnID string) *sarama.Config {
 	sc.Producer.Retry.Max = 5
 	sc.Producer.Retry.Backoff = 100 * time.Millisecond
 	sc.Producer.Timeout = 10 * time.Second
+	// Sarama bounds each partition's batch by this, counting each record
+	// at most outbox.RecordBytes: the batch a broker measures is then
+	// within c.MaxMessageBytes (see fits).
+	sc.Producer.MaxMessageBytes = c.MaxMessageBytes - outbox.RecordBatchOverhead
 	if txnID != "" {
 		sc.Producer.Transaction.ID = txnID
 		sc.Producer.Transaction.Timeout = c.TransactionTimeout
@@ -57,6 +63,9 @@ func saramaConfig(c Config, txnID string) *sarama.Config {
 type producer struct {
 	ap         sarama.AsyncProducer
 	collectors sync.WaitGroup
+	// idempotent is true for a producer without transactions, whose records
+	// of a failed batch may still land (see settled).
+	idempotent bool
 }
 
 // pending tracks the records of one batch still waiting for an outcome.
@@ -102,7 +111,7 @@ func newProducer(brokers []string, sc *sarama.Config) (*producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &producer{ap: ap}
+	p := &producer{ap: ap, idempotent: sc.Producer.Transaction.ID == ""}
 	p.collectors.Add(2)
 	go func() {
 		defer p.collectors.Done()
@@ -159,12 +168,13 @@ func (p *producer) sendAll(ctx context.Context, msgs []*sarama.ProducerMessage) 
 		return nil
 	}
 	b := newPending(len(msgs))
-	for _, m := range msgs {
+	for i, m := range msgs {
 		m.Metadata = b
 		select {
 		case p.ap.Input() <- m:
 		case <-b.failed:
-			return b.result()
+			b.abandon(len(msgs) - i)
+			return p.settled(ctx, b)
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
 		}
@@ -173,7 +183,34 @@ func (p *producer) sendAll(ctx context.Context, msgs []*sarama.ProducerMessage) 
 	case <-b.done:
 		return b.result()
 	case <-b.failed:
-		return b.result()
+		return p.settled(ctx, b)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
+	}
+}
+
+// abandon counts n records that were never sent as settled.
+func (b *pending) abandon(n int) {
+	for range n {
+		b.finish(nil)
+	}
+}
+
+// settled returns the first failure of b. When an idempotent producer's
+// failure is a record too large, it first waits (within ctx) for every
+// record of b to have its outcome: the relay then sends the same rows again
+// in halves, and no record of this attempt may land among them. A
+// transactional producer is replaced after such a failure (its transaction
+// aborted by the fencing), and any other failure ends the producer, so
+// nothing is waited for.
+func (p *producer) settled(ctx context.Context, b *pending) error {
+	err := b.result()
+	if !p.idempotent || !isTooLarge(err) {
+		return err
+	}
+	select {
+	case <-b.done:
+		return err
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
 	}

@@ -3,6 +3,7 @@ package relay
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -16,13 +17,13 @@ import (
 const (
 	// HeaderID is the outbox row id, in decimal: a consumer of an
 	// at-least-once relay drops a record whose id it has seen.
-	HeaderID = "outboxd-id"
+	HeaderID = outbox.HeaderID
 	// HeaderFeed is the feed of the item that produced the row.
-	HeaderFeed = "outboxd-feed"
+	HeaderFeed = outbox.HeaderFeed
 	// HeaderEpoch is that item's epoch.
-	HeaderEpoch = "outboxd-epoch"
+	HeaderEpoch = outbox.HeaderEpoch
 	// HeaderPosition is that item's position, in decimal.
-	HeaderPosition = "outboxd-position"
+	HeaderPosition = outbox.HeaderPosition
 )
 
 // Header keys shared by every record: sarama only reads them.
@@ -42,10 +43,7 @@ func message(r *outbox.Row, feed, epoch []byte) (*sarama.ProducerMessage, error)
 	if err != nil {
 		return nil, fmt.Errorf("outbox row %d: %w: %w", r.ID, errBadRow, err)
 	}
-	rhs := make([]sarama.RecordHeader, 0, len(hs)+4)
-	for _, h := range hs {
-		rhs = append(rhs, sarama.RecordHeader{Key: []byte(h.Key), Value: h.Value})
-	}
+	rhs := appendRowHeaders(make([]sarama.RecordHeader, 0, len(hs)+4), hs)
 	rhs = append(rhs,
 		sarama.RecordHeader{Key: headerIDKey, Value: strconv.AppendInt(nil, r.ID, 10)},
 		sarama.RecordHeader{Key: headerFeedKey, Value: feed},
@@ -62,6 +60,66 @@ func message(r *outbox.Row, feed, epoch []byte) (*sarama.ProducerMessage, error)
 		m.Value = sarama.ByteEncoder(r.Value)
 	}
 	return m, nil
+}
+
+// appendRowHeaders appends a row's own headers as its record carries them,
+// each outboxd-* name at most once, since consumers read them by name. A
+// place header of the row (one the relay sets itself, say the outboxd-id
+// of a Kafka record an item came from) is kept as outbox.OrigHeader names
+// it, unless the row has that name already; of any other outboxd-* name
+// the last one stands (a dead letter's own come after its item's). Other
+// headers are the row's business and kept as they are.
+func appendRowHeaders(dst []sarama.RecordHeader, hs []outbox.Header) []sarama.RecordHeader {
+	reserved := false
+	for _, h := range hs {
+		if strings.HasPrefix(h.Key, outbox.HeaderPrefix) {
+			reserved = true
+			break
+		}
+	}
+	if !reserved {
+		for _, h := range hs {
+			dst = append(dst, sarama.RecordHeader{Key: []byte(h.Key), Value: h.Value})
+		}
+		return dst
+	}
+	names := make([]string, len(hs))
+	has := make(map[string]bool, len(hs))
+	for _, h := range hs {
+		has[h.Key] = true
+	}
+	for i, h := range hs {
+		names[i] = h.Key
+		if outbox.PlaceHeader(h.Key) {
+			names[i] = ""
+			if orig := outbox.OrigHeader(h.Key); !has[orig] {
+				names[i] = orig
+			}
+		}
+	}
+	last := map[string]int{}
+	for i, n := range names {
+		if strings.HasPrefix(n, outbox.HeaderPrefix) {
+			last[n] = i
+		}
+	}
+	for i, n := range names {
+		if n == "" || (strings.HasPrefix(n, outbox.HeaderPrefix) && last[n] != i) {
+			continue
+		}
+		dst = append(dst, sarama.RecordHeader{Key: []byte(n), Value: hs[i].Value})
+	}
+	return dst
+}
+
+// fits reports whether m, alone in its batch, is within maxBytes as a
+// broker counts it. It is sarama's own measure, which the producer's
+// MaxMessageBytes (maxBytes less the batch header) applies to each record
+// and to each partition's batch (see saramaConfig), so a record that fits
+// is never refused by the producer, nor by a broker whose limit is
+// maxBytes.
+func fits(m *sarama.ProducerMessage, maxBytes int) bool {
+	return m.ByteSize(2) <= maxBytes-outbox.RecordBatchOverhead
 }
 
 // messages turns a batch of rows into records, in id order.

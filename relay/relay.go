@@ -33,9 +33,11 @@ type Relay struct {
 	txnID   string
 	kafka   *kafka
 
-	// known holds the topics checked to exist in the current session. Only
-	// the Run goroutine touches it.
-	known map[string]bool
+	// known holds the topics checked to exist in the current session, and
+	// refused the rows a broker refused as too large in it (stored as dead
+	// letters). Only the Run goroutine touches them.
+	known   map[string]bool
+	refused map[int64]bool
 
 	// recorded is the last id stored as published in SQLite: pruning
 	// never goes past it.
@@ -84,7 +86,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer r.running.Store(false)
 	r.st.update(func(s *Status) {
-		s.State, s.Fenced, s.PublishedTotal, s.Transactions, s.Pruned = StateStarting, false, 0, 0, 0
+		s.State, s.Fenced, s.PublishedTotal, s.Transactions, s.Pruned, s.DeadLettered = StateStarting, false, 0, 0, 0, 0
 	})
 	if err := r.start(ctx); err != nil {
 		r.st.failed(StateStopped, err)
@@ -215,7 +217,7 @@ func (r *Relay) mustStop(err error) error {
 // error ends it. progressed says whether it published anything.
 func (r *Relay) session(ctx, hard context.Context) (progressed bool, err error) {
 	r.st.state(StateStarting)
-	r.known = map[string]bool{}
+	r.known, r.refused = map[string]bool{}, map[int64]bool{}
 	if r.cfg.Mode == ModeAtLeastOnce {
 		return r.runAtLeastOnce(ctx, hard)
 	}

@@ -43,10 +43,14 @@ type Status struct {
 	// LastPublishedID is the last outbox id known published: committed in
 	// Kafka (exactly-once) or acked (at-least-once).
 	LastPublishedID int64 `json:"lastPublishedId"`
-	// PublishedTotal counts the rows this Run published.
+	// PublishedTotal counts the rows this Run published as records.
 	PublishedTotal int64 `json:"publishedTotal"`
 	// Transactions counts the batches this Run committed.
 	Transactions int64 `json:"transactions"`
+	// DeadLettered counts the rows this Run stored as dead letters instead
+	// of publishing them (outbox.ReasonOutputTooLarge); each is also in its
+	// feed's dead-lettered count.
+	DeadLettered int64 `json:"deadLettered"`
 	// Pending is how many rows wait to be published, and OldestPendingAge
 	// how long the oldest of them has waited. The count is refreshed about
 	// once a second while Run runs; the age grows between refreshes.

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/orders"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/relay"
 )
 
 // FeedConfig is one feed's settings.
@@ -42,18 +43,21 @@ type Config struct {
 	HTTP string `yaml:"http"`
 	// AdminTokenFile holds the admin token (or set OUTBOXD_ADMIN_TOKEN);
 	// AdminToken is what was read from either.
-	AdminTokenFile string                 `yaml:"adminTokenFile"`
-	AdminToken     string                 `yaml:"-"`
-	Brokers        []string               `yaml:"brokers"`
-	Synchronous    string                 `yaml:"synchronous"`
-	BatchMax       int                    `yaml:"batchMax"`
-	BatchBytes     int                    `yaml:"batchBytes"`
-	BatchWait      time.Duration          `yaml:"batchWait"`
-	MaxLine        int                    `yaml:"maxLine"`
-	Grace          time.Duration          `yaml:"shutdownGrace"`
-	LogLevel       string                 `yaml:"logLevel"`
-	LogFormat      string                 `yaml:"logFormat"`
-	Feeds          map[string]*FeedConfig `yaml:"feeds"`
+	AdminTokenFile string        `yaml:"adminTokenFile"`
+	AdminToken     string        `yaml:"-"`
+	Brokers        []string      `yaml:"brokers"`
+	Synchronous    string        `yaml:"synchronous"`
+	BatchMax       int           `yaml:"batchMax"`
+	BatchBytes     int           `yaml:"batchBytes"`
+	BatchWait      time.Duration `yaml:"batchWait"`
+	MaxLine        int           `yaml:"maxLine"`
+	// MaxMessageBytes bounds a Kafka record, for the relay and for the
+	// copies of dead letters the loops emit.
+	MaxMessageBytes int                    `yaml:"maxMessageBytes"`
+	Grace           time.Duration          `yaml:"shutdownGrace"`
+	LogLevel        string                 `yaml:"logLevel"`
+	LogFormat       string                 `yaml:"logFormat"`
+	Feeds           map[string]*FeedConfig `yaml:"feeds"`
 
 	Relay RelayConfig `yaml:"relay"`
 
@@ -71,11 +75,13 @@ func DefaultConfig() Config {
 		BatchBytes:  ingest.DefaultBatchBytes,
 		BatchWait:   ingest.DefaultConfig("").BatchWait,
 		MaxLine:     1 << 20,
-		Grace:       20 * time.Second,
-		LogLevel:    "info",
-		LogFormat:   "text",
-		Feeds:       map[string]*FeedConfig{},
-		Relay:       DefaultRelayConfig(),
+
+		MaxMessageBytes: relay.DefaultMaxMessageBytes,
+		Grace:           20 * time.Second,
+		LogLevel:        "info",
+		LogFormat:       "text",
+		Feeds:           map[string]*FeedConfig{},
+		Relay:           DefaultRelayConfig(),
 
 		RetryDelay:    orders.DefaultRetryDelay,
 		RetryAttempts: orders.DefaultRetryAttempts,
@@ -148,6 +154,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxLine < 1 {
 		return fmt.Errorf("--max-line: %d, want at least 1", c.MaxLine)
+	}
+	if c.MaxMessageBytes < outbox.MinMessageBytes || c.MaxMessageBytes > relay.MaxMessageBytesLimit {
+		return fmt.Errorf("--max-message-bytes: %d, want %d to %d", c.MaxMessageBytes, outbox.MinMessageBytes, relay.MaxMessageBytesLimit)
 	}
 	if c.Grace <= orders.DefaultWorkDeadline {
 		return fmt.Errorf("--shutdown-grace: %v, want more than a record's work deadline (%v), so a shutdown never cuts one in half",
@@ -264,6 +273,9 @@ func flagSet(c *Config, configPath *string) *flag.FlagSet {
 	fs.IntVar(&c.BatchBytes, "batch-bytes", c.BatchBytes, "close an ingest batch once its items hold this many bytes")
 	fs.DurationVar(&c.BatchWait, "batch-wait", c.BatchWait, "close an ingest batch this long after its first item")
 	fs.IntVar(&c.MaxLine, "max-line", c.MaxLine, "longest file line in bytes; longer lines are dead letters")
+	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", c.MaxMessageBytes,
+		"largest Kafka record batch the relay sends (keep it at or below the brokers' message.max.bytes); "+
+			"a larger output is a dead letter, a dead letter's copy is cut to fit")
 	fs.DurationVar(&c.Grace, "shutdown-grace", c.Grace, "on SIGTERM, exit within this long")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")

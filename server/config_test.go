@@ -19,7 +19,8 @@ func TestParseConfig(t *testing.T) {
 		}
 		f := c.Feeds["l"]
 		if c.DB != "./data/outboxd.db" || c.HTTP != "127.0.0.1:8080" || c.Synchronous != "full" ||
-			c.BatchMax != 4000 || c.BatchBytes != 16<<20 || c.BatchWait != 5*time.Millisecond || c.Relay.Mode != "exactly-once" {
+			c.BatchMax != 4000 || c.BatchBytes != 16<<20 || c.BatchWait != 5*time.Millisecond || c.Relay.Mode != "exactly-once" ||
+			c.MaxMessageBytes != 1<<20 {
 			t.Fatalf("defaults: %+v", c)
 		}
 		if f.Processor != "forward" || f.Topic != "l.out" || f.OnFailure != "dead-letter" ||
@@ -46,6 +47,28 @@ func TestParseConfig(t *testing.T) {
 		if f := (ParseConfigOrders(t)); f.Topic != "o.status" {
 			t.Fatalf("orders topic %q, want o.status", f.Topic)
 		}
+		for _, src := range []struct {
+			args []string
+			env  map[string]string
+			yaml string
+		}{
+			{args: []string{"--max-message-bytes", "5242880"}},
+			{env: map[string]string{"OUTBOXD_MAX_MESSAGE_BYTES": "5242880"}},
+			{yaml: "maxMessageBytes: 5242880\n"},
+		} {
+			args := src.args
+			if src.yaml != "" {
+				os.WriteFile(yml, []byte(src.yaml), 0o644)
+				args = []string{"--config", yml}
+			}
+			c, err := ParseConfig(args, env(src.env))
+			if err != nil || c.MaxMessageBytes != 5<<20 {
+				t.Fatalf("max message bytes from %+v: %d (%v), want 5 MiB", src, c.MaxMessageBytes, err)
+			}
+		}
+		if f := (ParseConfigOrders(t)); f.Topic != "o.status" {
+			t.Fatalf("orders topic %q, want o.status", f.Topic)
+		}
 	})
 
 	for _, tc := range []struct {
@@ -61,6 +84,7 @@ func TestParseConfig(t *testing.T) {
 		{"BadPolicy", []string{"--feed", "x=file:/a", "--on-failure", "x=ignore"}, "want dead-letter or stop"},
 		{"BadSync", []string{"--synchronous", "off"}, `"off" is not one of full, normal`},
 		{"BadBatchBytes", []string{"--batch-bytes", "0"}, "--batch-bytes: 0, want at least 1"},
+		{"SmallMaxMessageBytes", []string{"--max-message-bytes", "100"}, "--max-message-bytes: 100, want 4096 to 67108864"},
 		{"ShortGrace", []string{"--shutdown-grace", "5s"}, "want more than a record's work deadline"},
 		{"BadRelay", []string{"--relay", "maybe"}, `mode: "maybe"`},
 		{"BadFeedName", []string{"--feed", "a b=file:/x"}, "a name is letters"},

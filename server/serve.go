@@ -126,6 +126,7 @@ func (m *Main) newLoop(name string, fc *FeedConfig, seams testSeams) (*ingest.Lo
 	cfg.Processor = fc.Processor
 	cfg.BatchMax, cfg.BatchBytes, cfg.BatchWait = m.Config.BatchMax, m.Config.BatchBytes, m.Config.BatchWait
 	cfg.OnFailure, cfg.OnCompletionFailure = fc.OnFailure, fc.OnCompletionFailure
+	cfg.MaxMessageBytes = m.Config.MaxMessageBytes
 	cfg.Logger = m.Logger
 	cfg.OnBatch = func(records int, commit time.Duration) {
 		if m.API != nil { // set before the loops run
@@ -186,6 +187,7 @@ func (m *Main) openRelay(ctx context.Context) error {
 		return nil
 	}
 	rc := m.Config.Relay.relayConfig(m.Config.Brokers)
+	rc.MaxMessageBytes = m.Config.MaxMessageBytes
 	rc.Logger = m.Logger
 	rc.OnTransaction = func(d time.Duration, records int) {
 		if m.API != nil { // set before the relay runs

@@ -41,6 +41,7 @@ type consumed struct {
 	Key       string
 	Value     string
 	Headers   map[string]string
+	Twice     []string // header keys the record carries more than once
 }
 
 // readAll appends a sentinel to every partition of each topic, then reads
@@ -74,6 +75,9 @@ func readAll(t *testing.T, broker string, topics ...string) map[string][]consume
 			}
 			c := consumed{Partition: r.Partition, Offset: r.Offset, Key: string(r.Key), Value: string(r.Value), Headers: map[string]string{}}
 			for _, h := range r.Headers {
+				if _, ok := c.Headers[h.Key]; ok {
+					c.Twice = append(c.Twice, h.Key)
+				}
 				c.Headers[h.Key] = string(h.Value)
 			}
 			out[r.Topic] = append(out[r.Topic], c)

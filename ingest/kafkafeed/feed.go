@@ -35,9 +35,10 @@ const (
 	// partition's log start offset.
 	LossRetention = "deleted by retention before read"
 	// LossTopicReplaced: the topic was deleted and created again (another
-	// topic ID) with records of the old one not yet read, or read but not
-	// yet confirmed to belong to it (see Feed). To is the high
-	// watermark last seen.
+	// topic ID) with records of the old one not applied: From is the
+	// position the feed stood at, To the old incarnation's end as last
+	// confirmed, or the position after its last record read and dropped
+	// (see Feed), whichever is further.
 	LossTopicReplaced = "topic deleted and re-created before read"
 )
 
@@ -165,15 +166,23 @@ func (c Config) topics() []string {
 // From the checkpoint, To the log start) before reading on from the log
 // start; so is a gap met while running. A topic whose ID is not the
 // checkpoint's (deleted and created again) yields a RecordLoss
-// (LossTopicReplaced) for the old epoch when records past the checkpoint
-// were seen, then a RecordEpoch for the new one, and is read from its start.
+// (LossTopicReplaced) for the old epoch when it is known to have held
+// records past the checkpoint, then a RecordEpoch for the new one, and is
+// read from its start.
 //
 // Since a fetch cannot say which incarnation of a topic it read, no record
-// is yielded before a metadata request sent after it arrived shows its topic
-// still has the epoch's ID (or no longer exists). Records that a request
-// shows to have arrived after the topic was re-created, or that no request
-// confirmed before it was, are dropped and counted in the old epoch's loss.
-// This holds as far as the brokers' metadata is current.
+// is yielded, and no high watermark taken as a partition's end (Ends, and
+// the extent of a loss), before a metadata request sent after it arrived
+// shows its topic still has the epoch's ID (or no longer exists). The end of
+// an idle partition is read again every MetadataRefresh, so the end of an
+// old incarnation is known even where its last records were never fetched.
+// When a topic is found re-created, the records read and not yet confirmed
+// are compared with the new incarnation: one it holds at the same offset
+// (same key, value, headers and timestamp) was its own, read at the old
+// offsets, and is read again in the new epoch; the others were the old
+// incarnation's and count in its loss. Records of the old incarnation that
+// were confirmed are yielded and applied: they are not lost. This holds as
+// far as the brokers' metadata is current.
 //
 // A record of an extra topic carrying HeaderRetryDue is not yielded before
 // that time; the records behind it in its partition wait with it, and no
@@ -282,7 +291,7 @@ func (f *Feed) resumeFrom(from map[int32]outbox.Checkpoint) {
 			continue
 		}
 		s := f.slot(ti, kp)
-		s.epoch, s.next, s.yielded, s.end = cp.Epoch, cp.Position, cp.Position, cp.End
+		s.epoch, s.next, s.yielded, s.end, s.seen = cp.Epoch, cp.Position, cp.Position, cp.End, cp.End
 	}
 }
 
@@ -343,10 +352,10 @@ func (f *Feed) saramaConfig() *sarama.Config {
 	return c
 }
 
-// Ends returns each partition's end as last seen, by feed partition: its
-// high watermark, or its position when the offsets between them hold no
-// record a read_committed reader gets (commit markers, aborted records; the
-// feed looks every MetadataRefresh at an idle partition whose high
+// Ends returns each partition's end as last confirmed, by feed partition:
+// its high watermark, or its position when the offsets between them hold
+// no record a read_committed reader gets (commit markers, aborted records;
+// the feed looks every MetadataRefresh at an idle partition whose high
 // watermark is ahead). Safe for concurrent use.
 func (f *Feed) Ends() map[int32]int64 {
 	f.mu.Lock()

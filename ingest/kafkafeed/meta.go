@@ -59,6 +59,7 @@ func (f *Feed) manage() {
 		}
 		failing = err != nil
 		if tick && !failing {
+			f.refreshEnds()
 			f.probeTails()
 		}
 	}
@@ -66,21 +67,43 @@ func (f *Feed) manage() {
 
 // check reads the topics' metadata, starts consumers for partitions not yet
 // read (new ones, re-created topics, ended consumers), and confirms the
-// records that arrived before it started.
+// records and the ends seen before it started.
 func (f *Feed) check() error {
 	started := time.Now()
+	seen := f.seenEnds()
 	md, err := f.metadata()
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for ti, topic := range f.topics {
-		if err := f.reconcile(ti, md[topic], started); err != nil {
+		if err := f.reconcile(ti, md[topic], started, seen); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	signal(f.ready)
 	return errors.Join(errs...)
+}
+
+// seenEnd is a partition's end as seen before a metadata request, in the
+// epoch it was seen in.
+type seenEnd struct {
+	epoch string
+	end   int64
+}
+
+// seenEnds takes each partition's end as seen now, for the metadata
+// request about to be sent to confirm.
+func (f *Feed) seenEnds() map[int32]seenEnd {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := make(map[int32]seenEnd, len(f.slots))
+	for p, s := range f.slots {
+		if s.epoch != "" {
+			m[p] = seenEnd{s.epoch, s.seen}
+		}
+	}
+	return m
 }
 
 // metadata asks a broker about the feed's topics.
@@ -116,13 +139,13 @@ func (f *Feed) metadata() (map[string]topicMeta, error) {
 }
 
 // reconcile brings topic ti's partitions in line with its metadata, then
-// confirms its records that arrived before started.
-func (f *Feed) reconcile(ti int, tm topicMeta, started time.Time) error {
+// confirms its records that arrived before started and the ends in seen.
+func (f *Feed) reconcile(ti int, tm topicMeta, started time.Time, seen map[int32]seenEnd) error {
 	topic := f.topics[ti]
 	if !tm.exists {
 		// Nothing read before started can be from a later incarnation
 		// this request would have shown.
-		f.confirm(topic, started)
+		f.confirm(ti, "", started, seen)
 		return nil
 	}
 	var errs []error
@@ -139,18 +162,33 @@ func (f *Feed) reconcile(ti int, tm topicMeta, started time.Time) error {
 		}
 	}
 	f.retireBeyond(ti, tm)
-	f.confirm(topic, started)
+	f.confirm(ti, tm.id, started, seen)
 	return errors.Join(errs...)
 }
 
-// confirm marks the records of topic that arrived before started as
-// confirmed, unless a later request already did.
-func (f *Feed) confirm(topic string, started time.Time) {
+// confirm marks the records of topic ti that arrived before started as
+// confirmed, unless a later request already did, and makes the ends in seen
+// the confirmed ends of the partitions still read in the epoch they were
+// seen in: of the topic with ID id, or of any ID when id is "" (the topic
+// no longer exists, so what was seen was the incarnation read).
+func (f *Feed) confirm(ti int, id string, started time.Time, seen map[int32]seenEnd) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	topic := f.topics[ti]
 	if started.After(f.verified[topic]) {
 		f.verified[topic] = started
 	}
-	f.mu.Unlock()
+	for _, s := range f.order {
+		se, ok := seen[s.feedPart]
+		if s.ti != ti || !ok || se.epoch != s.epoch || (id != "" && se.epoch != Epoch(id, s.part)) {
+			continue
+		}
+		// A consumer started by this request has its end from its own
+		// start, which is newer than what was seen before.
+		if s.run == nil || s.run.since.Before(started) {
+			s.end = se.end
+		}
+	}
 }
 
 // ensureRun makes sure partition kp of topic ti is read in epoch: it stops
@@ -170,9 +208,12 @@ func (f *Feed) ensureRun(ti int, kp int32, epoch string) error {
 	s.run = nil
 	if s.epoch != "" && s.epoch != epoch {
 		// Records not confirmed before the topic was re-created may be
-		// the new incarnation's, read at the old one's offsets.
-		if n := s.dropUnverified(f.verified[s.topic]); n > 0 {
-			f.slotLog(s).Warn("dropping records not confirmed before the topic was re-created", "records", n)
+		// the new incarnation's, read at the old one's offsets: the new
+		// epoch's start settles it.
+		s.doubt = append(s.doubt, s.dropUnverified(f.verified[s.topic])...)
+		if n := len(s.doubt); n > 0 {
+			f.slotLog(s).Warn("records read but not confirmed before the topic was re-created: comparing them with the new incarnation",
+				"records", n)
 		}
 	}
 	f.mu.Unlock()
@@ -197,7 +238,11 @@ func (f *Feed) startSlot(s *kafkaSlot, epoch string) error {
 		return fmt.Errorf("high watermark of %s[%d]: %w", s.topic, s.part, err)
 	}
 	f.mu.Lock()
-	from := f.position(s, epoch, oldest, newest)
+	doubt := s.doubt
+	f.mu.Unlock()
+	oldEnd := f.doubtEnd(s, doubt, oldest, newest)
+	f.mu.Lock()
+	from := f.position(s, epoch, oldest, newest, oldEnd)
 	f.mu.Unlock()
 	signal(f.ready)
 	err = f.startRun(s, epoch, from)
@@ -208,20 +253,25 @@ func (f *Feed) startSlot(s *kafkaSlot, epoch string) error {
 }
 
 // position decides where s is read from in epoch, given the partition's
-// log start and high watermark, and queues the records that say why. f.mu
-// is held.
-func (f *Feed) position(s *kafkaSlot, epoch string, oldest, newest int64) int64 {
+// log start and high watermark, and queues the records that say why. For a
+// new epoch, oldEnd is the position after the last record of the old one
+// that was read but is not kept (see doubtEnd), 0 if none. f.mu is held.
+func (f *Feed) position(s *kafkaSlot, epoch string, oldest, newest, oldEnd int64) int64 {
 	if s.epoch != epoch {
-		if s.epoch != "" && s.end > s.next {
-			f.lose(s, LossTopicReplaced, s.next, s.end)
+		// What the old epoch held past the records kept was never
+		// applied: up to its confirmed end, and to its last record read
+		// and dropped. Nothing else of it is known.
+		if end := max(s.end, oldEnd); s.epoch != "" && end > s.next {
+			f.lose(s, LossTopicReplaced, s.next, end)
 		}
+		s.doubt = nil
 		s.epoch = epoch
 		s.queue(ingest.Record{Kind: ingest.RecordEpoch, Epoch: epoch, Position: oldest})
-		s.end = newest
+		s.end, s.seen = newest, newest
 		f.slotLog(s).Info("kafka feed epoch", logEpoch, epoch, logFrom, oldest)
 		return oldest
 	}
-	s.end = max(s.end, newest)
+	s.end, s.seen = max(s.end, newest), max(s.seen, newest)
 	switch {
 	case s.next < oldest:
 		f.lose(s, LossRetention, s.next, oldest)
@@ -243,7 +293,8 @@ func (f *Feed) lose(s *kafkaSlot, reason string, from, to int64) {
 
 // retireBeyond stops reading partitions of topic ti that its metadata no
 // longer has (a topic re-created with fewer partitions), recording what was
-// not read of them as lost.
+// not read of them as lost. Their records not yet confirmed are the old
+// incarnation's: the new one has no such partition.
 func (f *Feed) retireBeyond(ti int, tm topicMeta) {
 	var stop []*kafkaRun
 	f.mu.Lock()
@@ -251,15 +302,18 @@ func (f *Feed) retireBeyond(ti int, tm topicMeta) {
 		if s.ti != ti || s.part < tm.partitions {
 			continue
 		}
+		end := s.end
 		if s.run != nil {
 			stop = append(stop, s.run)
 			s.run = nil
-			s.dropUnverified(f.verified[s.topic])
+			if dropped := s.dropUnverified(f.verified[s.topic]); len(dropped) > 0 {
+				end = max(end, recordEnd(dropped[len(dropped)-1].rec))
+			}
 		}
-		if s.epoch != "" && s.end > s.next {
-			f.lose(s, LossTopicReplaced, s.next, s.end)
+		if s.epoch != "" && end > s.next {
+			f.lose(s, LossTopicReplaced, s.next, end)
 		}
-		s.end = s.next
+		s.end, s.seen = s.next, s.next
 	}
 	f.mu.Unlock()
 	for _, r := range stop {

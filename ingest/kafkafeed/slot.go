@@ -31,7 +31,18 @@ type kafkaSlot struct {
 	epoch   string // the epoch of the records queued last ("" until known)
 	next    int64  // the position after the last record queued: the offset to read next
 	yielded int64  // the position after the last record Poll took
-	end     int64  // the high watermark last seen, or next when only markers follow it
+	// end is the epoch's end as confirmed: the high watermark (or next,
+	// when only markers follow it) that a metadata request sent after it
+	// was seen shows to be the epoch's. seen is the latest one seen, which
+	// may be a later incarnation's until a request confirms it.
+	end  int64
+	seen int64
+
+	// doubt holds the records read but not confirmed when the topic was
+	// found re-created: they may be the old incarnation's last records or
+	// the new one's first, read at the old one's offsets. The new epoch's
+	// start settles which (see doubtEnd).
+	doubt []kafkaEntry
 
 	pushedAt time.Time // when its consumer last gave a record
 
@@ -44,6 +55,7 @@ type kafkaSlot struct {
 type kafkaEntry struct {
 	rec      ingest.Record
 	at       time.Time // when it arrived
+	ts       time.Time // the record's Kafka timestamp
 	due      time.Time // not before (zero: at once)
 	verified bool      // needs no metadata confirmation (epochs, losses)
 }
@@ -63,24 +75,25 @@ func (s *kafkaSlot) queue(r ingest.Record) {
 	s.next = recordEnd(r)
 }
 
-// dropUnverified drops the records that arrived at or after since (the
+// dropUnverified takes out the records that arrived at or after since (the
 // start of the last metadata request that confirmed their topic), which no
-// request confirmed, and moves s.next back to the last record kept. f.mu is
-// held. It returns how many were dropped.
-func (s *kafkaSlot) dropUnverified(since time.Time) int {
-	kept := s.pending[:0]
+// request confirmed, moves s.next back to the last record kept, and returns
+// the records taken out, in order. f.mu is held.
+func (s *kafkaSlot) dropUnverified(since time.Time) []kafkaEntry {
+	var kept, dropped []kafkaEntry
 	for _, e := range s.pending {
 		if e.verified || e.at.Before(since) {
 			kept = append(kept, e)
+		} else {
+			dropped = append(dropped, e)
 		}
 	}
-	n := len(s.pending) - len(kept)
 	s.pending = kept
 	s.next = s.yielded
 	if len(kept) > 0 {
 		s.next = recordEnd(kept[len(kept)-1].rec)
 	}
-	return n
+	return dropped
 }
 
 // kafkaRun is one partition consumer and the goroutine that moves its
@@ -88,6 +101,7 @@ func (s *kafkaSlot) dropUnverified(since time.Time) int {
 type kafkaRun struct {
 	pc       sarama.PartitionConsumer
 	epoch    string
+	since    time.Time // when it was started
 	quit     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
@@ -107,7 +121,7 @@ func (f *Feed) startRun(s *kafkaSlot, epoch string, from int64) error {
 	if err != nil {
 		return fmt.Errorf("consume %s[%d] from %d: %w", s.topic, s.part, from, err)
 	}
-	r := &kafkaRun{pc: pc, epoch: epoch, quit: make(chan struct{}), done: make(chan struct{})}
+	r := &kafkaRun{pc: pc, epoch: epoch, since: time.Now(), quit: make(chan struct{}), done: make(chan struct{})}
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
@@ -185,7 +199,7 @@ func drain(msgs <-chan *sarama.ConsumerMessage, errs <-chan *sarama.ConsumerErro
 // push queues m in s, waiting while s is full. It returns false when r was
 // stopped or replaced meanwhile; m is then dropped, as r's reads are void.
 func (f *Feed) push(s *kafkaSlot, r *kafkaRun, m *sarama.ConsumerMessage) bool {
-	e := kafkaEntry{rec: f.itemRecord(s, r.epoch, m), at: time.Now()}
+	e := kafkaEntry{rec: f.itemRecord(s, r.epoch, m), at: time.Now(), ts: m.Timestamp}
 	if s.ti > 0 {
 		e.due, _ = ingest.RetryDue(e.rec.Item.Headers)
 	}
@@ -205,7 +219,7 @@ func (f *Feed) push(s *kafkaSlot, r *kafkaRun, m *sarama.ConsumerMessage) bool {
 	}
 	s.pending = append(s.pending, e)
 	s.next = e.rec.Position
-	s.end = max(s.end, r.pc.HighWaterMarkOffset())
+	s.seen = max(s.seen, r.pc.HighWaterMarkOffset())
 	s.pushedAt = e.at
 	f.mu.Unlock()
 	signal(f.checkReq) // confirm its topic, so it can be yielded

@@ -16,12 +16,38 @@ const (
 	kafkaTailBytes = 1 << 20
 )
 
+// refreshEnds reads the high watermark of each partition whose consumer
+// gave nothing lately (caught up, or waiting for Poll to make room), so the
+// end a re-created topic's old incarnation had is known even where its
+// last records were never fetched. What it reads is only seen: the next
+// metadata request confirms it is the epoch's (see confirm).
+func (f *Feed) refreshEnds() {
+	var idle []*kafkaSlot
+	f.mu.Lock()
+	for _, s := range f.order {
+		if s.run != nil && !s.run.ended && time.Since(s.pushedAt) >= kafkaTailIdle {
+			idle = append(idle, s)
+		}
+	}
+	f.mu.Unlock()
+	for _, s := range idle {
+		hwm, err := f.client.GetOffset(s.topic, s.part, sarama.OffsetNewest)
+		if err != nil {
+			continue // the next tick tries again
+		}
+		f.mu.Lock()
+		s.seen = max(s.seen, hwm)
+		f.mu.Unlock()
+	}
+}
+
 // probeTails looks past the last record of each idle partition whose high
 // watermark is ahead of its position. On a topic written in transactions
 // (a retry topic, written by the relay) the offsets there may hold only
 // commit markers and aborted records, which a read_committed reader never
 // gets: then the partition is read to its end, and its end is its position,
-// so the loop and the status see it caught up rather than lagging forever.
+// so the loop and the status see it caught up rather than lagging forever
+// (once the next metadata request confirms it).
 func (f *Feed) probeTails() {
 	type tail struct {
 		s    *kafkaSlot
@@ -30,7 +56,7 @@ func (f *Feed) probeTails() {
 	var tails []tail
 	f.mu.Lock()
 	for _, s := range f.order {
-		if s.run != nil && !s.run.ended && len(s.pending) == 0 && s.end > s.next && time.Since(s.pushedAt) >= kafkaTailIdle {
+		if s.run != nil && !s.run.ended && len(s.pending) == 0 && s.seen > s.next && time.Since(s.pushedAt) >= kafkaTailIdle {
 			tails = append(tails, tail{s, s.next})
 		}
 	}
@@ -42,7 +68,7 @@ func (f *Feed) probeTails() {
 		}
 		f.mu.Lock()
 		if t.s.next == t.next && len(t.s.pending) == 0 {
-			t.s.end = t.next
+			t.s.seen = t.next
 		}
 		f.mu.Unlock()
 	}

@@ -193,7 +193,8 @@ func duplicate(history []Event, e Event) bool {
 // dead-letters it when its attempts are spent.
 func (p *Processor) refused(ctx context.Context, tx *outbox.Tx, item ingest.Item, e Event, attempt int, cause error) error {
 	if p.cfg.RetryTopic == "" || attempt >= p.cfg.RetryAttempts {
-		return ingest.Permanent(ReasonInvalidTransition, fmt.Errorf("after %d attempts: %w", attempt, cause))
+		// The rounds through the retry topic are the event's attempts.
+		return ingest.PermanentAfter(ReasonInvalidTransition, attempt, fmt.Errorf("after %d attempts: %w", attempt, cause))
 	}
 	p.log.Debug("event refused: retrying it later", "order", e.OrderID, "type", e.Type,
 		"epoch", e.Place.Epoch, "offset", e.Place.Offset, "attempt", attempt+1, "err", cause)

@@ -229,10 +229,39 @@ func TestProcessor_Retry(t *testing.T) {
 			hs := retryHeaders(t, rows[0], 5, attempt, time.Second<<(attempt-2))
 			rows, err = h.apply(retryPart, int64(attempt), "o-3", event("shipped", 3), hs...)
 		}
-		// The fifth attempt was the last: dead-lettered.
+		// The fifth attempt was the last: dead-lettered, after 5 attempts.
 		p, ok := ingest.IsPermanent(err)
-		if !ok || p.Reason != orders.ReasonInvalidTransition || len(rows) != 0 {
-			t.Fatalf("last attempt: %v, %d rows; want a permanent invalid-transition", err, len(rows))
+		if !ok || p.Reason != orders.ReasonInvalidTransition || len(rows) != 0 || p.Attempts != 5 {
+			t.Fatalf("last attempt: %v (%d attempts), %d rows; want a permanent invalid-transition after 5", err, p.Attempts, len(rows))
+		}
+	})
+	t.Run("OneOfEachHeader", func(t *testing.T) {
+		// A retry record as read back from Kafka: its headers, then the
+		// relay's. Its next round carries each outboxd-* header once.
+		rows, err := h.apply(0, 20, "o-5", event("shipped", 3))
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("%v, %d rows; want a retry", err, len(rows))
+		}
+		read := append(retryHeaders(t, rows[0], 20, 2, time.Second),
+			outbox.Header{Key: "trace", Value: []byte("t")}, outbox.Header{Key: outbox.HeaderID, Value: []byte("77")},
+			outbox.Header{Key: outbox.HeaderFeed, Value: []byte(feed)}, outbox.Header{Key: outbox.HeaderEpoch, Value: []byte("r:0")},
+			outbox.Header{Key: outbox.HeaderPosition, Value: []byte("3")})
+		rows, err = h.apply(retryPart, 3, "o-5", event("shipped", 3), read...)
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("%v, %d rows; want a retry", err, len(rows))
+		}
+		hs := retryHeaders(t, rows[0], 20, 3, 2*time.Second)
+		seen := map[string]int{}
+		for _, hd := range hs {
+			seen[hd.Key]++
+		}
+		for k, n := range seen {
+			if n != 1 || k == outbox.HeaderID {
+				t.Errorf("header %s %d times in %q", k, n, hs)
+			}
+		}
+		if seen["trace"] != 1 || len(seen) != 7 {
+			t.Errorf("headers %q: want the item's own, and six outboxd-orig-* and -retry-* ones", hs)
 		}
 	})
 	t.Run("NoPlace", func(t *testing.T) {
@@ -246,8 +275,8 @@ func TestProcessor_Retry(t *testing.T) {
 func TestProcessor_WithoutRetryTopic(t *testing.T) {
 	h := newHarness(t, func(c *orders.Config) { c.RetryTopic = "" })
 	rows, err := h.apply(0, 0, "o", event("paid", 2))
-	if p, ok := ingest.IsPermanent(err); !ok || p.Reason != orders.ReasonInvalidTransition || len(rows) != 0 {
-		t.Fatalf("%v, %d rows; want a permanent invalid-transition at once", err, len(rows))
+	if p, ok := ingest.IsPermanent(err); !ok || p.Reason != orders.ReasonInvalidTransition || len(rows) != 0 || p.Attempts != 1 {
+		t.Fatalf("%v, %d rows; want a permanent invalid-transition at once, after 1 attempt", err, len(rows))
 	}
 }
 

@@ -1,0 +1,135 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/IBM/sarama"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// sendFunc publishes the records of a span of rows (the rows not dead
+// letters, in order) with the progress after the span's last row: one
+// Kafka transaction, or one acked batch marked in SQLite. recs may be
+// empty: the progress alone passes rows that are all dead letters.
+type sendFunc func(rows []outbox.Row, recs []*sarama.ProducerMessage) error
+
+// publish publishes a batch of rows with send, so that no row can stop the
+// others. A row whose record is over Config.MaxMessageBytes is stored as a
+// dead letter before send runs. When a broker refuses records as too large
+// (its limit, or a topic's, is below the relay's), reset readies the
+// producer again (aborting the refused transaction) and the rows are
+// published in halves, and halves of those, until the refused row stands
+// alone: it becomes a dead letter too and its half goes on without it.
+//
+// A dead letter is durable in SQLite before any transaction that passes its
+// row commits, and storing one is idempotent, so a crash at any point
+// neither loses a row nor counts one twice.
+func (r *Relay) publish(ctx context.Context, rows []outbox.Row, send sendFunc, reset func() error) error {
+	recs, err := r.records(ctx, rows)
+	if err != nil {
+		return err
+	}
+	err = send(rows, recs)
+	if !isTooLarge(err) {
+		return err
+	}
+	return r.split(ctx, rows, send, reset, err)
+}
+
+// split publishes rows, which a broker refused as too large with cause, in
+// halves (see publish).
+func (r *Relay) split(ctx context.Context, rows []outbox.Row, send sendFunc, reset func() error, cause error) error {
+	if err := reset(); err != nil {
+		return errors.Join(cause, err)
+	}
+	if len(rows) == 1 {
+		if err := r.refuse(ctx, &rows[0], cause); err != nil {
+			return err
+		}
+		return r.publish(ctx, rows, send, reset)
+	}
+	r.log.Warn("a broker refused records as too large: publishing the batch in halves to find them",
+		"first", rows[0].ID, "last", rows[len(rows)-1].ID, "err", cause)
+	h := len(rows) / 2
+	if err := r.publish(ctx, rows[:h], send, reset); err != nil {
+		return err
+	}
+	return r.publish(ctx, rows[h:], send, reset)
+}
+
+// records returns the records of rows that are to be published, in order.
+// The rows over Config.MaxMessageBytes are stored as dead letters first;
+// rows a broker refused in this session are left out (they are stored).
+func (r *Relay) records(ctx context.Context, rows []outbox.Row) ([]*sarama.ProducerMessage, error) {
+	ms, err := messages(rows)
+	if err != nil {
+		return nil, err
+	}
+	recs := ms[:0]
+	var big []outbox.RowDeadLetter
+	for i, m := range ms {
+		row := &rows[i]
+		switch {
+		case r.refused[row.ID]:
+		case !fits(m, r.cfg.MaxMessageBytes):
+			big = append(big, outbox.RowDeadLetter{Row: *row, Reason: outbox.ReasonOutputTooLarge,
+				Error: fmt.Sprintf("a record of %d bytes (topic %s) is over the relay's limit of %d (--max-message-bytes)",
+					m.ByteSize(2)+outbox.RecordBatchOverhead, row.Topic, r.cfg.MaxMessageBytes)})
+		default:
+			recs = append(recs, m)
+		}
+	}
+	if err := r.deadLetter(ctx, big); err != nil {
+		return nil, err
+	}
+	return recs, nil
+}
+
+// refuse stores row, which a broker refused as too large with cause, as a
+// dead letter, and leaves it out of this session's records.
+func (r *Relay) refuse(ctx context.Context, row *outbox.Row, cause error) error {
+	dl := outbox.RowDeadLetter{Row: *row, Reason: outbox.ReasonOutputTooLarge,
+		Error: fmt.Sprintf("a broker refused the record (topic %s) as too large: %v", row.Topic, cause)}
+	if err := r.deadLetter(ctx, []outbox.RowDeadLetter{dl}); err != nil {
+		return err
+	}
+	r.refused[row.ID] = true
+	return nil
+}
+
+// deadLetter stores dls in SQLite, durably, and counts them.
+func (r *Relay) deadLetter(ctx context.Context, dls []outbox.RowDeadLetter) error {
+	if len(dls) == 0 {
+		return nil
+	}
+	added, err := r.store.DeadLetterRows(ctx, dls)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errStore, err)
+	}
+	for _, d := range dls {
+		r.log.Warn("an output cannot be published: stored as a dead letter of its feed",
+			"id", d.Row.ID, "feed", d.Row.Feed, "topic", d.Row.Topic, "reason", d.Reason, "err", d.Error)
+	}
+	r.st.update(func(s *Status) { s.DeadLettered += int64(added) })
+	return nil
+}
+
+// isTooLarge reports whether err says a record or a batch is too large:
+// a broker's MESSAGE_TOO_LARGE or RECORD_LIST_TOO_LARGE, or the producer's
+// own refusal of a record over its MaxMessageBytes. Retrying the same
+// records gets the same answer, so the relay does not: it finds the row
+// and makes it a dead letter (see publish).
+func isTooLarge(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, sarama.ErrMessageSizeTooLarge) || errors.Is(err, sarama.ErrMessageSetSizeTooLarge) {
+		return true
+	}
+	var ce sarama.ConfigurationError
+	return errors.As(err, &ce) && strings.Contains(string(ce), "MaxMessageBytes")
+}

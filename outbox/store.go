@@ -97,6 +97,8 @@ type Store struct {
 	commitHook func(ctx context.Context) error
 
 	owner atomic.Int64 // generation taken by Claim; 0 = unclaimed
+
+	health writeHealth // how the writes went, for CheckWritable
 }
 
 // Open opens (creating if needed) and migrates the database.

@@ -17,6 +17,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // Feed is one configured feed as the API sees it. Implementations must be
@@ -31,9 +33,10 @@ type Feed interface {
 	Source() string
 	// Processor names the feed's processor.
 	Processor() string
-	// State returns the feed's state (running, caught-up, stalled or
-	// stopped) and its last error ("" when none). It must not block.
-	State() (state, lastError string)
+	// State returns the feed's state and its last error ("" when none). It
+	// must not block. The API shows running and caught-up apart by the
+	// positions it reads and the ends, not by what State says of them.
+	State() (state outbox.FeedState, lastError string)
 	// Ends returns the source's end per partition as last seen (a file's
 	// size, a partition's high watermark). It must not block.
 	Ends() map[int32]int64

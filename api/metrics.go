@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // Metric names. Counters and gauges are read from the store at scrape
@@ -168,7 +170,7 @@ func newStatusCollector(s *Server) *statusCollector {
 		c.feed[name] = prometheus.NewDesc(name, help, []string{"feed"}, nil)
 	}
 	c.feed[MetricFeedState] = prometheus.NewDesc(MetricFeedState,
-		"1 for the feed's current state (running, caught-up, stalled, stopped), 0 for the others.", []string{"feed", "state"}, nil)
+		"1 for the feed's current state (running, caught-up, waiting, stalled, failed, stopped), 0 for the others.", []string{"feed", "state"}, nil)
 	for name, help := range globalMetrics {
 		c.glob[name] = prometheus.NewDesc(name, help, nil, nil)
 	}
@@ -205,15 +207,11 @@ func (c *statusCollector) collect(ctx context.Context, ch chan<- prometheus.Metr
 		return err
 	}
 	c.collectOutbox(ch, os)
-	names, err := c.s.feedNames(ctx)
+	statuses, err := c.s.feedStatuses(ctx)
 	if err != nil {
 		return err
 	}
-	for _, name := range names {
-		fs, err := c.s.feedStatus(ctx, name, os.LastPublishedID)
-		if err != nil {
-			return err
-		}
+	for _, fs := range statuses {
 		c.collectFeed(ch, fs)
 	}
 	return nil
@@ -246,7 +244,7 @@ func (c *statusCollector) collectFeed(ch chan<- prometheus.Metric, fs FeedStatus
 	counter(MetricFeedDeadLettered, fs.DeadLettered)
 	counter(MetricFeedCompletionFailures, fs.CompletionFailures)
 	counter(MetricFeedEpochChanges, fs.EpochChanges)
-	counter(MetricFeedLosses, int64(len(fs.Losses)))
+	counter(MetricFeedLosses, fs.LossCount)
 	gauge(MetricFeedLossless, bool01(fs.Lossless))
 	gauge(MetricFeedPosition, float64(fs.Position))
 	gauge(MetricFeedEnd, float64(fs.End))
@@ -258,12 +256,12 @@ func (c *statusCollector) collectFeed(ch chan<- prometheus.Metric, fs FeedStatus
 	gauge(MetricFeedLastApplied, last)
 	gauge(MetricFeedOutboxPending, float64(fs.Outbox.Pending))
 	gauge(MetricFeedOutboxOldestAge, fs.Outbox.OldestPendingAge)
-	for _, st := range []string{StateRunning, StateCaughtUp, StateStalled, StateStopped} {
+	for _, st := range outbox.FeedStates {
 		v := 0.0
 		if st == fs.State {
 			v = 1
 		}
-		ch <- prometheus.MustNewConstMetric(c.feed[MetricFeedState], prometheus.GaugeValue, v, fs.Feed, st)
+		ch <- prometheus.MustNewConstMetric(c.feed[MetricFeedState], prometheus.GaugeValue, v, fs.Feed, string(st))
 	}
 }
 

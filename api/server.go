@@ -29,7 +29,9 @@ type Server struct {
 	metrics  *Metrics
 	registry *prometheus.Registry
 	handler  http.Handler
-	ready    readyCache
+
+	// deadLetterSlots holds a token per dead-letter request being served.
+	deadLetterSlots chan struct{}
 
 	srv    *http.Server
 	ln     net.Listener
@@ -54,6 +56,7 @@ func New(cfg Config, store *outbox.Store, feeds []Feed, relay Relay, logger *slo
 	s := &Server{
 		cfg: cfg, store: store, feeds: make(map[string]Feed, len(feeds)), relay: relay,
 		log: logger.With("component", "api"), metrics: newMetrics(),
+		deadLetterSlots: make(chan struct{}, DeadLetterConcurrency),
 	}
 	for _, f := range feeds {
 		if _, dup := s.feeds[f.Name()]; dup {

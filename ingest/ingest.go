@@ -90,6 +90,9 @@ const (
 	ReasonMalformed    = "malformed"     // the input is not what the processor reads
 	ReasonTooLong      = "line-too-long" // a file line over the feed's limit
 	ReasonRetriesSpent = "retries-exhausted"
+	// ReasonConstraint: the item's writes broke a rule of the schema (a
+	// unique key, a foreign key, a CHECK), as they would on every retry.
+	ReasonConstraint = "constraint"
 )
 
 // PermanentError is a processor error that retrying cannot fix.

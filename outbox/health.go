@@ -69,10 +69,13 @@ func (s *Store) noteStatement(err error) error {
 // since); nil when a write succeeded in the last few seconds; otherwise,
 // for an idle store, the outcome of cheap checks of the files (the
 // database and its WAL open for writing, space left on their disk), done
-// at most once a second. A failed write is reported until a later one
+// at most once a second; and an error for a closed store. A failed write is reported until a later one
 // succeeds: the ingest loop retries a stalled commit at least every 30s.
 // Safe for concurrent use.
 func (s *Store) CheckWritable(ctx context.Context) error {
+	if s.closed.Load() {
+		return errors.New("the database is closed")
+	}
 	h := &s.health
 	h.mu.Lock()
 	defer h.mu.Unlock()

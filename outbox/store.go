@@ -99,6 +99,7 @@ type Store struct {
 	owner atomic.Int64 // generation taken by Claim; 0 = unclaimed
 
 	health writeHealth // how the writes went, for CheckWritable
+	closed atomic.Bool // set by Close
 }
 
 // Open opens (creating if needed) and migrates the database.
@@ -222,6 +223,7 @@ func (s *Store) applyMigration(ctx context.Context, m outboxd.Migration, latest 
 
 // Close closes both pools.
 func (s *Store) Close() error {
+	s.closed.Store(true)
 	s.mu.Lock()
 	for _, st := range s.stmts {
 		st.Close()

@@ -39,9 +39,10 @@ const (
 	// at once; the others wait up to deadLetterWait for their turn, then
 	// are answered 503 (code busy) with Retry-After.
 	DeadLetterConcurrency = 4
-	// DeadLetterMemory bounds the memory the dead-letter requests being
-	// served hold at once: each holds at most a page and one dead letter
-	// (as read, decoded, and encoded).
+	// DeadLetterMemory bounds the memory the dead-letter requests hold:
+	// a page buffer per turn (allocated at a turn's first page, then kept
+	// and reused), and, per request being served, one dead letter as read,
+	// decoded and encoded, or one piece of a whole key or payload.
 	DeadLetterMemory = DeadLetterConcurrency * (DeadLetterPageBytes + 3*maxEntryBytes)
 
 	// maxEntryBytes bounds one dead letter's JSON: key and payload previews,
@@ -51,7 +52,8 @@ const (
 	// deadLetterChunk is the piece a whole key or payload is read and
 	// sent in.
 	deadLetterChunk = 64 << 10
-	deadLetterWait  = 5 * time.Second
+	// deadLetterWait is how long a dead-letter request waits for its turn.
+	deadLetterWait = 5 * time.Second
 )
 
 // Encodings of bytes in JSON: text when the bytes are valid UTF-8, base64
@@ -190,7 +192,8 @@ func pageParams(r *http.Request) (after int64, limit int, err error) {
 }
 
 // handleDeadLetters serves GET /feeds/{name}/dead-letters: a page of at
-// most DeadLetterPageBytes, read one dead letter at a time.
+// most DeadLetterPageBytes, read and encoded one dead letter at a time into
+// its turn's buffer.
 func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 	ctx, name := r.Context(), chi.URLParam(r, "name")
 	after, limit, err := pageParams(r)
@@ -202,78 +205,81 @@ func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if !s.deadLetterTurn(w, r) {
+	buf, ok := s.deadLetterTurn(w, r)
+	if !ok {
 		return
 	}
-	defer s.deadLetterDone()
-	body, err := s.deadLetterPage(ctx, name, after, limit)
-	if err != nil {
+	defer func() { s.deadLetterDone(buf) }()
+	if buf, err = s.deadLetterPage(ctx, buf, name, after, limit); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeBody(w, http.StatusOK, body)
+	writeBody(w, http.StatusOK, buf)
 }
 
-// deadLetterPage encodes the page: each dead letter is encoded as it is
-// read, and the page ends before the one that would take it past
+// errPageFull ends a page: the next dead letter would take it past
 // DeadLetterPageBytes.
-func (s *Server) deadLetterPage(ctx context.Context, name string, after int64, limit int) ([]byte, error) {
+var errPageFull = errors.New("dead-letter page full")
+
+// pageWriter appends to a page's buffer, never past its capacity.
+type pageWriter struct{ buf []byte }
+
+func (p *pageWriter) Write(b []byte) (int, error) {
+	if len(p.buf)+len(b) > cap(p.buf) {
+		return 0, errPageFull
+	}
+	p.buf = append(p.buf, b...)
+	return len(b), nil
+}
+
+// pageTail is room kept for the end of a page.
+const pageTail = len(`],"next":9223372036854775807}` + "\n")
+
+// deadLetterPage encodes the page into buf (a turn's buffer, reused): each
+// dead letter is encoded as it is read, and the page ends before the one
+// that would take it past DeadLetterPageBytes.
+func (s *Server) deadLetterPage(ctx context.Context, buf []byte, name string, after int64, limit int) ([]byte, error) {
 	head, err := json.Marshal(name)
 	if err != nil {
 		return nil, err
 	}
-	const tail = len(`],"next":9223372036854775807}` + "\n")
-	buf := make([]byte, 0, 16<<10)
-	buf = append(append(append(buf, `{"feed":`...), head...), `,"deadLetters":[`...)
+	if cap(buf) < DeadLetterPageBytes {
+		buf = make([]byte, 0, DeadLetterPageBytes)
+	}
+	buf = append(append(append(buf[:0], `{"feed":`...), head...), `,"deadLetters":[`...)
+	// The writer has room for entries only: the page's end always fits.
+	pw := &pageWriter{buf: buf[: len(buf) : DeadLetterPageBytes-pageTail]}
+	enc := json.NewEncoder(pw)
 	n, last, cut := 0, int64(0), false
 	err = s.store.EachDeadLetter(ctx, name, after, limit, DeadLetterPreviewBytes, DeadLetterHeadersBytes,
 		func(p outbox.DeadLetterPreview) error {
-			b, err := deadLetterEntry(p)
+			j, err := deadLetterJSON(p)
 			if err != nil {
 				return err
 			}
-			if n > 0 && len(buf)+1+len(b)+tail > DeadLetterPageBytes {
-				cut = true
-				return outbox.ErrStopEach
-			}
+			mark := len(pw.buf)
 			if n > 0 {
-				buf = append(buf, ',')
+				pw.buf = append(pw.buf, ',')
 			}
-			buf = appendWithin(buf, b, DeadLetterPageBytes)
+			if err := enc.Encode(j); errors.Is(err, errPageFull) && n > 0 {
+				pw.buf, cut = pw.buf[:mark], true
+				return outbox.ErrStopEach
+			} else if err != nil {
+				return fmt.Errorf("encode dead letter %d: %w", p.ID, err)
+			}
 			n, last = n+1, p.ID
 			return nil
 		})
 	if err != nil {
 		return nil, err
 	}
-	buf = append(buf, `],"next":`...)
+	page := append(buf[:len(pw.buf)], `],"next":`...)
 	if cut || n == limit {
-		buf = strconv.AppendInt(buf, last, 10)
+		page = strconv.AppendInt(page, last, 10)
 	} else {
-		buf = append(buf, "null"...)
+		page = append(page, "null"...)
 	}
-	return append(buf, "}\n"...), nil
-}
-
-// deadLetterEntry is the JSON of one dead letter of a page.
-func deadLetterEntry(p outbox.DeadLetterPreview) ([]byte, error) {
-	j, err := deadLetterJSON(p)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(j)
-}
-
-// appendWithin appends b to buf; when buf has no room it grows to limit at
-// once, so a page's buffer is allocated at most twice and never doubles
-// past the page's bound.
-func appendWithin(buf, b []byte, limit int) []byte {
-	if cap(buf)-len(buf) < len(b) {
-		grown := make([]byte, len(buf), max(limit, len(buf)+len(b)))
-		copy(grown, buf)
-		buf = grown
-	}
-	return append(buf, b...)
+	return append(page, "}\n"...), nil
 }
 
 // handleDeadLetterPart serves GET /feeds/{name}/dead-letters/{id}/key and
@@ -286,10 +292,11 @@ func (s *Server) handleDeadLetterPart(part outbox.DeadLetterPart) http.HandlerFu
 			writeError(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("dead letter id %q is not a positive integer", chi.URLParam(r, "id")))
 			return
 		}
-		if !s.deadLetterTurn(w, r) {
+		buf, ok := s.deadLetterTurn(w, r)
+		if !ok {
 			return
 		}
-		defer s.deadLetterDone()
+		defer s.deadLetterDone(buf)
 		b, size, err := s.store.DeadLetterBytes(ctx, name, id, part, 0, deadLetterChunk)
 		if err != nil {
 			s.fail(w, r, err)
@@ -316,23 +323,25 @@ func (s *Server) handleDeadLetterPart(part outbox.DeadLetterPart) http.HandlerFu
 }
 
 // deadLetterTurn waits for one of the DeadLetterConcurrency turns, at most
-// deadLetterWait; it answers 503 and returns false when none came.
-func (s *Server) deadLetterTurn(w http.ResponseWriter, r *http.Request) bool {
-	t := time.NewTimer(deadLetterWait)
+// deadLetterWait, and returns the turn's page buffer; it answers 503 and
+// returns false when no turn came.
+func (s *Server) deadLetterTurn(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	t := time.NewTimer(s.deadLetterWait)
 	defer t.Stop()
 	select {
-	case s.deadLetterSlots <- struct{}{}:
-		return true
+	case buf := <-s.deadLetterTurns:
+		return buf, true
 	case <-r.Context().Done():
 	case <-t.C:
 	}
 	w.Header().Set("Retry-After", "1")
 	writeError(w, http.StatusServiceUnavailable, CodeBusy,
 		fmt.Sprintf("%d dead-letter requests are being served; try again shortly", DeadLetterConcurrency))
-	return false
+	return nil, false
 }
 
-func (s *Server) deadLetterDone() { <-s.deadLetterSlots }
+// deadLetterDone gives the turn back, with its buffer for the next page.
+func (s *Server) deadLetterDone(buf []byte) { s.deadLetterTurns <- buf[:0] }
 
 // handleRequeue serves POST /feeds/{name}/dead-letters/{id}/requeue.
 func (s *Server) handleRequeue(w http.ResponseWriter, r *http.Request) {

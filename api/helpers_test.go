@@ -117,16 +117,24 @@ type harness struct {
 	ts    *httptest.Server
 	// epoch1 is the file's first epoch, known once the first lines are in.
 	epoch1 string
+	// tune, when set, changes the loop's configuration.
+	tune func(*ingest.Config)
 }
 
 const feedName = "ledger"
 
 func newHarness(t *testing.T, cfg api.Config) *harness {
 	t.Helper()
+	return newTunedHarness(t, cfg, nil)
+}
+
+// newTunedHarness is newHarness whose loop's configuration tune changes.
+func newTunedHarness(t *testing.T, cfg api.Config, tune func(*ingest.Config)) *harness {
+	t.Helper()
 	h := &harness{
 		t: t, store: openStore(t), path: filepath.Join(t.TempDir(), "ledger.csv"),
 		proc: &flaky{inner: ledger.New("ledger.out"), transient: map[string]int{}, permanent: map[string]int{}},
-		feed: &loopFeed{},
+		feed: &loopFeed{}, tune: tune,
 	}
 	if err := os.WriteFile(h.path, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -153,6 +161,9 @@ func (h *harness) start(rewind map[int32]int64) {
 	cfg.OnCompletionFailure = ingest.OnCompletionSkip
 	cfg.Logger = quiet()
 	cfg.Rewind = rewind
+	if h.tune != nil {
+		h.tune(&cfg)
+	}
 	feed := filefeed.New(h.path, filefeed.Options{PollInterval: 20 * time.Millisecond, Logger: quiet()})
 	l, err := ingest.NewLoop(h.store, feed, h.proc, cfg)
 	if err != nil {

@@ -44,6 +44,8 @@ const (
 
 	MetricIngestBatchSize     = "outboxd_ingest_batch_size"
 	MetricIngestCommitSeconds = "outboxd_ingest_commit_duration_seconds"
+
+	MetricAPIDeadLetterRequests = "outboxd_api_dead_letter_requests"
 )
 
 // Metrics takes the measurements the store does not keep: batch sizes and
@@ -112,6 +114,10 @@ func (s *Server) newRegistry() (*prometheus.Registry, error) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		s.metrics.batchSize, s.metrics.commit, s.metrics.relayTxn, s.metrics.relayBatch,
 		newStatusCollector(s),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricAPIDeadLetterRequests,
+			Help: "Dead-letter requests being served (at most 4 at once; others wait their turn).",
+		}, func() float64 { return float64(DeadLetterConcurrency - len(s.deadLetterTurns)) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -30,8 +31,11 @@ type Server struct {
 	registry *prometheus.Registry
 	handler  http.Handler
 
-	// deadLetterSlots holds a token per dead-letter request being served.
-	deadLetterSlots chan struct{}
+	// deadLetterTurns holds the turns of the dead-letter requests not
+	// being served, each with its page buffer (nil until its first page);
+	// a request waits deadLetterWait for one.
+	deadLetterTurns chan []byte
+	deadLetterWait  time.Duration
 
 	srv    *http.Server
 	ln     net.Listener
@@ -56,7 +60,10 @@ func New(cfg Config, store *outbox.Store, feeds []Feed, relay Relay, logger *slo
 	s := &Server{
 		cfg: cfg, store: store, feeds: make(map[string]Feed, len(feeds)), relay: relay,
 		log: logger.With("component", "api"), metrics: newMetrics(),
-		deadLetterSlots: make(chan struct{}, DeadLetterConcurrency),
+		deadLetterTurns: make(chan []byte, DeadLetterConcurrency), deadLetterWait: deadLetterWait,
+	}
+	for range DeadLetterConcurrency {
+		s.deadLetterTurns <- nil
 	}
 	for _, f := range feeds {
 		if _, dup := s.feeds[f.Name()]; dup {

@@ -25,6 +25,8 @@ type batch struct {
 
 // newBatch numbers recs' items from the loop's sequence.
 func (l *Loop) newBatch(recs []Record) batch {
+	l.applyMu.Lock() // the sequence is shared with Requeue
+	defer l.applyMu.Unlock()
 	b := batch{recs: recs, seqs: make([]int64, len(recs))}
 	for i, r := range recs {
 		if r.Kind == RecordItem {
@@ -70,10 +72,9 @@ type step struct {
 // transaction the store fails is retried, cut in pieces or stalled on, as
 // the error and the completion failure policy say (see storeFailed). It
 // returns an error only when the feed cannot go on (see Run), or ctx's
-// error when ctx ends while it waits.
+// error when ctx ends while it waits. Each transaction holds applyMu; the
+// waits between them do not, so a requeue is never held up by a stall.
 func (l *Loop) process(ctx context.Context, recs []Record) error {
-	l.applyMu.Lock()
-	defer l.applyMu.Unlock()
 	p := l.newPass(l.newBatch(recs))
 	for len(p.b.recs) > 0 {
 		out := l.applyOnce(ctx, p.b.first(p.limit), p.head)
@@ -171,6 +172,8 @@ func (w *work) afterCommit(f func()) { w.logs = append(w.logs, f) }
 // applyOnce applies b's records in one transaction, stopping before an item
 // that fails transiently, and commits.
 func (l *Loop) applyOnce(ctx context.Context, b batch, h tries) outcome {
+	l.applyMu.Lock()
+	defer l.applyMu.Unlock()
 	tx, err := l.store.Begin(ctx)
 	if err != nil {
 		return outcome{storeFailed: err, reached: 1}

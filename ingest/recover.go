@@ -134,6 +134,8 @@ func (p *pass) whole() {
 // completion failure and recording the loss of each partition's range of
 // skipped items; cause is why they could not commit.
 func (l *Loop) skip(ctx context.Context, recs []Record, cause error) error {
+	l.applyMu.Lock()
+	defer l.applyMu.Unlock()
 	tx, err := l.store.Begin(ctx)
 	if err != nil {
 		return err

@@ -482,3 +482,45 @@ func TestLoop_Waiting(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A stall holds no lock between its tries: a requeue is answered at once
+// (here with the store's error, since its commit fails too).
+func TestLoop_RequeueWhileStalled(t *testing.T) {
+	s := openStore(t)
+	f := newMemFeed("e1", "down")
+	p := newCounter()
+	p.fail["down"] = 3 // every try: a dead letter, which a requeue applies
+	cfg := testConfig() // stall waits of a second and more
+	l, stop := running(t, s, f, p, cfg)
+	wait(t, 5*time.Second, positionIs(s, "f", "e1", 1))
+	dls, err := s.DeadLetters(context.Background(), "f", 0, 10)
+	if err != nil || len(dls) != 1 {
+		t.Fatalf("dead letters %v, %v: want one", dls, err)
+	}
+	failCommits(s, 1<<30)
+	f.append("e1", "a")
+	wait(t, 5*time.Second, func() error {
+		if st, _ := l.State(); st != outbox.StateStalled {
+			return fmt.Errorf("state %s, want stalled", st)
+		}
+		return nil
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Requeue(context.Background(), dls[0].ID)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "injected commit failure") {
+			t.Fatalf("Requeue while stalled = %v, want the commit's failure", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Requeue waits behind a stalled feed")
+	}
+	s.SetCommitHook(nil)
+	wait(t, 10*time.Second, positionIs(s, "f", "e1", 2))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -489,7 +489,7 @@ func TestLoop_RequeueWhileStalled(t *testing.T) {
 	s := openStore(t)
 	f := newMemFeed("e1", "down")
 	p := newCounter()
-	p.fail["down"] = 3 // every try: a dead letter, which a requeue applies
+	p.fail["down"] = 3  // every try: a dead letter, which a requeue applies
 	cfg := testConfig() // stall waits of a second and more
 	l, stop := running(t, s, f, p, cfg)
 	wait(t, 5*time.Second, positionIs(s, "f", "e1", 1))

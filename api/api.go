@@ -2,9 +2,12 @@
 // relay status, dead letters and the operator actions on them, health and
 // readiness probes, Prometheus metrics and an embedded dashboard.
 //
-// Every status read goes through the store's read-only pool (or to the
-// feeds' and relay's in-memory state), so serving the API never waits for
-// an ingest transaction. The API does not know the ingest loop or the relay:
+// Every status answer is read in one read transaction of the store (or
+// from the feeds' and relay's in-memory state), so its figures come from
+// one commit and serving it never waits for an ingest transaction; the API
+// runs no SQL of its own. Readiness asks the store whether it can write,
+// without writing. Every answer is bounded in bytes, and dead-letter
+// requests are served a few at a time (see DeadLetterMemory). The API does not know the ingest loop or the relay:
 // it sees them through the small Feed and Relay interfaces below, which the
 // server's wiring adapts. Endpoints and fields are documented in
 // openapi.yaml beside this file (served at /openapi.yaml).

@@ -131,6 +131,12 @@ func TestReadyz_FeedStates(t *testing.T) {
 // caught-up exactly when the lag is 0.
 func TestStatus_OneSnapshot(t *testing.T) {
 	h := newTunedHarness(t, api.DefaultConfig(), func(cfg *ingest.Config) { cfg.BatchWait = 0 })
+	wait(t, 10*time.Second, func() error { // the loop has opened the feed
+		if st, _ := h.feed.State(); st != outbox.StateCaughtUp {
+			return fmt.Errorf("state %s, want caught-up", st)
+		}
+		return nil
+	})
 	const lines = 300
 	done := make(chan struct{})
 	go func() {

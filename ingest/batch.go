@@ -176,7 +176,7 @@ func (l *Loop) applyOnce(ctx context.Context, b batch, h tries) outcome {
 	defer l.applyMu.Unlock()
 	tx, err := l.store.Begin(ctx)
 	if err != nil {
-		return outcome{storeFailed: err, reached: 1}
+		return outcome{storeFailed: err}
 	}
 	defer tx.Rollback()
 	w := l.newWork(tx)
@@ -235,7 +235,9 @@ func (l *Loop) finish(ctx context.Context, w *work) error {
 		f()
 	}
 	l.status.committed(l.cps)
-	l.status.setError(nil)
+	if w.records > 0 { // not only the stats of an item's failed try
+		l.status.setError(nil)
+	}
 	if len(through) > 0 {
 		if err := l.feed.Commit(ctx, through); err != nil {
 			l.log.Warn("feed commit failed (the store's position stands)", "err", err)

@@ -65,8 +65,10 @@ func (l *Loop) storeFailed(ctx context.Context, p *pass, out outcome) error {
 	if class.Fatal() {
 		return fmt.Errorf("feed %s: %s: %w", l.cfg.Name, class, err)
 	}
-	reached := max(1, min(out.reached, p.limit))
-	if class == outbox.ClassConstraint && l.isolate(p, reached, err) {
+	// No record taken in (BEGIN failed, or the commit of the stats of an
+	// item's failed try): no record is to blame, none is skipped.
+	reached := min(out.reached, p.limit)
+	if class == outbox.ClassConstraint && reached > 0 && l.isolate(p, reached, err) {
 		return nil
 	}
 	p.fails++
@@ -78,7 +80,7 @@ func (l *Loop) storeFailed(ctx context.Context, p *pass, out outcome) error {
 		}
 		return nil
 	}
-	if l.cfg.OnCompletionFailure == OnCompletionSkip {
+	if l.cfg.OnCompletionFailure == OnCompletionSkip && reached > 0 {
 		return l.skipInPieces(ctx, p, reached, class, err)
 	}
 	return l.stallOn(ctx, p, fmt.Errorf("completion failure: %s: %w", class, err))

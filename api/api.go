@@ -2,9 +2,12 @@
 // relay status, dead letters and the operator actions on them, health and
 // readiness probes, Prometheus metrics and an embedded dashboard.
 //
-// Every status read goes through the store's read-only pool (or to the
-// feeds' and relay's in-memory state), so serving the API never waits for
-// an ingest transaction. The API does not know the ingest loop or the relay:
+// Every status answer is read in one read transaction of the store (or
+// from the feeds' and relay's in-memory state), so its figures come from
+// one commit and serving it never waits for an ingest transaction; the API
+// runs no SQL of its own. Readiness asks the store whether it can write,
+// without writing. Every answer is bounded in bytes, and dead-letter
+// requests are served a few at a time (see DeadLetterMemory). The API does not know the ingest loop or the relay:
 // it sees them through the small Feed and Relay interfaces below, which the
 // server's wiring adapts. Endpoints and fields are documented in
 // openapi.yaml beside this file (served at /openapi.yaml).
@@ -17,6 +20,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // Feed is one configured feed as the API sees it. Implementations must be
@@ -31,9 +36,10 @@ type Feed interface {
 	Source() string
 	// Processor names the feed's processor.
 	Processor() string
-	// State returns the feed's state (running, caught-up, stalled or
-	// stopped) and its last error ("" when none). It must not block.
-	State() (state, lastError string)
+	// State returns the feed's state and its last error ("" when none). It
+	// must not block. The API shows running and caught-up apart by the
+	// positions it reads and the ends, not by what State says of them.
+	State() (state outbox.FeedState, lastError string)
 	// Ends returns the source's end per partition as last seen (a file's
 	// size, a partition's high watermark). It must not block.
 	Ends() map[int32]int64

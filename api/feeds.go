@@ -6,25 +6,27 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // FeedSummary is one feed in GET /feeds: its state in a few fields and in
 // one line of text.
 type FeedSummary struct {
-	Feed               string `json:"feed"`
-	Kind               string `json:"kind"`
-	Source             string `json:"source"`
-	Processor          string `json:"processor"`
-	State              string `json:"state"`
-	Configured         bool   `json:"configured"`
-	Position           int64  `json:"position"`
-	End                int64  `json:"end"`
-	Lag                int64  `json:"lag"`
-	Applied            int64  `json:"applied"`
-	DeadLettered       int64  `json:"deadLettered"`
-	CompletionFailures int64  `json:"completionFailures"`
-	Lossless           bool   `json:"lossless"`
-	LastError          string `json:"lastError"`
+	Feed               string           `json:"feed"`
+	Kind               string           `json:"kind"`
+	Source             string           `json:"source"`
+	Processor          string           `json:"processor"`
+	State              outbox.FeedState `json:"state"`
+	Configured         bool             `json:"configured"`
+	Position           int64            `json:"position"`
+	End                int64            `json:"end"`
+	Lag                int64            `json:"lag"`
+	Applied            int64            `json:"applied"`
+	DeadLettered       int64            `json:"deadLettered"`
+	CompletionFailures int64            `json:"completionFailures"`
+	Lossless           bool             `json:"lossless"`
+	LastError          string           `json:"lastError"`
 	// Line is the state as one line of text, for people.
 	Line string `json:"line"`
 }
@@ -55,7 +57,7 @@ func line(fs FeedStatus) string {
 	if fs.Lossless {
 		b.WriteString(", lossless")
 	} else {
-		fmt.Fprintf(&b, ", NOT LOSSLESS (%d losses)", len(fs.Losses))
+		fmt.Fprintf(&b, ", NOT LOSSLESS (%d losses)", fs.LossCount)
 	}
 	if fs.LastError != "" {
 		fmt.Fprintf(&b, "; last error: %s", fs.LastError)
@@ -65,24 +67,13 @@ func line(fs FeedStatus) string {
 
 // handleFeeds serves GET /feeds.
 func (s *Server) handleFeeds(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	names, err := s.feedNames(ctx)
+	statuses, err := s.feedStatuses(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	published, err := s.published(ctx)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	list := FeedList{Feeds: make([]FeedSummary, 0, len(names))}
-	for _, name := range names {
-		fs, err := s.feedStatus(ctx, name, published)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
+	list := FeedList{Feeds: make([]FeedSummary, 0, len(statuses))}
+	for _, fs := range statuses {
 		list.Feeds = append(list.Feeds, summarize(fs))
 	}
 	writeJSON(w, http.StatusOK, list)
@@ -90,13 +81,7 @@ func (s *Server) handleFeeds(w http.ResponseWriter, r *http.Request) {
 
 // handleFeedStatus serves GET /feeds/{name}/status.
 func (s *Server) handleFeedStatus(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	published, err := s.published(ctx)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	fs, err := s.feedStatus(ctx, chi.URLParam(r, "name"), published)
+	fs, err := s.feedStatus(r.Context(), chi.URLParam(r, "name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return

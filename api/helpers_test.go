@@ -67,12 +67,12 @@ func (f *loopFeed) set(l *ingest.Loop) {
 	f.mu.Unlock()
 }
 
-func (f *loopFeed) Name() string            { return f.loop().Name() }
-func (f *loopFeed) Kind() string            { return f.loop().Feed().Kind() }
-func (f *loopFeed) Source() string          { return f.loop().Feed().Source() }
-func (f *loopFeed) Processor() string       { return f.loop().Processor() }
-func (f *loopFeed) State() (string, string) { return f.loop().State() }
-func (f *loopFeed) Ends() map[int32]int64   { return f.loop().Feed().Ends() }
+func (f *loopFeed) Name() string                      { return f.loop().Name() }
+func (f *loopFeed) Kind() string                      { return f.loop().Feed().Kind() }
+func (f *loopFeed) Source() string                    { return f.loop().Feed().Source() }
+func (f *loopFeed) Processor() string                 { return f.loop().Processor() }
+func (f *loopFeed) State() (outbox.FeedState, string) { return f.loop().State() }
+func (f *loopFeed) Ends() map[int32]int64             { return f.loop().Feed().Ends() }
 func (f *loopFeed) Requeue(ctx context.Context, id int64) (bool, error) {
 	return f.loop().Requeue(ctx, id)
 }
@@ -117,16 +117,24 @@ type harness struct {
 	ts    *httptest.Server
 	// epoch1 is the file's first epoch, known once the first lines are in.
 	epoch1 string
+	// tune, when set, changes the loop's configuration.
+	tune func(*ingest.Config)
 }
 
 const feedName = "ledger"
 
 func newHarness(t *testing.T, cfg api.Config) *harness {
 	t.Helper()
+	return newTunedHarness(t, cfg, nil)
+}
+
+// newTunedHarness is newHarness whose loop's configuration tune changes.
+func newTunedHarness(t *testing.T, cfg api.Config, tune func(*ingest.Config)) *harness {
+	t.Helper()
 	h := &harness{
 		t: t, store: openStore(t), path: filepath.Join(t.TempDir(), "ledger.csv"),
 		proc: &flaky{inner: ledger.New("ledger.out"), transient: map[string]int{}, permanent: map[string]int{}},
-		feed: &loopFeed{},
+		feed: &loopFeed{}, tune: tune,
 	}
 	if err := os.WriteFile(h.path, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -153,6 +161,9 @@ func (h *harness) start(rewind map[int32]int64) {
 	cfg.OnCompletionFailure = ingest.OnCompletionSkip
 	cfg.Logger = quiet()
 	cfg.Rewind = rewind
+	if h.tune != nil {
+		h.tune(&cfg)
+	}
 	feed := filefeed.New(h.path, filefeed.Options{PollInterval: 20 * time.Millisecond, Logger: quiet()})
 	l, err := ingest.NewLoop(h.store, feed, h.proc, cfg)
 	if err != nil {
@@ -208,7 +219,7 @@ func (h *harness) checkpoint() outbox.Checkpoint {
 
 // waitPosition waits until the stored position is pos (in another epoch
 // than not, when not is given) and the loop is in state.
-func (h *harness) waitPosition(pos int64, not, state string) {
+func (h *harness) waitPosition(pos int64, not string, state outbox.FeedState) {
 	h.t.Helper()
 	wait(h.t, 10*time.Second, func() error {
 		c := h.checkpoint()
@@ -238,7 +249,7 @@ func (h *harness) script() {
 	h.proc.transient["b,2"] = 1
 	h.proc.permanent["x,7"] = 1
 	h.append("a,1\nb,2\njunk\nx,7\n")
-	h.waitPosition(17, "", ingest.StateCaughtUp)
+	h.waitPosition(17, "", outbox.StateCaughtUp)
 	h.epoch1 = h.checkpoint().Epoch
 
 	h.stop()
@@ -262,11 +273,11 @@ func (h *harness) script() {
 		return nil
 	})
 	h.append("c,3\n")
-	h.waitPosition(21, "", ingest.StateCaughtUp)
+	h.waitPosition(21, "", outbox.StateCaughtUp)
 	h.store.SetCommitHook(nil)
 
 	h.append("d,4\ne,5")
-	h.waitPosition(25, "", ingest.StateRunning) // "e,5" waits for its "\\n"
+	h.waitPosition(25, "", outbox.StateRunning) // "e,5" waits for its "\\n"
 	wait(h.t, 10*time.Second, func() error {
 		if end := h.feed.Ends()[0]; end != 28 {
 			return fmt.Errorf("end %d, want 28", end)
@@ -276,7 +287,7 @@ func (h *harness) script() {
 	if err := os.WriteFile(h.path, []byte("f,6\n"), 0o644); err != nil {
 		h.t.Fatal(err)
 	}
-	h.waitPosition(4, h.epoch1, ingest.StateCaughtUp)
+	h.waitPosition(4, h.epoch1, outbox.StateCaughtUp)
 }
 
 // wait polls cond every 20 ms until it returns nil or timeout passes.

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // Metric names. Counters and gauges are read from the store at scrape
@@ -42,6 +44,8 @@ const (
 
 	MetricIngestBatchSize     = "outboxd_ingest_batch_size"
 	MetricIngestCommitSeconds = "outboxd_ingest_commit_duration_seconds"
+
+	MetricAPIDeadLetterRequests = "outboxd_api_dead_letter_requests"
 )
 
 // Metrics takes the measurements the store does not keep: batch sizes and
@@ -110,6 +114,10 @@ func (s *Server) newRegistry() (*prometheus.Registry, error) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		s.metrics.batchSize, s.metrics.commit, s.metrics.relayTxn, s.metrics.relayBatch,
 		newStatusCollector(s),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricAPIDeadLetterRequests,
+			Help: "Dead-letter requests being served (at most 4 at once; others wait their turn).",
+		}, func() float64 { return float64(DeadLetterConcurrency - len(s.deadLetterTurns)) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -168,7 +176,7 @@ func newStatusCollector(s *Server) *statusCollector {
 		c.feed[name] = prometheus.NewDesc(name, help, []string{"feed"}, nil)
 	}
 	c.feed[MetricFeedState] = prometheus.NewDesc(MetricFeedState,
-		"1 for the feed's current state (running, caught-up, stalled, stopped), 0 for the others.", []string{"feed", "state"}, nil)
+		"1 for the feed's current state (running, caught-up, waiting, stalled, failed, stopped), 0 for the others.", []string{"feed", "state"}, nil)
 	for name, help := range globalMetrics {
 		c.glob[name] = prometheus.NewDesc(name, help, nil, nil)
 	}
@@ -205,15 +213,11 @@ func (c *statusCollector) collect(ctx context.Context, ch chan<- prometheus.Metr
 		return err
 	}
 	c.collectOutbox(ch, os)
-	names, err := c.s.feedNames(ctx)
+	statuses, err := c.s.feedStatuses(ctx)
 	if err != nil {
 		return err
 	}
-	for _, name := range names {
-		fs, err := c.s.feedStatus(ctx, name, os.LastPublishedID)
-		if err != nil {
-			return err
-		}
+	for _, fs := range statuses {
 		c.collectFeed(ch, fs)
 	}
 	return nil
@@ -246,7 +250,7 @@ func (c *statusCollector) collectFeed(ch chan<- prometheus.Metric, fs FeedStatus
 	counter(MetricFeedDeadLettered, fs.DeadLettered)
 	counter(MetricFeedCompletionFailures, fs.CompletionFailures)
 	counter(MetricFeedEpochChanges, fs.EpochChanges)
-	counter(MetricFeedLosses, int64(len(fs.Losses)))
+	counter(MetricFeedLosses, fs.LossCount)
 	gauge(MetricFeedLossless, bool01(fs.Lossless))
 	gauge(MetricFeedPosition, float64(fs.Position))
 	gauge(MetricFeedEnd, float64(fs.End))
@@ -258,12 +262,12 @@ func (c *statusCollector) collectFeed(ch chan<- prometheus.Metric, fs FeedStatus
 	gauge(MetricFeedLastApplied, last)
 	gauge(MetricFeedOutboxPending, float64(fs.Outbox.Pending))
 	gauge(MetricFeedOutboxOldestAge, fs.Outbox.OldestPendingAge)
-	for _, st := range []string{StateRunning, StateCaughtUp, StateStalled, StateStopped} {
+	for _, st := range outbox.FeedStates {
 		v := 0.0
 		if st == fs.State {
 			v = 1
 		}
-		ch <- prometheus.MustNewConstMetric(c.feed[MetricFeedState], prometheus.GaugeValue, v, fs.Feed, st)
+		ch <- prometheus.MustNewConstMetric(c.feed[MetricFeedState], prometheus.GaugeValue, v, fs.Feed, string(st))
 	}
 }
 

@@ -113,8 +113,8 @@ func TestMetrics_EqualStatus(t *testing.T) {
 		value(t, mfs, api.MetricFeedCompletionFailures, f...) != 1 {
 		t.Errorf("metrics are not the scripted values")
 	}
-	for _, st := range []string{"running", "caught-up", "stalled", "stopped"} {
-		if got, want := value(t, mfs, api.MetricFeedState, "feed", feedName, "state", st), b01(st == fs.State); got != want {
+	for _, st := range []string{"running", "caught-up", "waiting", "stalled", "failed", "stopped"} {
+		if got, want := value(t, mfs, api.MetricFeedState, "feed", feedName, "state", st), b01(st == string(fs.State)); got != want {
 			t.Errorf("%s{state=%s} = %v, want %v", api.MetricFeedState, st, got, want)
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/outboxd/outboxd/api"
+	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/outbox"
 )
 
 func init() {
@@ -97,6 +99,25 @@ func (c *specChecker) check(base, method, path, token string, want int) []byte {
 	return body
 }
 
+// The states the spec lists are the states there are.
+func TestOpenAPI_States(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec []string
+	for _, v := range doc.Components.Schemas["State"].Value.Enum {
+		spec = append(spec, v.(string))
+	}
+	var states []string
+	for _, st := range outbox.FeedStates {
+		states = append(states, string(st))
+	}
+	if !slices.Equal(spec, states) {
+		t.Fatalf("openapi.yaml's states %v, outbox's %v", spec, states)
+	}
+}
+
 func TestOpenAPI_ResponsesMatch(t *testing.T) {
 	cfg := api.DefaultConfig()
 	cfg.AdminToken = testToken
@@ -130,10 +151,29 @@ func TestOpenAPI_ResponsesMatch(t *testing.T) {
 	c.check(base, "POST", rq(junk), testToken, 422)
 	c.check(base, "POST", rq(999), testToken, 404)
 	c.check(base, "GET", "/feeds/ledger/dead-letters", "", 200) // with a requeuedAt
+	part := func(id int64, p string) string { return "/feeds/ledger/dead-letters/" + itoa(id) + "/" + p }
+	if b := c.check(base, "GET", part(junk, "payload"), "", 200); string(b) != "junk" {
+		t.Fatalf("payload %q, want junk", b)
+	}
+	c.check(base, "GET", part(junk, "key"), "", 200)
+	c.check(base, "GET", part(999, "payload"), "", 404)
+	c.check(base, "GET", "/feeds/ledger/dead-letters/zero/key", "", 400)
 	c.check(base, "POST", "/feeds/ledger/losses/ack", "", 401)
 	c.check(base, "POST", "/feeds/ledger/losses/ack", testToken, 200)
 	c.check(base, "POST", "/feeds/nope/losses/ack", testToken, 404)
 	c.check(base, "GET", "/feeds/ledger/status", "", 200) // with ackedAt
+	tx, err := h.store.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.RecordLoss(context.Background(), outbox.Loss{Feed: feedName, Reason: "truncated, no copy", Epoch: h.epoch1,
+		From: 40, To: ingest.UnknownPosition}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	c.check(base, "GET", "/feeds/ledger/status", "", 200) // with a loss of unknown extent
 
 	// Without a token the admin endpoints answer 403; a disconnected relay
 	// makes /readyz answer 503; a stored-only feed cannot be requeued (409).

@@ -36,23 +36,16 @@ type RelayStatusJSON struct {
 	Fenced    bool   `json:"fenced"`
 }
 
-// outboxStatus reads the outbox's backlog and the relay's state.
+// outboxStatus reads the outbox's backlog, from one snapshot of the
+// store, and the relay's state.
 func (s *Server) outboxStatus(ctx context.Context) (OutboxStatus, error) {
-	published, err := s.published(ctx)
-	if err != nil {
-		return OutboxStatus{}, err
-	}
-	b, err := s.backlog(ctx, "", published)
-	if err != nil {
-		return OutboxStatus{}, err
-	}
-	last, err := s.store.LastOutboxID(ctx)
+	snap, err := s.store.OutboxStatus(ctx, s.published())
 	if err != nil {
 		return OutboxStatus{}, err
 	}
 	os := OutboxStatus{
-		Pending: b.Pending, OldestPendingAge: b.OldestPendingAge, LastPublishedID: published,
-		LastOutboxID: last, Relay: RelayStatusJSON{Mode: RelayModeNone, State: RelayStateOff},
+		Pending: snap.Backlog.Pending, OldestPendingAge: s.age(snap.Backlog.OldestAt), LastPublishedID: snap.Published,
+		LastOutboxID: snap.LastID, Relay: RelayStatusJSON{Mode: RelayModeNone, State: RelayStateOff},
 	}
 	if s.relay != nil {
 		rs := s.relay.Status()

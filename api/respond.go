@@ -19,6 +19,7 @@ const (
 	CodeBodyTooLarge     = "body_too_large"
 	CodeFeedNotRunning   = "feed_not_running"
 	CodeRequeueFailed    = "requeue_failed"
+	CodeBusy             = "busy"
 	CodeInternal         = "internal"
 )
 
@@ -42,11 +43,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		status = http.StatusInternalServerError
 		b = []byte(`{"error":{"code":"internal","message":"encode response"}}`)
 	}
+	writeBody(w, status, append(b, '\n'))
+}
+
+// writeBody writes b, a JSON document, as the response with the given
+// status.
+func writeBody(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	w.Write(b)
 }
 
 // writeError writes the JSON error body.

@@ -6,6 +6,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // OpenAPI is the API's OpenAPI 3 description, served at /openapi.yaml.
@@ -40,6 +42,8 @@ func (s *Server) routes() http.Handler {
 	r.Route("/feeds/{name}", func(r chi.Router) {
 		r.Get("/status", s.handleFeedStatus)
 		r.Get("/dead-letters", s.handleDeadLetters)
+		r.Get("/dead-letters/{id}/key", s.handleDeadLetterPart(outbox.PartKey))
+		r.Get("/dead-letters/{id}/payload", s.handleDeadLetterPart(outbox.PartPayload))
 		r.Group(func(r chi.Router) {
 			r.Use(s.adminOnly)
 			r.Post("/dead-letters/{id}/requeue", s.handleRequeue)

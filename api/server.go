@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -29,7 +30,12 @@ type Server struct {
 	metrics  *Metrics
 	registry *prometheus.Registry
 	handler  http.Handler
-	ready    readyCache
+
+	// deadLetterTurns holds the turns of the dead-letter requests not
+	// being served, each with its page buffer (nil until its first page);
+	// a request waits deadLetterWait for one.
+	deadLetterTurns chan []byte
+	deadLetterWait  time.Duration
 
 	srv    *http.Server
 	ln     net.Listener
@@ -54,6 +60,10 @@ func New(cfg Config, store *outbox.Store, feeds []Feed, relay Relay, logger *slo
 	s := &Server{
 		cfg: cfg, store: store, feeds: make(map[string]Feed, len(feeds)), relay: relay,
 		log: logger.With("component", "api"), metrics: newMetrics(),
+		deadLetterTurns: make(chan []byte, DeadLetterConcurrency), deadLetterWait: deadLetterWait,
+	}
+	for range DeadLetterConcurrency {
+		s.deadLetterTurns <- nil
 	}
 	for _, f := range feeds {
 		if _, dup := s.feeds[f.Name()]; dup {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/api"
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // openServer starts a real server on a free loopback port.
@@ -83,7 +84,7 @@ func TestServer_OpenClose(t *testing.T) {
 	})
 	t.Run("CloseWaitsForRequests", func(t *testing.T) {
 		release := make(chan struct{})
-		f := &stubFeed{name: "slow", state: func() (string, string) { <-release; return "running", "" }}
+		f := &stubFeed{name: "slow", state: func() (outbox.FeedState, string) { <-release; return "running", "" }}
 		srv := openServer(t, api.Config{}, []api.Feed{f}, nil, quiet())
 		done := make(chan int, 1)
 		go func() {
@@ -109,14 +110,14 @@ func TestServer_OpenClose(t *testing.T) {
 // stubFeed is an api.Feed with scripted answers.
 type stubFeed struct {
 	name  string
-	state func() (string, string)
+	state func() (outbox.FeedState, string)
 }
 
 func (f *stubFeed) Name() string                                 { return f.name }
 func (f *stubFeed) Kind() string                                 { return "file" }
 func (f *stubFeed) Source() string                               { return "/dev/null" }
 func (f *stubFeed) Processor() string                            { return "forward" }
-func (f *stubFeed) State() (string, string)                      { return f.state() }
+func (f *stubFeed) State() (outbox.FeedState, string)            { return f.state() }
 func (f *stubFeed) Ends() map[int32]int64                        { return map[int32]int64{0: 0} }
 func (f *stubFeed) Requeue(context.Context, int64) (bool, error) { return false, errors.New("stub") }
 
@@ -179,7 +180,7 @@ func TestServer_BodyTooLarge(t *testing.T) {
 
 func TestServer_RecoversPanics(t *testing.T) {
 	var logs syncBuffer
-	f := &stubFeed{name: "boom", state: func() (string, string) { panic("secret internal detail") }}
+	f := &stubFeed{name: "boom", state: func() (outbox.FeedState, string) { panic("secret internal detail") }}
 	srv := openServer(t, api.Config{}, []api.Feed{f}, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	code, _, b := request(t, srv.URL(), http.MethodGet, "/feeds/boom/status", "", nil)
 	wantError(t, "panicking handler", code, b, http.StatusInternalServerError, api.CodeInternal)

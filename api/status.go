@@ -3,21 +3,11 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"time"
 
 	"github.com/outboxd/outboxd/outbox"
-)
-
-// Feed states, as Feed.State reports them. A feed known only from the
-// database (no longer configured) is StateStopped.
-const (
-	StateRunning  = "running"
-	StateCaughtUp = "caught-up"
-	StateStalled  = "stalled"
-	StateStopped  = "stopped"
 )
 
 // FeedStatus is the body of GET /feeds/{name}/status.
@@ -26,7 +16,11 @@ type FeedStatus struct {
 	Kind      string `json:"kind"`
 	Source    string `json:"source"`
 	Processor string `json:"processor"`
-	State     string `json:"state"`
+	// State is where the feed stands; a feed known only from the database
+	// (no longer configured) is stopped. Running and caught-up are told
+	// apart by the positions and ends shown beside it: caught-up exactly
+	// when Lag is 0.
+	State outbox.FeedState `json:"state"`
 	// Configured is false for a feed known only from the database.
 	Configured bool `json:"configured"`
 	// Epoch is the only partition's epoch ("" with several partitions or
@@ -45,8 +39,11 @@ type FeedStatus struct {
 	CompletionFailures int64 `json:"completionFailures"`
 	EpochChanges       int64 `json:"epochChanges"`
 
-	Lossless bool         `json:"lossless"`
-	Losses   []LossStatus `json:"losses"`
+	Lossless bool `json:"lossless"`
+	// Losses are the most recent losses (at most outbox.MaxSnapshotLosses),
+	// oldest first; LossCount counts them all.
+	Losses    []LossStatus `json:"losses"`
+	LossCount int64        `json:"lossCount"`
 
 	LastError     string     `json:"lastError"`
 	LastAppliedAt *time.Time `json:"lastAppliedAt"`
@@ -64,16 +61,26 @@ type PartitionStatus struct {
 }
 
 // LossStatus is one loss of a feed: input it moved past without keeping its
-// effects. Acknowledged losses stay listed, with AckedAt set.
+// effects. Acknowledged losses stay listed, with AckedAt set. To is nil,
+// and Extent ExtentUnknown, when nothing tells how far the lost input went
+// (the bytes a file held past From before it was truncated, with no copy
+// left).
 type LossStatus struct {
 	At        time.Time  `json:"at"`
 	Reason    string     `json:"reason"`
 	Partition int32      `json:"partition"`
 	Epoch     string     `json:"epoch"`
 	From      int64      `json:"from"`
-	To        int64      `json:"to"`
+	To        *int64     `json:"to"`
+	Extent    string     `json:"extent"`
 	AckedAt   *time.Time `json:"ackedAt"`
 }
+
+// Extents of a loss.
+const (
+	ExtentKnown   = "known"   // From..To is the lost range
+	ExtentUnknown = "unknown" // input from From on was lost, how much is not known
+)
 
 // Backlog is how many outbox rows wait to be published and how long the
 // oldest has waited, in seconds (0 when none waits).
@@ -82,59 +89,82 @@ type Backlog struct {
 	OldestPendingAge float64 `json:"oldestPendingAge"`
 }
 
-// feedNames returns the configured feeds and those known only from the
-// database, by name.
-func (s *Server) feedNames(ctx context.Context) ([]string, error) {
-	stored, err := s.store.Feeds(ctx)
-	if err != nil {
-		return nil, err
+// published is the last outbox id the relay knows published, from its
+// memory (0 when it is off); the store takes the larger of it and the
+// progress it holds.
+func (s *Server) published() int64 {
+	if s.relay == nil {
+		return 0
 	}
-	names := slices.Collect(maps.Keys(s.feeds))
-	for _, f := range stored {
-		if _, ok := s.feeds[f.Name]; !ok {
-			names = append(names, f.Name)
-		}
-	}
-	slices.Sort(names)
-	return names, nil
+	return s.relay.Status().LastPublishedID
 }
 
-// feedStatus reads one feed's status. published is the last outbox id
-// known published. It returns an error wrapping outbox.ErrNotFound for a
-// feed neither configured nor stored.
-func (s *Server) feedStatus(ctx context.Context, name string, published int64) (FeedStatus, error) {
+// feedStatus reads one feed's status from one snapshot of the store. It
+// returns an error wrapping outbox.ErrNotFound for a feed neither
+// configured nor stored.
+func (s *Server) feedStatus(ctx context.Context, name string) (FeedStatus, error) {
 	f := s.feeds[name]
-	st, err := s.store.Feed(ctx, name)
+	snap, err := s.store.FeedStatus(ctx, name, s.published())
 	switch {
 	case errors.Is(err, outbox.ErrNotFound) && f != nil:
-		st = outbox.FeedStats{Lossless: true} // configured, not yet registered
+		snap = unregistered(name) // configured, not yet registered
 	case err != nil:
 		return FeedStatus{}, err
 	}
-	cps, err := s.store.ReadPositions(ctx, name)
+	return s.statusOf(snap, f), nil
+}
+
+// feedStatuses reads the status of every feed, configured or stored, by
+// name, from one snapshot of the store.
+func (s *Server) feedStatuses(ctx context.Context) ([]FeedStatus, error) {
+	snaps, err := s.store.FeedStatuses(ctx, s.published())
 	if err != nil {
-		return FeedStatus{}, err
+		return nil, err
 	}
-	losses, err := s.store.Losses(ctx, name)
-	if err != nil {
-		return FeedStatus{}, err
+	byName := make(map[string]outbox.FeedSnapshot, len(snaps))
+	for _, snap := range snaps {
+		byName[snap.Name] = snap
 	}
-	b, err := s.backlog(ctx, name, published)
-	if err != nil {
-		return FeedStatus{}, err
+	for name := range s.feeds {
+		if _, ok := byName[name]; !ok {
+			byName[name] = unregistered(name)
+		}
 	}
-	fs := newFeedStatus(name, st, f)
-	fs.setPartitions(cps, f)
-	fs.Losses = lossStatuses(losses)
-	fs.Outbox = b
-	return fs, nil
+	out := make([]FeedStatus, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		out = append(out, s.statusOf(byName[name], s.feeds[name]))
+	}
+	return out, nil
+}
+
+// unregistered is the snapshot of a configured feed the store does not
+// know yet: nothing applied, nothing lost.
+func unregistered(name string) outbox.FeedSnapshot {
+	return outbox.FeedSnapshot{FeedStats: outbox.FeedStats{FeedInfo: outbox.FeedInfo{Name: name}, Lossless: true}}
+}
+
+// statusOf builds the status of a feed from its snapshot and, when it is
+// configured, the running feed.
+func (s *Server) statusOf(snap outbox.FeedSnapshot, f Feed) FeedStatus {
+	fs := newFeedStatus(snap.Name, snap.FeedStats, f)
+	fs.setPartitions(snap.Positions, f)
+	fs.Losses, fs.LossCount = lossStatuses(snap.Losses), snap.LossCount
+	fs.Outbox = Backlog{Pending: snap.Backlog.Pending, OldestPendingAge: s.age(snap.Backlog.OldestAt)}
+	if fs.State.Moving() {
+		// From the positions and ends shown, so the state and the lag agree.
+		fs.State = outbox.StateRunning
+		if fs.Lag == 0 {
+			fs.State = outbox.StateCaughtUp
+		}
+	}
+	return fs
 }
 
 // newFeedStatus fills the description, state and counters. A configured
 // feed describes itself; a stored one is described by the database.
 func newFeedStatus(name string, st outbox.FeedStats, f Feed) FeedStatus {
 	fs := FeedStatus{
-		Feed: name, Kind: st.Kind, Source: st.Source, Processor: st.Processor, State: StateStopped,
+		Feed: name, Kind: st.Kind, Source: st.Source, Processor: st.Processor, State: outbox.StateStopped,
 		Applied: st.Applied, ReplaysSkipped: st.ReplaysSkipped, Retries: st.Retries,
 		DeadLettered: st.DeadLettered, CompletionFailures: st.CompletionFailures,
 		EpochChanges: st.EpochChanges, Lossless: st.Lossless, LastError: st.LastError,
@@ -146,7 +176,7 @@ func newFeedStatus(name string, st outbox.FeedStats, f Feed) FeedStatus {
 		fs.State, fs.LastError = f.State()
 		// The stored error is the reason of a stall; once the feed runs
 		// again it is history, and the live error is the one that matters.
-		if fs.LastError == "" && fs.State == StateStalled {
+		if fs.LastError == "" && fs.State == outbox.StateStalled {
 			fs.LastError = st.LastError
 		}
 	}
@@ -154,13 +184,14 @@ func newFeedStatus(name string, st outbox.FeedStats, f Feed) FeedStatus {
 }
 
 // setPartitions fills the positions from the stored checkpoints and the
-// ends from the running feed (the stored ends when it is stopped).
+// ends from the running feed, read once (the stored ends when it is not
+// running).
 func (fs *FeedStatus) setPartitions(cps []outbox.Checkpoint, f Feed) {
 	byPart := map[int32]*PartitionStatus{}
 	for _, c := range cps {
 		byPart[c.Partition] = &PartitionStatus{Partition: c.Partition, Epoch: c.Epoch, Position: c.Position, End: c.End}
 	}
-	if f != nil && fs.State != StateStopped {
+	if f != nil && fs.State != outbox.StateStopped && fs.State != outbox.StateFailed {
 		for p, end := range f.Ends() {
 			ps, ok := byPart[p]
 			if !ok {
@@ -187,21 +218,17 @@ func (fs *FeedStatus) setPartitions(cps []outbox.Checkpoint, f Feed) {
 func lossStatuses(ls []outbox.Loss) []LossStatus {
 	out := make([]LossStatus, 0, len(ls))
 	for _, l := range ls {
-		out = append(out, LossStatus{
+		st := LossStatus{
 			At: time.Unix(0, l.At).UTC(), Reason: l.Reason, Partition: l.Partition, Epoch: l.Epoch,
-			From: l.From, To: l.To, AckedAt: unixTime(l.AckedAt),
-		})
+			From: l.From, Extent: ExtentUnknown, AckedAt: unixTime(l.AckedAt),
+		}
+		if l.To >= 0 { // a negative To (ingest.UnknownPosition) is an unknown extent
+			to := l.To
+			st.To, st.Extent = &to, ExtentKnown
+		}
+		out = append(out, st)
 	}
 	return out
-}
-
-// backlog counts the rows after published, of one feed or of all ("").
-func (s *Server) backlog(ctx context.Context, feed string, published int64) (Backlog, error) {
-	b, err := s.store.Backlog(ctx, feed, published)
-	if err != nil {
-		return Backlog{}, err
-	}
-	return Backlog{Pending: b.Pending, OldestPendingAge: s.age(b.OldestAt)}, nil
 }
 
 // age is the time since at (unix nanoseconds) in seconds, 0 for at == 0.
@@ -219,18 +246,4 @@ func unixTime(ns int64) *time.Time {
 	}
 	t := time.Unix(0, ns).UTC()
 	return &t
-}
-
-// published is the last outbox id known published: the relay's own view,
-// or the progress stored in the database when the relay is off or has not
-// read it yet.
-func (s *Server) published(ctx context.Context) (int64, error) {
-	var stored int64
-	if err := s.store.ReadDB().GetContext(ctx, &stored, `SELECT coalesce(max(last_id), 0) FROM relay_progress`); err != nil {
-		return 0, fmt.Errorf("read relay progress: %w", err)
-	}
-	if s.relay != nil {
-		stored = max(stored, s.relay.Status().LastPublishedID)
-	}
-	return stored, nil
 }

@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -10,10 +9,11 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// head is what the loop knows of a batch's first item from earlier tries.
-type head struct {
+// tries is what the loop knows of a batch's first item from its earlier
+// tries.
+type tries struct {
 	attempt int   // the try this is (1 = first)
-	spent   error // set when its retries are spent: dead-letter it with this
+	spent   error // set when it must not be tried again: dead-letter it with this
 }
 
 // batch is a run of records and the sequence of each item.
@@ -22,13 +22,9 @@ type batch struct {
 	seqs []int64 // per record; 0 for epoch changes and losses
 }
 
-func (b batch) from(i int) batch { return batch{recs: b.recs[i:], seqs: b.seqs[i:]} }
-
-// process applies and commits recs. An item failing transiently ends the
-// transaction before it (the items ahead of it are committed) and is tried
-// again alone after a backoff; the rest follow it.
-func (l *Loop) process(ctx context.Context, recs []Record) error {
-	l.applyMu.Lock()
+// newBatch numbers recs' items from the loop's sequence.
+func (l *Loop) newBatch(recs []Record) batch {
+	l.applyMu.Lock() // the sequence is shared with Requeue
 	defer l.applyMu.Unlock()
 	b := batch{recs: recs, seqs: make([]int64, len(recs))}
 	for i, r := range recs {
@@ -37,154 +33,210 @@ func (l *Loop) process(ctx context.Context, recs []Record) error {
 			b.seqs[i] = l.seq
 		}
 	}
-	h := head{attempt: 1}
-	sched := l.cfg.Retry.backoff()
-	for len(b.recs) > 0 {
-		done, failed, err := l.applyAndCommit(ctx, b, h)
+	return b
+}
+
+func (b batch) from(i int) batch { return batch{recs: b.recs[i:], seqs: b.seqs[i:]} }
+
+// first is the batch's first n records (all, when it has fewer).
+func (b batch) first(n int) batch {
+	n = min(n, len(b.recs))
+	return batch{recs: b.recs[:n], seqs: b.seqs[:n]}
+}
+
+// outcome is what one transaction over the start of a batch came to.
+type outcome struct {
+	// committed counts the records committed, from the batch's first.
+	committed int
+	// itemFailed is the transient error of the item right after them: it
+	// is tried again alone, after a backoff.
+	itemFailed error
+	// storeFailed is why the transaction did not commit; then nothing of it
+	// did, and reached counts the records it had taken in, the one being
+	// applied when the store failed included.
+	storeFailed error
+	reached     int
+}
+
+// step is what applying one record inside a transaction came to; at most
+// one field is set.
+type step struct {
+	itemFailed  error // the item failed transiently: nothing of it is kept
+	storeFailed error // the store failed: the transaction is lost
+}
+
+// process applies and commits recs, in as many transactions as it takes.
+// An item failing transiently ends the transaction before it (the items
+// ahead of it are committed) and is tried again alone after a backoff; a
+// transaction the store fails is retried, cut in pieces or stalled on, as
+// the error and the completion failure policy say (see storeFailed). It
+// returns an error only when the feed cannot go on (see Run), or ctx's
+// error when ctx ends while it waits. Each transaction holds applyMu; the
+// waits between them do not, so a requeue is never held up by a stall.
+func (l *Loop) process(ctx context.Context, recs []Record) error {
+	p := l.newPass(l.newBatch(recs))
+	for len(p.b.recs) > 0 {
+		out := l.applyOnce(ctx, p.b.first(p.limit), p.head)
+		var err error
+		if out.storeFailed != nil {
+			err = l.storeFailed(ctx, p, out)
+		} else {
+			err = l.committed(ctx, p, out)
+		}
 		if err != nil {
-			return err
-		}
-		b = b.from(done)
-		if done > 0 { // a new first item: its own tries start over
-			h = head{attempt: 1}
-			sched.Reset()
-		}
-		if failed == nil {
-			continue
-		}
-		if h, err = l.afterFailure(ctx, b, h, failed, sched.NextBackOff()); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// afterFailure decides what follows a transient failure of b's first item:
-// another try after wait, or its failure policy.
-func (l *Loop) afterFailure(ctx context.Context, b batch, h head, failed error, wait time.Duration) (head, error) {
-	r := b.recs[0]
-	l.setError(failed)
-	if h.attempt >= l.cfg.Retry.Attempts {
-		if l.cfg.OnFailure == OnFailureStop {
-			return h, l.stall(ctx, fmt.Errorf("item at %s[%d] position %d failed %d times: %w",
-				l.cfg.Name, r.Partition, r.Position, h.attempt, failed))
-		}
-		l.log.Warn("retries spent: dead-lettering", "partition", r.Partition, "position", r.Position, "attempts", h.attempt, "err", failed)
-		return head{attempt: h.attempt, spent: failed}, nil
+// committed moves p past what a transaction committed, and decides what
+// follows the transient failure of the item after it, if any.
+func (l *Loop) committed(ctx context.Context, p *pass, out outcome) error {
+	if out.committed > 0 || out.itemFailed == nil {
+		l.resumed(ctx, p) // it moved: whatever stalled it is gone
 	}
-	l.log.Warn("item failed: will retry", "partition", r.Partition, "position", r.Position, "attempt", h.attempt, "wait", wait, "err", failed)
-	if !sleep(ctx, wait) {
-		return h, ctx.Err()
+	if !p.pieces || (out.committed > 0 && p.head.spent != nil) {
+		// Whole, or the piece that held the item to dead-letter is in.
+		p.whole()
 	}
-	return head{attempt: h.attempt + 1}, nil
+	p.b = p.b.from(out.committed)
+	if out.committed > 0 { // a new first item: its own tries start over
+		p.head = tries{attempt: 1}
+		p.itemWait.Reset()
+	}
+	if out.itemFailed == nil {
+		return nil
+	}
+	var err error
+	p.head, err = l.afterItemFailure(ctx, p, out.itemFailed)
+	return err
 }
 
-// applyAndCommit runs applyOnce, retrying the whole transaction when the
-// store fails, and applies the completion failure policy when the retries
-// are spent.
-func (l *Loop) applyAndCommit(ctx context.Context, b batch, h head) (done int, failed error, err error) {
-	sched := l.cfg.CommitRetry.backoff()
-	for attempt := 1; ; attempt++ {
-		done, failed, err = l.applyOnce(ctx, b, h)
-		if err == nil {
-			return done, failed, nil
-		}
-		if errors.Is(err, outbox.ErrFenced) {
-			l.setError(err)
-			return 0, nil, err // not a completion failure: this process must stop
-		}
-		l.setError(err)
-		if attempt >= l.cfg.CommitRetry.Attempts {
-			return l.completionFailed(ctx, b.recs[:max(done, 1)], err)
-		}
-		wait := sched.NextBackOff()
-		l.log.Warn("batch transaction failed: will retry", "attempt", attempt, "wait", wait, "err", err)
+// afterItemFailure decides what follows a transient failure of the first
+// item of p: another try after a backoff, or its failure policy once its
+// tries are spent: a dead letter, or a stall that tries it again slowly
+// until it succeeds.
+func (l *Loop) afterItemFailure(ctx context.Context, p *pass, failed error) (tries, error) {
+	r, h := p.b.recs[0], p.head
+	l.status.setError(failed)
+	if h.attempt < l.cfg.Retry.Attempts {
+		wait := p.itemWait.NextBackOff()
+		l.log.Warn("item failed: will retry", "partition", r.Partition, "position", r.Position, "attempt", h.attempt, "wait", wait, "err", failed)
 		if !sleep(ctx, wait) {
-			return 0, nil, ctx.Err()
+			return h, ctx.Err()
 		}
+		return tries{attempt: h.attempt + 1}, nil
 	}
+	if l.cfg.OnFailure == OnFailureStop {
+		cause := fmt.Errorf("item at %s[%d] position %d failed %d times: %w", l.cfg.Name, r.Partition, r.Position, h.attempt, failed)
+		if err := l.stallOn(ctx, p, cause); err != nil {
+			return h, err
+		}
+		return tries{attempt: h.attempt + 1}, nil
+	}
+	l.log.Warn("retries spent: dead-lettering", "partition", r.Partition, "position", r.Position, "attempts", h.attempt, "err", failed)
+	return tries{attempt: h.attempt, spent: failed}, nil
 }
 
-// txn is one transaction's work in progress.
-type txn struct {
+// work is one transaction's work in progress over the records of a batch.
+type work struct {
 	tx      *outbox.Tx
 	cps     map[int32]outbox.Checkpoint // the checkpoints as they will be after commit
-	touch   map[int32]bool
+	touched map[int32]bool              // the partitions whose checkpoint changed
 	delta   outbox.StatsDelta
 	logs    []func() // run after commit
 	records int      // records the transaction covers
 }
 
+// newWork starts the bookkeeping of a transaction from the committed
+// checkpoints.
+func (l *Loop) newWork(tx *outbox.Tx) *work {
+	cps := maps.Clone(l.cps)
+	if cps == nil {
+		cps = map[int32]outbox.Checkpoint{}
+	}
+	return &work{tx: tx, cps: cps, touched: map[int32]bool{}}
+}
+
+// advance moves partition p's checkpoint to position pos of epoch.
+func (w *work) advance(p int32, epoch string, pos int64) {
+	w.cps[p] = outbox.Checkpoint{Partition: p, Epoch: epoch, Position: pos}
+	w.touched[p] = true
+}
+
+// afterCommit runs f once the transaction has committed.
+func (w *work) afterCommit(f func()) { w.logs = append(w.logs, f) }
+
 // applyOnce applies b's records in one transaction, stopping before an item
-// that fails transiently, and commits. It returns how many records the
-// transaction covered, the transient error that stopped it (if any), and a
-// store error (then nothing was committed).
-func (l *Loop) applyOnce(ctx context.Context, b batch, h head) (int, error, error) {
+// that fails transiently, and commits.
+func (l *Loop) applyOnce(ctx context.Context, b batch, h tries) outcome {
+	l.applyMu.Lock()
+	defer l.applyMu.Unlock()
 	tx, err := l.store.Begin(ctx)
 	if err != nil {
-		return 0, nil, err
+		return outcome{storeFailed: err}
 	}
 	defer tx.Rollback()
-	t := &txn{tx: tx, cps: maps.Clone(l.cps), touch: map[int32]bool{}}
-	if t.cps == nil {
-		t.cps = map[int32]outbox.Checkpoint{}
-	}
-	done, failed := len(b.recs), error(nil)
+	w := l.newWork(tx)
+	n, itemFailed := len(b.recs), error(nil)
 	for i, r := range b.recs {
-		hi := head{attempt: 1}
+		hi := tries{attempt: 1}
 		if i == 0 {
 			hi = h
 		}
-		var err error
-		if failed, err = l.applyRecord(ctx, t, r, b.seqs[i], hi); err != nil {
-			return i + 1, nil, err
+		st := l.applyRecord(ctx, w, r, b.seqs[i], hi)
+		if st.storeFailed != nil {
+			return outcome{storeFailed: st.storeFailed, reached: i + 1}
 		}
-		if failed != nil {
-			done = i
+		if st.itemFailed != nil {
+			n, itemFailed = i, st.itemFailed
 			break
 		}
 	}
-	t.records = done
-	if err := l.finish(ctx, t); err != nil {
-		return done, nil, err
+	w.records = n
+	if err := l.finish(ctx, w); err != nil {
+		return outcome{storeFailed: err, reached: n}
 	}
-	return done, failed, nil
+	return outcome{committed: n, itemFailed: itemFailed}
 }
 
 // finish writes the transaction's checkpoints and stats, commits, and then
 // lets the feed forget what is now stored.
-func (l *Loop) finish(ctx context.Context, t *txn) error {
+func (l *Loop) finish(ctx context.Context, w *work) error {
 	ends := l.feed.Ends()
 	var through []outbox.Checkpoint
-	for p := range t.touch {
-		c := t.cps[p]
+	for p := range w.touched {
+		c := w.cps[p]
 		c.Partition, c.End = p, ends[p]
-		t.cps[p] = c
-		if err := t.tx.SetPosition(ctx, l.cfg.Name, c); err != nil {
+		w.cps[p] = c
+		if err := w.tx.SetPosition(ctx, l.cfg.Name, c); err != nil {
 			return err
 		}
 		through = append(through, c)
 	}
-	if t.delta.Applied > 0 {
+	if w.delta.Applied > 0 {
 		// The batch's items take effect together, at this commit.
-		t.delta.LastAppliedAt = l.store.Now()
+		w.delta.LastAppliedAt = l.store.Now()
 	}
-	if err := t.tx.AddStats(ctx, l.cfg.Name, t.delta); err != nil {
+	if err := w.tx.AddStats(ctx, l.cfg.Name, w.delta); err != nil {
 		return err
 	}
 	started := time.Now()
-	if err := t.tx.Commit(); err != nil {
+	if err := w.tx.Commit(); err != nil {
 		return err
 	}
 	if l.cfg.OnBatch != nil {
-		l.cfg.OnBatch(t.records, time.Since(started))
+		l.cfg.OnBatch(w.records, time.Since(started))
 	}
-	l.cps = t.cps
-	for _, f := range t.logs {
+	l.cps = w.cps
+	for _, f := range w.logs {
 		f()
 	}
-	l.setError(nil)
-	l.setState(l.stateAfter(ends))
+	l.status.committed(l.cps)
+	if w.records > 0 { // not only the stats of an item's failed try
+		l.status.setError(nil)
+	}
 	if len(through) > 0 {
 		if err := l.feed.Commit(ctx, through); err != nil {
 			l.log.Warn("feed commit failed (the store's position stands)", "err", err)
@@ -193,69 +245,66 @@ func (l *Loop) finish(ctx context.Context, t *txn) error {
 	return nil
 }
 
-func (l *Loop) stateAfter(ends map[int32]int64) string {
-	for p, end := range ends {
-		if l.cps[p].Position < end {
-			return StateRunning
-		}
-	}
-	return StateCaughtUp
-}
-
-// applyRecord handles one record inside t. It returns the transient error
-// of an item that must be retried (nothing of it is kept), or a store error.
-func (l *Loop) applyRecord(ctx context.Context, t *txn, r Record, seq int64, h head) (error, error) {
+// applyRecord handles one record inside w.
+func (l *Loop) applyRecord(ctx context.Context, w *work, r Record, seq int64, h tries) step {
 	switch r.Kind {
 	case RecordEpoch:
-		l.changeEpoch(t, r.Partition, r.Epoch, r.Position)
-		return nil, nil
+		l.changeEpoch(w, r.Partition, r.Epoch, r.Position)
+		return step{}
 	case RecordLoss:
-		return nil, l.recordLoss(ctx, t, r)
+		return step{storeFailed: l.recordLoss(ctx, w, r)}
 	}
-	cp := t.cps[r.Partition]
+	cp := w.cps[r.Partition]
 	d := Delivery{Feed: l.cfg.Name, Partition: r.Partition, Topic: r.Topic, Sequence: seq, Epoch: r.Epoch, Position: r.Position, Attempt: h.attempt}
 	if !l.cfg.DisableGuard && d.AlreadyApplied(cp.Epoch, cp.Position) {
-		t.delta.ReplaysSkipped++
-		return nil, nil
+		w.delta.ReplaysSkipped++
+		return step{}
 	}
 	if cp.Epoch != r.Epoch {
-		l.changeEpoch(t, r.Partition, r.Epoch, 0)
+		l.changeEpoch(w, r.Partition, r.Epoch, 0)
 	}
-	failed, err := l.applyItem(ctx, t, d, r, h)
-	if err != nil || failed != nil {
-		return failed, err
+	st := l.applyItem(ctx, w, d, r, h)
+	if st == (step{}) {
+		w.advance(r.Partition, r.Epoch, r.Position)
 	}
-	t.cps[r.Partition] = outbox.Checkpoint{Partition: r.Partition, Epoch: r.Epoch, Position: r.Position}
-	t.touch[r.Partition] = true
-	return nil, nil
+	return st
 }
 
 // applyItem runs the processor in a savepoint, or dead-letters the item.
-func (l *Loop) applyItem(ctx context.Context, t *txn, d Delivery, r Record, h head) (error, error) {
+func (l *Loop) applyItem(ctx context.Context, w *work, d Delivery, r Record, h tries) step {
 	switch {
 	case r.BadReason != "":
-		return nil, l.deadLetter(ctx, t, d, r, r.BadReason, r.BadErr, 1)
+		return step{storeFailed: l.deadLetter(ctx, w, d, r, r.BadReason, r.BadErr, 1)}
 	case h.spent != nil:
-		return nil, l.deadLetter(ctx, t, d, r, reasonOf(h.spent, ReasonRetriesSpent), h.spent, h.attempt)
+		return step{storeFailed: l.deadLetter(ctx, w, d, r, reasonOf(h.spent, ReasonRetriesSpent), h.spent, h.attempt)}
 	}
 	if h.attempt > 1 {
-		t.delta.Retries++
+		w.delta.Retries++
 	}
-	if err := t.tx.BeginItem(d.Place()); err != nil {
-		return nil, err
+	if err := w.tx.BeginItem(d.Place()); err != nil {
+		return step{storeFailed: err}
 	}
-	err := l.apply(l.attemptContext(ctx), t.tx, d, r.Item)
+	err := l.apply(l.attemptContext(ctx), w.tx, d, r.Item)
 	if err == nil {
-		t.delta.Applied++
-		return nil, t.tx.EndItem()
+		w.delta.Applied++
+		return step{storeFailed: w.tx.EndItem()}
 	}
-	if rerr := t.tx.RollbackItem(); rerr != nil {
-		return nil, rerr
+	if outbox.Classify(err).Store() {
+		// The database failed under the processor (a full disk, an I/O
+		// error): not the item's fault, and the transaction is lost.
+		return step{storeFailed: err}
+	}
+	if rerr := w.tx.RollbackItem(); rerr != nil {
+		return step{storeFailed: rerr}
 	}
 	if p, ok := IsPermanent(err); ok {
-		return nil, l.deadLetter(ctx, t, d, r, p.Reason, p.Err, max(h.attempt, p.Attempts))
+		return step{storeFailed: l.deadLetter(ctx, w, d, r, p.Reason, p.Err, max(h.attempt, p.Attempts))}
 	}
-	return err, nil
+	if outbox.Classify(err) == outbox.ClassConstraint {
+		// The item's writes broke a rule of the schema: they would again.
+		return step{storeFailed: l.deadLetter(ctx, w, d, r, ReasonConstraint, err, h.attempt)}
+	}
+	return step{itemFailed: err}
 }
 
 // apply runs the processor with the attempt's context actx, turning a
@@ -346,12 +395,12 @@ const (
 
 // deadLetter stores the item whole and emits it to the dead-letter topic, in
 // the transaction that moves the position past it.
-func (l *Loop) deadLetter(ctx context.Context, t *txn, d Delivery, r Record, reason string, cause error, attempts int) error {
+func (l *Loop) deadLetter(ctx context.Context, w *work, d Delivery, r Record, reason string, cause error, attempts int) error {
 	msg := "unknown error"
 	if cause != nil {
 		msg = cause.Error()
 	}
-	id, err := t.tx.DeadLetter(ctx, outbox.DeadLetter{
+	id, err := w.tx.DeadLetter(ctx, outbox.DeadLetter{
 		Feed: d.Feed, Partition: d.Partition, Epoch: d.Epoch, Position: d.Position, Sequence: d.Sequence,
 		Attempts: attempts, Reason: reason, Error: msg,
 		Key: r.Item.Key, Payload: r.Item.Value, Headers: outbox.EncodeHeaders(r.Item.Headers),
@@ -361,113 +410,44 @@ func (l *Loop) deadLetter(ctx context.Context, t *txn, d Delivery, r Record, rea
 	}
 	own := deadLetterHeaders{reason: reason, err: msg, attempts: attempts, id: id}
 	out := own.output(d.Place(), l.cfg.DeadLetterTopic, r.Item, l.cfg.MaxMessageBytes)
-	t.tx.SetPlace(d.Place())
-	if err := t.tx.Emit(ctx, out); err != nil {
+	w.tx.SetPlace(d.Place())
+	if err := w.tx.Emit(ctx, out); err != nil {
 		return err
 	}
-	t.delta.DeadLettered++
-	t.cps[r.Partition] = outbox.Checkpoint{Partition: r.Partition, Epoch: r.Epoch, Position: r.Position}
-	t.touch[r.Partition] = true
-	t.logs = append(t.logs, func() {
+	w.delta.DeadLettered++
+	w.advance(r.Partition, r.Epoch, r.Position)
+	w.afterCommit(func() {
 		l.log.Warn("dead-lettered", "partition", d.Partition, "position", d.Position, "reason", reason, "err", cutText(msg, maxCutError))
 	})
 	return nil
 }
 
-func (l *Loop) changeEpoch(t *txn, p int32, epoch string, pos int64) {
-	old := t.cps[p]
-	t.cps[p] = outbox.Checkpoint{Partition: p, Epoch: epoch, Position: pos}
-	t.touch[p] = true
+func (l *Loop) changeEpoch(w *work, p int32, epoch string, pos int64) {
+	old := w.cps[p]
+	w.advance(p, epoch, pos)
 	if old.Epoch == epoch {
 		return
 	}
 	if old.Epoch != "" {
-		t.delta.EpochChanges++
+		w.delta.EpochChanges++
 	}
-	t.logs = append(t.logs, func() {
+	w.afterCommit(func() {
 		l.log.Info("new epoch: every item of it is applied", "partition", p, "epoch", epoch, "previous", old.Epoch, "from", pos)
 	})
 }
 
-func (l *Loop) recordLoss(ctx context.Context, t *txn, r Record) error {
-	err := t.tx.RecordLoss(ctx, outbox.Loss{
+func (l *Loop) recordLoss(ctx context.Context, w *work, r Record) error {
+	err := w.tx.RecordLoss(ctx, outbox.Loss{
 		Feed: l.cfg.Name, Partition: r.Partition, Reason: r.Reason, Epoch: r.Epoch, From: r.From, To: r.To,
 	})
 	if err != nil {
 		return err
 	}
-	t.logs = append(t.logs, func() {
+	w.afterCommit(func() {
 		l.log.Error("input lost before it was read: the feed is no longer lossless",
 			"partition", r.Partition, "epoch", r.Epoch, "from", r.From, "to", r.To, "reason", r.Reason)
 	})
 	return nil
-}
-
-// completionFailed applies the completion failure policy to recs, whose
-// transaction kept failing with cause.
-func (l *Loop) completionFailed(ctx context.Context, recs []Record, cause error) (int, error, error) {
-	if l.cfg.OnCompletionFailure == OnCompletionStop {
-		return 0, nil, l.stall(ctx, fmt.Errorf("completion failure: %w", cause))
-	}
-	if err := l.skip(ctx, recs, cause); err != nil {
-		return 0, nil, l.stall(ctx, fmt.Errorf("completion failure %v, and skipping it failed: %w", cause, err))
-	}
-	return len(recs), nil, nil
-}
-
-// skip moves the feed past recs without their effects, counting a
-// completion failure and recording the loss of each partition's range.
-func (l *Loop) skip(ctx context.Context, recs []Record, cause error) error {
-	tx, err := l.store.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	t := &txn{tx: tx, cps: maps.Clone(l.cps), touch: map[int32]bool{}}
-	if t.cps == nil {
-		t.cps = map[int32]outbox.Checkpoint{}
-	}
-	from := map[int32]int64{}
-	for _, r := range recs {
-		if r.Kind == RecordLoss {
-			if err := l.recordLoss(ctx, t, r); err != nil {
-				return err
-			}
-			continue
-		}
-		p := r.Partition
-		if _, ok := from[p]; !ok {
-			from[p] = t.cps[p].Position
-			if t.cps[p].Epoch != r.Epoch {
-				from[p] = 0
-			}
-		}
-		t.cps[p] = outbox.Checkpoint{Partition: p, Epoch: r.Epoch, Position: r.Position}
-		t.touch[p] = true
-	}
-	for p := range t.touch {
-		c := t.cps[p]
-		loss := outbox.Loss{Feed: l.cfg.Name, Partition: p, Epoch: c.Epoch, From: from[p], To: c.Position,
-			Reason: "completion failure skipped: " + cause.Error()}
-		if err := tx.RecordLoss(ctx, loss); err != nil {
-			return err
-		}
-	}
-	t.delta.CompletionFailures = 1
-	t.records = len(recs)
-	l.log.Error("completion failure: skipping the batch, the feed is no longer lossless", "records", len(recs), "err", cause)
-	return l.finish(ctx, t)
-}
-
-// stall stops the feed under a `stop` policy, keeping the reason.
-func (l *Loop) stall(ctx context.Context, cause error) error {
-	l.setError(cause)
-	l.setState(StateStalled)
-	l.log.Error("feed stalled", "err", cause)
-	if err := l.store.SetLastError(context.WithoutCancel(ctx), l.cfg.Name, cause.Error()); err != nil {
-		l.log.Error("storing the stall reason", "err", err)
-	}
-	return fmt.Errorf("%w: %s: %w", ErrStalled, l.cfg.Name, cause)
 }
 
 // sleep waits d or until ctx is done; it reports whether d passed.

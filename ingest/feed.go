@@ -85,14 +85,17 @@ type Feed interface {
 	// Ends returns the source's end per partition as last seen: a file's
 	// size, a partition's high watermark.
 	Ends() map[int32]int64
-	// Close releases the feed's resources.
+	// Close releases the feed's resources. It must be safe without Open
+	// and after a failed Open: the loop closes every feed it ran, whatever
+	// happened.
 	Close() error
 }
 
 // Waiter is implemented by feeds whose source can be absent (a file not yet
 // created). Waiting returns why the feed is waiting for its source, or ""
 // when the source is there. It is safe for concurrent use. While it says
-// why, the loop reports the feed as StateWaiting with that reason.
+// why and nothing else is wrong, the loop reports the feed as
+// outbox.StateWaiting with that reason as its last error.
 type Waiter interface {
 	Waiting() string
 }

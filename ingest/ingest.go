@@ -6,6 +6,11 @@
 // the feed's (epoch, position) in the same transaction. Only after COMMIT
 // does the feed commit its own pointer. The stored position is the authority:
 // an item at or before it, in the same epoch, is skipped as a replay.
+//
+// A transaction the store fails is handled by the error's class (see
+// outbox.Classify): retried, cut in pieces to find the record to blame, or
+// stalled on until the cause is gone; a feed that cannot go on says so in
+// its state (outbox.StateFailed) and Run's error.
 package ingest
 
 import (
@@ -93,6 +98,9 @@ const (
 	// ReasonOutputTooLarge: an output of the item that Kafka does not take;
 	// the relay stores it (the output, not the item) as a dead letter.
 	ReasonOutputTooLarge = outbox.ReasonOutputTooLarge
+	// ReasonConstraint: the item's writes broke a rule of the schema (a
+	// unique key, a foreign key, a CHECK), as they would on every retry.
+	ReasonConstraint = "constraint"
 )
 
 // PermanentError is a processor error that retrying cannot fix.

@@ -11,18 +11,6 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// ErrStalled is returned by Run when a feed stops under a `stop` policy: the
-// status says why; nothing after the failing item or batch was applied.
-var ErrStalled = errors.New("feed stalled")
-
-// Feed states, as the status reports them.
-const (
-	StateRunning  = "running"   // items are being applied
-	StateCaughtUp = "caught-up" // everything the source has is applied
-	StateStalled  = "stalled"   // stopped by a failure policy
-	StateStopped  = "stopped"   // not running
-)
-
 // Config configures one feed's loop.
 type Config struct {
 	// Name is the feed's name, unique per store.
@@ -40,11 +28,17 @@ type Config struct {
 	// what happens when it is spent (OnFailureDeadLetter or OnFailureStop).
 	Retry     Retry
 	OnFailure string
-	// CommitRetry is the schedule for a batch whose transaction fails;
-	// OnCompletionFailure says what happens when it is spent
-	// (OnCompletionStop or OnCompletionSkip).
+	// CommitRetry is the schedule for a batch whose transaction fails for
+	// a passing reason (a busy database, an unknown error); a full disk, an
+	// I/O error or a read-only database go to the policy at once.
+	// OnCompletionFailure says what happens then (OnCompletionStop or
+	// OnCompletionSkip).
 	CommitRetry         Retry
 	OnCompletionFailure string
+	// StallMaxDelay caps the wait between the tries of a stalled feed
+	// (0: DefaultStallMaxDelay). The waits start at a second (or this,
+	// when shorter) and double.
+	StallMaxDelay time.Duration
 	// DeadLetterTopic receives dead letters (default Name + ".dlq").
 	DeadLetterTopic string
 	// MaxMessageBytes is the largest record the relay publishes, as its
@@ -69,6 +63,10 @@ type Config struct {
 // DefaultMaxMessageBytes is Config.MaxMessageBytes unless set: 1 MiB, as
 // the relay's default.
 const DefaultMaxMessageBytes = 1 << 20
+
+// DefaultStallMaxDelay is the longest wait between the tries of a stalled
+// feed: a freed disk is noticed within it.
+const DefaultStallMaxDelay = 30 * time.Second
 
 // DefaultBatchBytes bounds a batch's item bytes unless Config.BatchBytes
 // says otherwise: 4000 lines of 4 KiB, or 16 of the longest lines a file
@@ -100,6 +98,7 @@ func DefaultConfig(name string) Config {
 		CommitRetry:         DefaultRetry(),
 		OnCompletionFailure: OnCompletionStop,
 		MaxMessageBytes:     DefaultMaxMessageBytes,
+		StallMaxDelay:       DefaultStallMaxDelay,
 	}
 }
 
@@ -119,6 +118,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxMessageBytes != 0 && c.MaxMessageBytes < outbox.MinMessageBytes {
 		return fmt.Errorf("max-message-bytes: %d, want at least %d", c.MaxMessageBytes, outbox.MinMessageBytes)
+	}
+	if c.StallMaxDelay < 0 {
+		return fmt.Errorf("stall max delay: %v is negative", c.StallMaxDelay)
 	}
 	if err := c.Retry.Validate(); err != nil {
 		return fmt.Errorf("retry: %w", err)
@@ -164,9 +166,7 @@ type Loop struct {
 	attempt sharedAttempt // the loop's items' attempt context
 	maxItem int           // the feed's largest item, in bytes (see ItemSizer)
 
-	mu        sync.Mutex
-	state     string
-	lastError string
+	status loopStatus // what State reports
 }
 
 // NewLoop checks cfg and returns a loop; nothing is read until Run.
@@ -176,6 +176,9 @@ func NewLoop(store *outbox.Store, feed Feed, proc Processor, cfg Config) (*Loop,
 	}
 	if cfg.BatchBytes == 0 {
 		cfg.BatchBytes = DefaultBatchBytes
+	}
+	if cfg.StallMaxDelay == 0 {
+		cfg.StallMaxDelay = DefaultStallMaxDelay
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("feed %s: %w", cfg.Name, err)
@@ -189,8 +192,9 @@ func NewLoop(store *outbox.Store, feed Feed, proc Processor, cfg Config) (*Loop,
 		maxItem = s.MaxItemBytes()
 	}
 	return &Loop{
-		store: store, feed: feed, proc: proc, cfg: cfg, state: StateStopped, maxItem: maxItem,
-		log: log.With("component", "ingest", "feed", cfg.Name),
+		store: store, feed: feed, proc: proc, cfg: cfg, maxItem: maxItem,
+		log:    log.With("component", "ingest", "feed", cfg.Name),
+		status: loopStatus{phase: outbox.StateStopped},
 	}, nil
 }
 
@@ -203,53 +207,60 @@ func (l *Loop) Feed() Feed { return l.feed }
 // Config is the loop's configuration.
 func (l *Loop) Config() Config { return l.cfg }
 
-// State returns the feed's state and its last error ("" when none). Safe
-// for concurrent use.
-func (l *Loop) State() (state, lastError string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.state, l.lastError
-}
-
-func (l *Loop) setState(s string) {
-	l.mu.Lock()
-	l.state = s
-	l.mu.Unlock()
-}
-
-func (l *Loop) setError(err error) {
-	l.mu.Lock()
-	if err == nil {
-		l.lastError = ""
-	} else {
-		l.lastError = err.Error()
+// State returns the feed's state and its last error ("" when none). A
+// moving feed is StateCaughtUp when every committed position is at or past
+// the source's end as the feed sees it now, StateRunning otherwise, and
+// StateWaiting, with the reason as its error, while its source is absent
+// (see Waiter) and nothing else is wrong. Safe for concurrent use; it does
+// not block.
+func (l *Loop) State() (outbox.FeedState, string) {
+	phase, lastError, positions := l.status.get()
+	if phase != outbox.StateRunning {
+		return phase, lastError
 	}
-	l.mu.Unlock()
+	if w, ok := l.feed.(Waiter); ok && lastError == "" {
+		if why := w.Waiting(); why != "" {
+			return outbox.StateWaiting, why
+		}
+	}
+	return outbox.CaughtUpOrRunning(positions, l.feed.Ends()), lastError
 }
 
 // Run opens the feed right after the stored checkpoints and applies records
-// until ctx is done; then it commits the batch in hand and returns nil. It
-// returns an error wrapping ErrStalled when a `stop` policy stops the feed,
-// one wrapping outbox.ErrFenced when another process claimed the database,
-// and other errors when the feed cannot be started.
+// until ctx is done; then it commits the batch in hand (unless the feed is
+// stalled on it: then nothing of it is kept) and returns nil.
+//
+// A feed whose commits keep failing, or whose item keeps failing under the
+// stop policy, stalls: its state says why, it retries with a backoff capped
+// at Config.StallMaxDelay, and resumes by itself once the cause is gone.
+// Run returns an error only when the feed cannot go on at all: it could not
+// start (register, set up the processor, open the feed), the database is
+// corrupt or gone, or another process claimed it (outbox.ErrFenced). Then
+// the state stays StateFailed with that error, and the error is logged.
+// The feed is closed whatever happens.
 func (l *Loop) Run(ctx context.Context) error {
-	defer l.setState(StateStopped)
-	if err := l.start(ctx); err != nil {
-		l.setError(err)
+	err := l.run(ctx)
+	if err != nil && (ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
+		l.failed(err)
 		return err
 	}
-	defer l.feed.Close()
+	l.status.stop()
+	return nil
+}
+
+func (l *Loop) run(ctx context.Context) error {
+	defer l.closeFeed()
 	defer l.attempt.stop()
-	l.setState(StateRunning)
+	if err := l.start(ctx); err != nil {
+		return err
+	}
+	l.status.move()
 	buf := make([]Record, 0, l.cfg.BatchMax)
 	for {
 		batch, err := l.collect(ctx, buf[:0])
 		if len(batch) > 0 {
-			if perr := l.process(ctx, batch); perr != nil {
-				if errors.Is(perr, ErrStalled) || errors.Is(perr, outbox.ErrFenced) {
-					return perr
-				}
-				return nil // shutdown while retrying: nothing half-applied
+			if err := l.process(ctx, batch); err != nil {
+				return err
 			}
 		}
 		if ctx.Err() != nil {
@@ -261,12 +272,26 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
+// failed makes the feed's end loud: its state and error, and the log.
+func (l *Loop) failed(err error) {
+	l.status.fail(err)
+	l.log.Error("feed failed: nothing more is applied until the process restarts", "err", err)
+}
+
+// closeFeed closes the feed, opened or not: a feed whose Open failed half
+// way may hold a watcher or goroutines already.
+func (l *Loop) closeFeed() {
+	if err := l.feed.Close(); err != nil {
+		l.log.Warn("closing the feed", "err", err)
+	}
+}
+
 func (l *Loop) start(ctx context.Context) error {
 	err := l.store.RegisterFeed(ctx, outbox.FeedInfo{
 		Name: l.cfg.Name, Kind: l.feed.Kind(), Source: l.feed.Source(), Processor: l.cfg.Processor,
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("start feed %s: %w", l.cfg.Name, err)
 	}
 	if s, ok := l.proc.(Setupper); ok {
 		if err := l.setup(ctx, s); err != nil {
@@ -274,8 +299,9 @@ func (l *Loop) start(ctx context.Context) error {
 		}
 	}
 	if l.cps, err = l.store.Positions(ctx, l.cfg.Name); err != nil {
-		return err
+		return fmt.Errorf("start feed %s: %w", l.cfg.Name, err)
 	}
+	l.status.committed(l.cps)
 	from := make(map[int32]outbox.Checkpoint, len(l.cps))
 	for p, c := range l.cps {
 		if pos, ok := l.cfg.Rewind[p]; ok && pos < c.Position {
@@ -313,7 +339,7 @@ func (l *Loop) setup(ctx context.Context, s Setupper) error {
 // spun on.
 func (l *Loop) feedError(ctx context.Context, err error) {
 	l.log.Error("reading feed", "err", err)
-	l.setError(err)
+	l.status.setError(err)
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
 	select {

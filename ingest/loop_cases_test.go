@@ -2,9 +2,9 @@ package ingest_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"testing"
 	"time"
 
@@ -146,32 +146,61 @@ func TestLoop_Apply(t *testing.T) {
 		equal(t, "lossless", st.Lossless, true)
 	})
 
-	t.Run("StopPolicy", func(t *testing.T) {
+	t.Run("StopPolicyStallsThenResumes", func(t *testing.T) {
 		s := openStore(t)
 		f := newMemFeed("e1", "a", "down", "c")
 		p := newCounter()
 		p.fail["down"] = 1000
 		cfg := testConfig()
 		cfg.OnFailure = ingest.OnFailureStop
-		l, err := ingest.NewLoop(s, f, p, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = l.Run(context.Background())
-		if !errors.Is(err, ingest.ErrStalled) {
-			t.Fatalf("Run = %v, want ErrStalled", err)
-		}
+		cfg.StallMaxDelay = 20 * time.Millisecond
+		l, stop := running(t, s, f, p, cfg)
+		// The reason counts the tries, the stored one the first stall's.
+		const why = "item at f[0] position 2 failed 3 times: transient trouble"
+		wait(t, 5*time.Second, func() error {
+			st, e := l.State()
+			if st != outbox.StateStalled || !regexp.MustCompile(`^item at f\[0\] position 2 failed \d+ times: transient trouble$`).MatchString(e) {
+				return fmt.Errorf("state %s (%q), want stalled on item 2", st, e)
+			}
+			return nil
+		})
 		if err := positionIs(s, "f", "e1", 1)(); err != nil {
 			t.Fatal(err)
 		}
 		if got, want := counts(t, s), map[string]int{"a": 1}; !reflect.DeepEqual(got, want) {
 			t.Fatalf("counts = %v, want %v", got, want)
 		}
+		equal(t, "stored lastError", stats(t, s).LastError, why)
+
+		p.mu.Lock()
+		p.fail["down"] = 0 // the cause is gone
+		p.mu.Unlock()
+		wait(t, 5*time.Second, positionIs(s, "f", "e1", 3))
+		wait(t, 5*time.Second, stateIs(l, outbox.StateCaughtUp, ""))
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := counts(t, s), map[string]int{"a": 1, "down": 1, "c": 1}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("counts = %v, want %v", got, want)
+		}
+		want := []rowPlace{{"out", "e1", 1, 0, "a"}, {"out", "e1", 2, 0, "down"}, {"out", "e1", 3, 0, "c"}}
+		if got := outboxRows(t, s); !reflect.DeepEqual(got, want) {
+			t.Fatalf("outbox = %v, want %v", got, want)
+		}
+		p.mu.Lock()
+		tries := p.attempts["down"]
+		p.mu.Unlock()
+		for i, a := range tries {
+			if a != i+1 {
+				t.Fatalf("attempts of down = %v, want 1, 2, 3, ...", tries)
+			}
+		}
 		st := stats(t, s)
-		equal(t, "lastError", st.LastError, "item at f[0] position 2 failed 3 times: transient trouble")
-		state, lastErr := l.State()
-		equal(t, "state", state, ingest.StateStopped)
-		equal(t, "lastError", lastErr, st.LastError)
+		equal(t, "applied", st.Applied, 3)
+		equal(t, "retries", st.Retries, int64(len(tries)-1))
+		equal(t, "deadLettered", st.DeadLettered, 0)
+		equal(t, "lossless", st.Lossless, true)
+		equal(t, "stored lastError", st.LastError, "")
 	})
 }
 
@@ -207,16 +236,16 @@ func failCommits(s interface {
 }
 
 func TestLoop_CompletionFailure(t *testing.T) {
-	t.Run("Stop", func(t *testing.T) {
+	t.Run("StopStallsThenResumes", func(t *testing.T) {
 		s := openStore(t)
 		f := newMemFeed("e1", "a", "b")
 		p := preparedCounter(t, s)
 		failCommits(s, 1000)
-		l, _ := ingest.NewLoop(s, f, p, testConfig())
-		err := l.Run(context.Background())
-		if !errors.Is(err, ingest.ErrStalled) {
-			t.Fatalf("Run = %v, want ErrStalled", err)
-		}
+		cfg := testConfig()
+		cfg.StallMaxDelay = 20 * time.Millisecond
+		l, stop := running(t, s, f, p, cfg)
+		const why = "completion failure: store error: commit: injected commit failure"
+		wait(t, 5*time.Second, stateIs(l, outbox.StateStalled, why))
 		cps, _ := s.Positions(context.Background(), "f")
 		if len(cps) != 0 {
 			t.Fatalf("positions %v, want none stored", cps)
@@ -225,7 +254,27 @@ func TestLoop_CompletionFailure(t *testing.T) {
 		st := stats(t, s)
 		equal(t, "completionFailures", st.CompletionFailures, 0)
 		equal(t, "lossless", st.Lossless, true)
-		equal(t, "lastError", st.LastError, "completion failure: commit: injected commit failure")
+
+		s.SetCommitHook(nil) // the cause is gone
+		wait(t, 5*time.Second, positionIs(s, "f", "e1", 2))
+		wait(t, 5*time.Second, stateIs(l, outbox.StateCaughtUp, ""))
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := counts(t, s), map[string]int{"a": 1, "b": 1}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("counts = %v, want %v", got, want)
+		}
+		want := []rowPlace{{"out", "e1", 1, 0, "a"}, {"out", "e1", 2, 0, "b"}}
+		if got := outboxRows(t, s); !reflect.DeepEqual(got, want) {
+			t.Fatalf("outbox = %v, want %v", got, want)
+		}
+		st = stats(t, s)
+		equal(t, "applied", st.Applied, 2)
+		equal(t, "completionFailures", st.CompletionFailures, 0)
+		equal(t, "lossless", st.Lossless, true)
+		equal(t, "stored lastError", st.LastError, "")
+		state, _ := l.State()
+		equal(t, "state after shutdown", state, outbox.StateStopped)
 	})
 
 	t.Run("Skip", func(t *testing.T) {
@@ -233,23 +282,27 @@ func TestLoop_CompletionFailure(t *testing.T) {
 		f := newMemFeed("e1")
 		cfg := testConfig()
 		cfg.OnCompletionFailure = ingest.OnCompletionSkip
+		cfg.StallMaxDelay = 20 * time.Millisecond
 		l, stop := running(t, s, f, newCounter(), cfg)
 		f.append("e1", "a")
 		wait(t, 5*time.Second, positionIs(s, "f", "e1", 1))
-		failCommits(s, cfg.CommitRetry.Attempts) // every try of the next batch fails; the skip commits
+		// Every try of the next batch fails, and then the try of its first
+		// half, its first item: that item is skipped; the next commits.
+		failCommits(s, cfg.CommitRetry.Attempts+1)
 		f.append("e1", "b", "c")
 		wait(t, 5*time.Second, positionIs(s, "f", "e1", 3))
 		s.SetCommitHook(nil)
 		f.append("e1", "d")
 		wait(t, 5*time.Second, positionIs(s, "f", "e1", 4))
 		stop()
-		if got, want := counts(t, s), map[string]int{"a": 1, "d": 1}; !reflect.DeepEqual(got, want) {
+		// Only b, which could not commit alone, is skipped: c commits.
+		if got, want := counts(t, s), map[string]int{"a": 1, "c": 1, "d": 1}; !reflect.DeepEqual(got, want) {
 			t.Fatalf("counts = %v, want %v", got, want)
 		}
 		st := stats(t, s)
 		equal(t, "completionFailures", st.CompletionFailures, 1)
 		equal(t, "lossless", st.Lossless, false)
-		equal(t, "applied", st.Applied, 2)
+		equal(t, "applied", st.Applied, 3)
 		ls, err := s.Losses(context.Background(), "f")
 		if err != nil {
 			t.Fatal(err)
@@ -258,10 +311,11 @@ func TestLoop_CompletionFailure(t *testing.T) {
 			t.Fatalf("losses = %v, want 1", ls)
 		}
 		equal(t, "from", ls[0].From, 1)
-		equal(t, "to", ls[0].To, 3)
+		equal(t, "to", ls[0].To, 2)
 		equal(t, "reason", ls[0].Reason, "completion failure skipped: commit: injected commit failure")
+		stop()
 		state, _ := l.State()
-		equal(t, "state", state, ingest.StateStopped)
+		equal(t, "state", state, outbox.StateStopped)
 	})
 }
 

@@ -41,7 +41,8 @@ func (f *memFeed) add(rs ...ingest.Record) {
 	}
 }
 
-// append adds items whose positions are 1, 2, 3, ... within the epoch.
+// append adds items whose positions follow the epoch's last one, 1, 2, 3,
+// ... for a new epoch.
 func (f *memFeed) append(epoch string, values ...string) {
 	f.mu.Lock()
 	pos := int64(0)
@@ -51,10 +52,12 @@ func (f *memFeed) append(epoch string, values ...string) {
 		}
 	}
 	f.mu.Unlock()
+	recs := make([]ingest.Record, 0, len(values))
 	for _, v := range values {
 		pos++
-		f.add(ingest.Record{Kind: ingest.RecordItem, Epoch: epoch, Position: pos, Item: ingest.Item{Value: []byte(v)}})
+		recs = append(recs, ingest.Record{Kind: ingest.RecordItem, Epoch: epoch, Position: pos, Item: ingest.Item{Value: []byte(v)}})
 	}
+	f.add(recs...) // at once: a Poll sees all of them or none
 }
 
 func (f *memFeed) Kind() string   { return "file" }
@@ -205,6 +208,17 @@ func wait(tb testing.TB, timeout time.Duration, cond func() error) {
 			tb.Fatalf("timed out after %v: %v", timeout, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stateIs is a condition: the loop's state and last error are these.
+func stateIs(l *ingest.Loop, state outbox.FeedState, lastError string) func() error {
+	return func() error {
+		st, e := l.State()
+		if st != state || e != lastError {
+			return fmt.Errorf("state %s (%q), want %s (%q)", st, e, state, lastError)
+		}
+		return nil
 	}
 }
 

@@ -105,6 +105,7 @@ func (s *Store) RegisterFeed(ctx context.Context, f FeedInfo) error {
 	_, err := s.db.ExecContext(ctx, `INSERT INTO feeds (name, kind, source, processor) VALUES (?, ?, ?, ?)
 ON CONFLICT(name) DO UPDATE SET kind = excluded.kind, source = excluded.source, processor = excluded.processor`,
 		f.Name, f.Kind, f.Source, f.Processor)
+	s.noteWrite(err)
 	if err != nil {
 		return fmt.Errorf("register feed %s: %w", f.Name, err)
 	}
@@ -224,7 +225,9 @@ VALUES (?, ?, ?, ?, ?, ?, ?)`, l.Feed, l.Partition, now, l.Reason, l.Epoch, l.Fr
 
 // SetLastError stores a feed's last error ("" clears it).
 func (s *Store) SetLastError(ctx context.Context, feed, msg string) error {
-	if _, err := s.db.ExecContext(ctx, `UPDATE feeds SET last_error = ? WHERE name = ?`, msg, feed); err != nil {
+	_, err := s.db.ExecContext(ctx, `UPDATE feeds SET last_error = ? WHERE name = ?`, msg, feed)
+	s.noteWrite(err)
+	if err != nil {
 		return fmt.Errorf("store last error of %s: %w", feed, err)
 	}
 	return nil

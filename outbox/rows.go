@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 )
 
 // Row is one stored output, as the relay publishes it.
@@ -59,8 +61,12 @@ FROM outbox WHERE id > ? ORDER BY id LIMIT ?`, after, limit); err != nil {
 // rows included: a relay progress above it means the database went back in
 // time.
 func (s *Store) LastOutboxID(ctx context.Context) (int64, error) {
+	return lastOutboxID(ctx, s.rdb)
+}
+
+func lastOutboxID(ctx context.Context, q sqlx.QueryerContext) (int64, error) {
 	var id int64
-	err := s.rdb.GetContext(ctx, &id, `SELECT seq FROM sqlite_sequence WHERE name = 'outbox'`)
+	err := sqlx.GetContext(ctx, q, &id, `SELECT seq FROM sqlite_sequence WHERE name = 'outbox'`)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -92,7 +98,9 @@ ON CONFLICT(relay_id) DO UPDATE SET last_id = max(last_id, excluded.last_id), up
 	if err != nil {
 		return err
 	}
-	if _, err := st.ExecContext(ctx, relayID, lastID, s.Now().UnixNano()); err != nil {
+	_, err = st.ExecContext(ctx, relayID, lastID, s.Now().UnixNano())
+	s.noteWrite(err)
+	if err != nil {
 		return fmt.Errorf("store relay progress of %s: %w", relayID, err)
 	}
 	return nil
@@ -138,11 +146,17 @@ type Backlog struct {
 // (there is no index by feed: it would cost every row written), so a scan
 // that took long is reused for a while (see feedBacklogs).
 func (s *Store) Backlog(ctx context.Context, feed string, after int64) (Backlog, error) {
+	return s.backlog(ctx, s.rdb, feed, after)
+}
+
+// backlog is Backlog read through q: the read-only pool, or a read
+// transaction whose snapshot it then shares.
+func (s *Store) backlog(ctx context.Context, q sqlx.QueryerContext, feed string, after int64) (Backlog, error) {
 	var b Backlog
 	if feed != "" {
-		return s.feedBacklog(ctx, feed, after)
+		return s.feedBacklog(ctx, q, feed, after)
 	}
-	err := s.rdb.GetContext(ctx, &b, `SELECT
+	err := sqlx.GetContext(ctx, q, &b, `SELECT
 max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0) - ?, 0) AS pending,
 coalesce((SELECT created_at FROM outbox WHERE id > ? ORDER BY id LIMIT 1), 0) AS oldest_at`, after, after)
 	if err != nil {
@@ -175,8 +189,8 @@ const (
 	scanReuseMax   = 5 * time.Second
 )
 
-func (s *Store) feedBacklog(ctx context.Context, feed string, after int64) (Backlog, error) {
-	last, err := s.LastOutboxID(ctx)
+func (s *Store) feedBacklog(ctx context.Context, q sqlx.QueryerContext, feed string, after int64) (Backlog, error) {
+	last, err := lastOutboxID(ctx, q)
 	if err != nil {
 		return Backlog{}, err
 	}
@@ -195,7 +209,7 @@ func (s *Store) feedBacklog(ctx context.Context, feed string, after int64) (Back
 	var b Backlog
 	// Rows after last are left out, so the result is exactly that of
 	// (after, last], whatever commits meanwhile.
-	err = s.rdb.GetContext(ctx, &b, `SELECT count(*) AS pending, coalesce(min(created_at), 0) AS oldest_at
+	err = sqlx.GetContext(ctx, q, &b, `SELECT count(*) AS pending, coalesce(min(created_at), 0) AS oldest_at
 FROM outbox WHERE id > ? AND id <= ? AND feed = ?`, after, last, feed)
 	if err != nil {
 		return b, fmt.Errorf("read outbox backlog of %s: %w", feed, err)

@@ -97,6 +97,9 @@ type Store struct {
 	commitHook func(ctx context.Context) error
 
 	owner atomic.Int64 // generation taken by Claim; 0 = unclaimed
+
+	health writeHealth // how the writes went, for CheckWritable
+	closed atomic.Bool // set by Close
 }
 
 // Open opens (creating if needed) and migrates the database.
@@ -220,6 +223,7 @@ func (s *Store) applyMigration(ctx context.Context, m outboxd.Migration, latest 
 
 // Close closes both pools.
 func (s *Store) Close() error {
+	s.closed.Store(true)
 	s.mu.Lock()
 	for _, st := range s.stmts {
 		st.Close()

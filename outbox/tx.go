@@ -70,6 +70,7 @@ func (s *Store) Begin(ctx context.Context) (*Tx, error) {
 	ctx = context.WithoutCancel(ctx)
 	tx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
+		s.noteWrite(err)
 		return nil, fmt.Errorf("begin: %w", err)
 	}
 	return &Tx{store: s, tx: tx, ctx: ctx}, nil
@@ -83,7 +84,8 @@ func (tx *Tx) Exec(ctx context.Context, query string, args ...any) (sql.Result, 
 	if err := tx.ensureSavepoint(); err != nil {
 		return nil, err
 	}
-	return tx.tx.ExecContext(ctx, query, args...)
+	res, err := tx.tx.ExecContext(ctx, query, args...)
+	return res, tx.store.noteStatement(err)
 }
 
 // Get scans one row into dest (sqlx rules); sql.ErrNoRows when there is none.
@@ -91,7 +93,7 @@ func (tx *Tx) Get(ctx context.Context, dest any, query string, args ...any) erro
 	if err := tx.ensureSavepoint(); err != nil {
 		return err
 	}
-	return tx.tx.GetContext(ctx, dest, query, args...)
+	return tx.store.noteStatement(tx.tx.GetContext(ctx, dest, query, args...))
 }
 
 // Select scans every row into the slice dest points to (sqlx rules).
@@ -99,7 +101,7 @@ func (tx *Tx) Select(ctx context.Context, dest any, query string, args ...any) e
 	if err := tx.ensureSavepoint(); err != nil {
 		return err
 	}
-	return tx.tx.SelectContext(ctx, dest, query, args...)
+	return tx.store.noteStatement(tx.tx.SelectContext(ctx, dest, query, args...))
 }
 
 // Stmt returns query prepared once per transaction: the way for a processor
@@ -144,7 +146,7 @@ func (tx *Tx) ensureSavepoint() error {
 		return nil
 	}
 	if _, err := tx.tx.ExecContext(tx.ctx, "SAVEPOINT item"); err != nil {
-		return fmt.Errorf("savepoint: %w", err)
+		return fmt.Errorf("savepoint: %w", tx.store.noteStatement(err))
 	}
 	tx.savepoint = true
 	return nil
@@ -274,20 +276,12 @@ func (tx *Tx) Commit() error {
 		return errors.New("commit: transaction already finished")
 	}
 	tx.done = true
-	if err := tx.prepareCommit(); err != nil {
+	if err := tx.commit(); err != nil {
 		tx.tx.Rollback()
+		tx.store.noteWrite(err)
 		return fmt.Errorf("commit: %w", err)
 	}
-	if h := tx.store.hook(); h != nil {
-		if err := h(tx.ctx); err != nil {
-			tx.tx.Rollback()
-			return fmt.Errorf("commit: %w", err)
-		}
-	}
-	if err := tx.tx.Commit(); err != nil {
-		tx.tx.Rollback()
-		return fmt.Errorf("commit: %w", err)
-	}
+	tx.store.noteWrite(nil)
 	tx.store.keepStmts(tx.ctx, tx.toKeep)
 	tx.store.rowsHint.Store(int64(min(len(tx.rows), maxRowsHint)))
 	if !tx.forget {
@@ -303,6 +297,19 @@ func (tx *Tx) Commit() error {
 		f()
 	}
 	return nil
+}
+
+// commit writes the outputs, runs the commit hook and commits.
+func (tx *Tx) commit() error {
+	if err := tx.prepareCommit(); err != nil {
+		return err
+	}
+	if h := tx.store.hook(); h != nil {
+		if err := h(tx.ctx); err != nil {
+			return err
+		}
+	}
+	return tx.tx.Commit()
 }
 
 // Rollback abandons the transaction. It is a no-op after Commit, so it can

@@ -6,6 +6,7 @@ import (
 
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/relay"
 )
 
@@ -14,12 +15,12 @@ type apiFeed struct{ l *ingest.Loop }
 
 var _ api.Feed = apiFeed{}
 
-func (f apiFeed) Name() string            { return f.l.Name() }
-func (f apiFeed) Kind() string            { return f.l.Feed().Kind() }
-func (f apiFeed) Source() string          { return f.l.Feed().Source() }
-func (f apiFeed) Processor() string       { return f.l.Processor() }
-func (f apiFeed) State() (string, string) { return f.l.State() }
-func (f apiFeed) Ends() map[int32]int64   { return f.l.Feed().Ends() }
+func (f apiFeed) Name() string                      { return f.l.Name() }
+func (f apiFeed) Kind() string                      { return f.l.Feed().Kind() }
+func (f apiFeed) Source() string                    { return f.l.Feed().Source() }
+func (f apiFeed) Processor() string                 { return f.l.Processor() }
+func (f apiFeed) State() (outbox.FeedState, string) { return f.l.State() }
+func (f apiFeed) Ends() map[int32]int64             { return f.l.Feed().Ends() }
 func (f apiFeed) Requeue(ctx context.Context, id int64) (bool, error) {
 	return f.l.Requeue(ctx, id)
 }

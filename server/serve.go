@@ -203,7 +203,7 @@ func (m *Main) openRelay(ctx context.Context) error {
 }
 
 // serve runs the loops and the relay until ctx is done. A feed that stalls
-// stops alone: the others and the status go on.
+// retries alone: the others and the status go on.
 func (m *Main) serve(ctx context.Context) error {
 	fatal := make(chan error, len(m.Loops)+1)
 	loopCtx, stopLoops := context.WithCancel(ctx)
@@ -213,12 +213,9 @@ func (m *Main) serve(ctx context.Context) error {
 		loops.Add(1)
 		go func() {
 			defer loops.Done()
-			err := l.Run(loopCtx)
-			switch {
-			case err == nil:
-			case errors.Is(err, ingest.ErrStalled):
-				m.Logger.Error("feed stalled; the other feeds go on", "feed", l.Name(), "err", err)
-			default:
+			// A stalled feed retries inside Run; Run returns an error only
+			// when the feed cannot go on.
+			if err := l.Run(loopCtx); err != nil {
 				fatal <- fmt.Errorf("feed %s: %w", l.Name(), err)
 			}
 		}()

@@ -86,7 +86,9 @@ function sparkline(h) {
 
 function lossItem(l) {
   const li = el("li", {}, `${new Date(l.at).toLocaleString()}: ${l.reason} `,
-    el("span", { className: "range", textContent: `(partition ${l.partition}, ${l.from}–${l.to})` }));
+    el("span", { className: "range", textContent: l.extent === "unknown"
+      ? `(partition ${l.partition}, from ${l.from}, extent unknown)`
+      : `(partition ${l.partition}, ${l.from}–${l.to})` }));
   if (l.ackedAt) {
     li.className = "acked";
     li.append(" — acknowledged");
@@ -128,6 +130,9 @@ function feedRow(fs, h, now) {
     if (shown.length > 0) loss.append(el("ul", { className: "losses" }, ...shown.map(lossItem)));
     const acked = fs.losses.length - fs.losses.filter((l) => !l.ackedAt).length;
     if (fs.lossless && acked > 0) loss.append(el("div", { className: "muted", textContent: `${acked} acknowledged` }));
+  }
+  if (fs.lossCount > fs.losses.length) {
+    loss.append(el("div", { className: "muted", textContent: `${fs.lossCount - fs.losses.length} older losses not listed` }));
   }
   tr.append(loss);
 

@@ -97,6 +97,7 @@ type Store struct {
 	commitHook func(ctx context.Context) error
 
 	owner atomic.Int64 // generation taken by Claim; 0 = unclaimed
+	files openedFiles  // the files opened at the path, see CheckPath
 }
 
 // Open opens (creating if needed) and migrates the database.
@@ -129,6 +130,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if err := s.migrate(ctx); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	if err := s.recordFiles(); err != nil {
 		s.db.Close()
 		return nil, err
 	}

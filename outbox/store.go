@@ -29,7 +29,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // also registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/outboxd/outboxd"
 )
@@ -125,7 +126,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.db.SetMaxIdleConns(1)
 	s.db.SetConnMaxLifetime(0)
 	s.db.SetConnMaxIdleTime(0)
-	if err := s.checkWAL(ctx); err != nil {
+	if err := s.connect(ctx); err != nil {
 		s.db.Close()
 		return nil, err
 	}
@@ -164,6 +165,39 @@ func (s *Store) dsn(readOnly bool) string {
 
 // uriPath escapes the characters that would end a file: URI's path.
 var uriPath = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
+
+// connect makes the writer connection and checks it is in WAL mode. A
+// connection's set-up can fail at once with SQLITE_BUSY, without waiting
+// for the busy timeout, when other processes open the same new database at
+// the same moment (SQLite refuses a lock upgrade that could deadlock): it is
+// tried again until the busy timeout has passed.
+func (s *Store) connect(ctx context.Context) error {
+	deadline := time.Now().Add(s.cfg.BusyTimeout)
+	for {
+		err := s.checkWAL(ctx)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED
+// (any extended code of either).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	code := se.Code() & 0xff
+	return code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED
+}
 
 func (s *Store) checkWAL(ctx context.Context) error {
 	var mode string

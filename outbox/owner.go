@@ -49,11 +49,15 @@ ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1`, ownerKey); e
 func (s *Store) Claimed() bool { return s.owner.Load() != 0 }
 
 // CheckOwner reports whether this store still owns its database: nil when
-// it holds the latest claim, or has never claimed (a store used without
-// Claim has no claim to lose); an error wrapping ErrFenced when another
-// process claimed the database since. It reads through the read-only pool,
-// so it never waits behind a batch. It is safe for concurrent use.
+// its path still names the file it opened (CheckPath) and it holds the
+// latest claim, or has never claimed (a store used without Claim has no
+// claim to lose); an error wrapping ErrMoved or ErrFenced otherwise. It
+// reads through the read-only pool, so it never waits behind a batch. It
+// is safe for concurrent use.
 func (s *Store) CheckOwner(ctx context.Context) error {
+	if err := s.CheckPath(); err != nil {
+		return err
+	}
 	gen := s.owner.Load()
 	if gen == 0 {
 		return nil

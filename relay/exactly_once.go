@@ -26,6 +26,9 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 	if err := r.ensureProgressTopic(ctx); err != nil {
 		return false, err
 	}
+	if err := r.store.CheckOwner(ctx); err != nil {
+		return false, err // never fence the process that owns the database now
+	}
 	p, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, r.txnID))
 	if err != nil {
 		return false, fmt.Errorf("start transactional producer %s: %w", r.txnID, err)
@@ -72,7 +75,7 @@ func (r *Relay) publishTxn(ctx, hard context.Context, p *producer, rows []outbox
 	if err != nil {
 		return err
 	}
-	pm, err := progressMessage(r.cfg.ProgressTopic, r.relayID, progressOf(&rows[len(rows)-1]))
+	pm, err := progressMessage(r.cfg.ProgressTopic, r.relayID, r.stamped(progressOf(&rows[len(rows)-1])))
 	if err != nil {
 		return err
 	}

@@ -6,14 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os/signal"
-	"syscall"
 
 	"github.com/outboxd/outboxd/internal/devkafka"
 )
 
-// consumeCommand prints a topic's committed records until interrupted.
-func consumeCommand(args []string, stdout, stderr io.Writer) int {
+// consumeCommand prints a topic's committed records until ctx is done (a
+// signal).
+func consumeCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var brokers []string
@@ -32,8 +31,6 @@ func consumeCommand(args []string, stdout, stderr io.Writer) int {
 	if len(brokers) == 0 || *topic == "" {
 		return badUsage(stderr, errors.New("consume: --brokers and --topic are required"))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	if err := devkafka.Consume(ctx, brokers, *topic, *fromBeginning, stdout); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(stderr, "consume: %v\n", err)
 		return 1

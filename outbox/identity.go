@@ -156,3 +156,23 @@ func (s *Store) AcceptedAsNew(ctx context.Context) (at time.Time, ok bool, err e
 	}
 	return time.Unix(0, ns), true, nil
 }
+
+// emptyWAL checkpoints the whole write-ahead log into the database file the
+// store has open, and truncates the log to nothing. Best effort: it runs on
+// the way out of a store that lost its path.
+func (s *Store) emptyWAL() {
+	var busy, frames, done int
+	_ = s.db.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &frames, &done)
+}
+
+// SaveCopy writes a consistent copy of the database, as this store sees
+// it, to path, which must not exist. It reads through the files the store
+// has open, so it works after the database file was deleted or replaced:
+// the copy is then the only one left of what this store committed. It
+// holds the writer connection while it copies.
+func (s *Store) SaveCopy(ctx context.Context, path string) error {
+	if _, err := s.db.ExecContext(ctx, "VACUUM INTO ?", path); err != nil {
+		return fmt.Errorf("copy the database to %s: %w", path, err)
+	}
+	return nil
+}

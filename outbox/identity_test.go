@@ -146,3 +146,78 @@ func TestStore_AcceptAsNew(t *testing.T) {
 		t.Fatalf("AcceptedAsNew = %v, %v, %v; want %v", at, ok, err, first)
 	}
 }
+
+// TestStore_CloseAfterMove takes the database file away from an open store
+// that wrote to it, closes the store, and opens the path again: the new
+// store must see the file at the path, not the old database's write-ahead
+// log replayed onto it; and the old store's SaveCopy must hold everything
+// it committed.
+func TestStore_CloseAfterMove(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		take func(t *testing.T, path string)
+	}{
+		{"Replaced", func(t *testing.T, path string) {
+			other := path + ".other"
+			o, err := outbox.Open(ctx, outbox.DefaultConfig(other))
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Close()
+			if err := os.Rename(other, path); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"FileDeleted", func(t *testing.T, path string) {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "t.db")
+			old, err := outbox.Open(ctx, outbox.DefaultConfig(path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := old.MetaID(ctx, "relay_id")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				if err := emitOne(t, old); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.take(t, path)
+			rescue := filepath.Join(dir, "rescued.db")
+			if err := old.SaveCopy(ctx, rescue); err != nil {
+				t.Fatal(err)
+			}
+			if err := old.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			now := openAt(t, outbox.DefaultConfig(path))
+			if got, err := now.MetaID(ctx, "relay_id"); err != nil || got == id {
+				t.Fatalf("the database at the path has relay id %q (%v): the old database's log was replayed onto it", got, err)
+			}
+			if n, err := now.LastOutboxID(ctx); err != nil || n != 0 {
+				t.Fatalf("the database at the path has outbox ids up to %d (%v), want none", n, err)
+			}
+			if ok, err := now.IntegrityCheck(ctx); err != nil || ok != "ok" {
+				t.Fatalf("integrity_check = %q, %v", ok, err)
+			}
+
+			saved := openAt(t, outbox.DefaultConfig(rescue))
+			if got, err := saved.MetaID(ctx, "relay_id"); err != nil || got != id {
+				t.Fatalf("the copy has relay id %q (%v), want %q", got, err, id)
+			}
+			if n, err := saved.LastOutboxID(ctx); err != nil || n != 3 {
+				t.Fatalf("the copy has outbox ids up to %d (%v), want 3", n, err)
+			}
+		})
+	}
+}

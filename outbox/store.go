@@ -257,8 +257,15 @@ func (s *Store) applyMigration(ctx context.Context, m outboxd.Migration, latest 
 	return nil
 }
 
-// Close closes both pools.
+// Close closes both pools. When the path no longer names the database
+// (CheckPath: deleted or replaced), it first moves the write-ahead log
+// into the database file it has open and empties the log: SQLite leaves
+// the log of a moved database in place, and a process opening the path
+// later would replay it onto whatever file is there now.
 func (s *Store) Close() error {
+	if errors.Is(s.CheckPath(), ErrMoved) {
+		s.emptyWAL()
+	}
 	s.mu.Lock()
 	for _, st := range s.stmts {
 		st.Close()

@@ -296,6 +296,19 @@ func TestMain_DatabaseLost(t *testing.T) {
 			if n := strings.Count(logged.String(), "\n"); n != 1 || !strings.Contains(logged.String(), "level=ERROR") {
 				t.Fatalf("logged %q, want one error line", logged.String())
 			}
+			copies, _ := filepath.Glob(db + ".rescued-*")
+			if tc.is != outbox.ErrMoved {
+				if len(copies) != 0 {
+					t.Fatalf("copies %v of a database that is still in place", copies)
+				}
+				return
+			}
+			if len(copies) != 1 || !strings.Contains(err.Error(), "saved at "+copies[0]) {
+				t.Fatalf("copies %v, error %q: want one copy, named in the error", copies, err)
+			}
+			if got := position(t, copies[0]); got != int64(len("a,1\nb,2\n")) {
+				t.Fatalf("the copy's stored position %d, want %d", got, len("a,1\nb,2\n"))
+			}
 		})
 	}
 }

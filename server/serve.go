@@ -86,7 +86,25 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.Logger.Info("stopped while starting")
 		return nil
 	}
-	return m.serve(ctx)
+	err = m.serve(ctx)
+	if errors.Is(err, outbox.ErrMoved) {
+		err = m.rescue(context.WithoutCancel(ctx), err)
+	}
+	return err
+}
+
+// rescue saves a copy of a database whose file was deleted or replaced
+// under the server, beside its path: what the server committed lives only
+// in the files it still has open, and is gone once it exits. Restored to
+// the path, the copy goes on exactly once. It returns moved, saying where
+// the copy is (or why there is none).
+func (m *Main) rescue(ctx context.Context, moved error) error {
+	path := fmt.Sprintf("%s.rescued-%s", m.Config.DB, m.Store.Now().UTC().Format("20060102T150405Z"))
+	if err := m.Store.SaveCopy(ctx, path); err != nil {
+		return fmt.Errorf("%w; no copy of it could be saved: %v", moved, err)
+	}
+	return fmt.Errorf("%w; a copy of the database as this server had it is saved at %s: move it to %s before the next start "+
+		"to go on exactly once", moved, path, m.Config.DB)
 }
 
 // open prepares everything, claims the database and opens the API. It

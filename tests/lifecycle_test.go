@@ -203,14 +203,17 @@ func checkTopicsTwice(t *testing.T, broker string, lf ledgerFile) {
 		for _, c := range got[topic] {
 			pos = append(pos, atoi64(c.Headers["outboxd-position"]))
 		}
-		checkPositions(t, topic, pos, append(append([]int64{}, want...), want...))
+		twice := append(append([]int64{}, want...), want...)
+		slices.Sort(twice)
+		checkPositions(t, topic, pos, twice)
 	}
 }
 
 // TestLifecycle_DatabaseDeleted deletes the database under a running
-// server: the server must stop with a clear error, a restart on the new
-// empty database must refuse to publish the outputs again, and only
-// --new-database starts afresh.
+// server: the server must stop with a clear error and leave a copy of the
+// database; a restart on the new empty database must refuse to publish the
+// outputs again; the copy, restored, goes on exactly once; and only
+// --new-database starts afresh (publishing everything again).
 func TestLifecycle_DatabaseDeleted(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 23))
 	broker := startBroker(t)
@@ -222,6 +225,19 @@ func TestLifecycle_DatabaseDeleted(t *testing.T) {
 	}
 	args := ledgerArgs(db, input, "--brokers", broker, "--http", "127.0.0.1:0")
 	end := int64(len(lf.data))
+	refuses := func(t *testing.T) {
+		t.Helper()
+		p := start(t, nil, args...)
+		if code := waitExit(t, p, 60*time.Second); code != exitConfig {
+			t.Fatalf("exit code %d on a new database beside an earlier one's progress, want %d", code, exitConfig)
+		}
+		line := oneLine(t, p)
+		for _, want := range []string{db, "--new-database", "published"} {
+			if !strings.Contains(line, want) {
+				t.Fatalf("message %q does not name %q", line, want)
+			}
+		}
+	}
 
 	p := start(t, nil, args...)
 	wait(t, 60*time.Second, func() error { return published(db, end) })
@@ -229,48 +245,66 @@ func TestLifecycle_DatabaseDeleted(t *testing.T) {
 	if code := waitExit(t, p, 20*time.Second); code != exitFailed {
 		t.Fatalf("exit code %d after the database was deleted, want %d", code, exitFailed)
 	}
-	if want := db + " was deleted"; !strings.Contains(p.log.String(), want) {
-		t.Fatalf("the log does not say %q", want)
+	copies, _ := filepath.Glob(db + ".rescued-*")
+	if len(copies) != 1 {
+		t.Fatalf("copies of the deleted database: %v, want one", copies)
+	}
+	for _, want := range []string{db + " was deleted", "saved at " + copies[0]} {
+		if !strings.Contains(p.log.String(), want) {
+			t.Fatalf("the log does not say %q", want)
+		}
 	}
 	checkTopics(t, broker, lf, 0)
 
 	t.Run("RestartRefuses", func(t *testing.T) {
-		for range 2 { // the refused start leaves a database behind: it must refuse again
-			p := start(t, nil, args...)
-			if code := waitExit(t, p, 60*time.Second); code != exitConfig {
-				t.Fatalf("exit code %d on a new database beside an earlier one's progress, want %d", code, exitConfig)
-			}
-			line := oneLine(t, p)
-			for _, want := range []string{db, "--new-database", "published"} {
-				if !strings.Contains(line, want) {
-					t.Fatalf("message %q does not name %q", line, want)
-				}
-			}
-		}
+		refuses(t)
+		refuses(t) // the refused start left a new database behind: it must refuse again
 		checkTopics(t, broker, lf, 0)
 	})
 
-	t.Run("NewDatabaseStartsAfresh", func(t *testing.T) {
-		p := start(t, nil, append(args, "--new-database")...)
+	more := makeLedger(rng, 50)
+	for _, v := range more.valid {
+		lf.valid = append(lf.valid, end+v)
+	}
+	for _, m := range more.malformed {
+		lf.malformed = append(lf.malformed, end+m)
+	}
+	for a, b := range more.balances {
+		lf.balances[a] += b
+	}
+	lf.data = append(lf.data, more.data...)
+	end = int64(len(lf.data))
+
+	t.Run("CopyRestored", func(t *testing.T) {
+		removeDatabase(t, db)
+		if err := os.Rename(copies[0], db); err != nil {
+			t.Fatal(err)
+		}
+		p := start(t, nil, args...)
+		appendFile(t, input, string(more.data))
 		wait(t, 60*time.Second, func() error { return published(db, end) })
 		if code := p.stop(t, 30*time.Second); code != exitOK {
 			t.Fatalf("exit code %d, want 0", code)
 		}
-		checkTopicsTwice(t, broker, lf)
+		checkTopics(t, broker, lf, 0)
+		checkLedger(t, db, lf, 0)
+	})
 
-		// The database is known now: a start without the flag runs, and
-		// a line appended is published once.
+	t.Run("DeletedWhileStopped", func(t *testing.T) {
+		removeDatabase(t, db)
+		refuses(t)
+		p := start(t, nil, append(args, "--new-database")...)
+		wait(t, 60*time.Second, func() error { return published(db, end) })
+		if code := p.stop(t, 30*time.Second); code != exitOK {
+			t.Fatalf("exit code %d with --new-database, want 0", code)
+		}
+		checkTopicsTwice(t, broker, lf)
+		// The choice is recorded: a start without the flag runs.
 		p = start(t, nil, args...)
-		more := makeLedger(rng, 1)
-		appendFile(t, input, string(more.data))
-		wait(t, 60*time.Second, func() error { return published(db, end+int64(len(more.data))) })
 		if code := p.stop(t, 30*time.Second); code != exitOK {
 			t.Fatalf("exit code %d, want 0", code)
 		}
-		got := readAll(t, broker, "ledger.out", "ledger.dlq")
-		if n := len(got["ledger.out"]) + len(got["ledger.dlq"]); n != 2*(len(lf.valid)+len(lf.malformed))+1 {
-			t.Fatalf("%d records, want %d", n, 2*(len(lf.valid)+len(lf.malformed))+1)
-		}
+		checkTopicsTwice(t, broker, lf)
 	})
 }
 
@@ -307,6 +341,9 @@ func TestLifecycle_DatabaseReplaced(t *testing.T) {
 	if want := db + " was replaced by another file"; !strings.Contains(p.log.String(), want) {
 		t.Fatalf("the log does not say %q", want)
 	}
+	if copies, _ := filepath.Glob(db + ".rescued-*"); len(copies) != 1 || published(copies[0], int64(len(lf.data))) != nil {
+		t.Fatalf("copies of the replaced database: %v, want one that holds everything", copies)
+	}
 
 	p = start(t, nil, args...)
 	if code := waitExit(t, p, 60*time.Second); code != exitConfig {
@@ -337,6 +374,7 @@ func TestLifecycle_TwoAtOnce(t *testing.T) {
 	}
 	args := ledgerArgs(db, input, "--brokers", broker, "--http", "127.0.0.1:0")
 	var end int64
+	how := map[string]int{} // what told each loser it had lost
 	for round := range rounds {
 		appendFile(t, input, string(parts[2*round]))
 		end += int64(len(parts[2*round]))
@@ -356,6 +394,7 @@ func TestLifecycle_TwoAtOnce(t *testing.T) {
 		if msg := "another outboxd process has claimed this database"; !strings.Contains(loser.log.String(), msg) {
 			t.Fatalf("round %d: the loser's log does not say %q", round, msg)
 		}
+		how[lostBy(loser.log.String())]++
 		// The winner goes on: it publishes what comes after the loser left.
 		appendFile(t, input, string(parts[2*round+1]))
 		end += int64(len(parts[2*round+1]))
@@ -370,8 +409,27 @@ func TestLifecycle_TwoAtOnce(t *testing.T) {
 			t.Fatalf("round %d: the winner's exit code %d after SIGTERM, want 0", round, code)
 		}
 	}
+	t.Logf("the losers learnt it from: %v", how)
 	checkTopics(t, broker, lf, 0)
 	checkLedger(t, db, lf, 0)
+}
+
+// lostBy says what told a server it lost its database: a feed's commit,
+// the relay, or the watchdog.
+func lostBy(log string) string {
+	i := strings.Index(log, "another server took over this database")
+	if i < 0 {
+		return "?"
+	}
+	line := log[i:]
+	switch {
+	case strings.Contains(line, `err="feed `):
+		return "feed commit"
+	case strings.Contains(line, `err="relay`):
+		return "relay"
+	default:
+		return "watchdog"
+	}
 }
 
 // runAsOther returns credentials under which a file mode denies access
@@ -490,17 +548,20 @@ func TestLifecycle_FailedStartBeside(t *testing.T) {
 // read its configuration), round after round: while it checks its
 // configuration, opens and claims the database, starts the feeds and the
 // relay, or runs. Every time it must exit 0, never be killed by the signal;
-// and in the end every line is applied and published exactly once.
+// and in the end every line is applied and published exactly once. (A
+// signal before that line, from the binary's first initialiser on, is
+// caught the same way: TestCommandSignals_SignalFirst in server.)
 func TestLifecycle_SigtermWhileStarting(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 41))
-	const rounds = 40
+	const rounds = 60
 	lf := makeLedger(rng, rounds*50)
 	parts := chunks(lf.data, rounds)
 
 	run := func(t *testing.T, args []string, each func(round int)) {
 		var at []time.Duration
+		phases := map[string]int{} // how far each server had come when it stopped
 		for round := range rounds {
 			each(round)
 			p, first := launch(t, nil, "outboxd starting", nil, append(args, "--log-level", "debug")...)
@@ -511,15 +572,20 @@ func TestLifecycle_SigtermWhileStarting(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatalf("round %d: no first log line within 30s", round)
 			}
-			d := time.Duration(rng.Int64N(int64(50 * time.Millisecond)))
+			// From 0 to 50 ms, most of them early: on an idle machine the
+			// server runs a few milliseconds after its first line.
+			u := rng.Float64()
+			d := time.Duration(u * u * u * float64(50*time.Millisecond))
 			at = append(at, d)
 			time.Sleep(d) // the random moment itself
 			p.cmd.Process.Signal(syscall.SIGTERM)
 			if code := waitExit(t, p, 30*time.Second); code != exitOK {
 				t.Fatalf("round %d: exit code %d after SIGTERM %v after start, want 0", round, code, d)
 			}
+			phases[startPhase(p.log.String())]++
 		}
-		t.Logf("%d SIGTERMs, at %v after the first log line", rounds, at)
+		slices.Sort(at)
+		t.Logf("%d SIGTERMs %v to %v after the first log line; stopped %v", rounds, at[0], at[len(at)-1], phases)
 	}
 
 	t.Run("Broker", func(t *testing.T) {
@@ -549,6 +615,18 @@ func TestLifecycle_SigtermWhileStarting(t *testing.T) {
 		run(t, ledgerArgs(filepath.Join(dir, "outboxd.db"), input, "--http", "127.0.0.1:0", "--dev-broker-addr", "127.0.0.1:0"),
 			func(int) {})
 	})
+}
+
+// startPhase says how far a server had come in its start when it stopped.
+func startPhase(log string) string {
+	switch {
+	case strings.Contains(log, "outboxd running"):
+		return "running"
+	case strings.Contains(log, "database claimed"):
+		return "claimed, starting the API, feeds and relay"
+	default:
+		return "before the claim"
+	}
 }
 
 // TestLifecycle_ConfigMistakes runs the server with one mistake each:

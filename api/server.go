@@ -158,7 +158,7 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // URL is the base URL the server listens on ("http://127.0.0.1:PORT"),
-// "" before Open.
+// "" before Open or Serve.
 func (s *Server) URL() string {
 	if s.ln == nil {
 		return ""

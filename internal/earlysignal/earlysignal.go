@@ -33,12 +33,14 @@ func Signals() <-chan os.Signal { return caught }
 // install their own handling.
 func Release() {
 	signal.Stop(caught)
+	self, err := os.FindProcess(os.Getpid())
+	if err != nil {
+		return
+	}
 	for {
 		select {
 		case s := <-caught:
-			if sig, ok := s.(syscall.Signal); ok {
-				syscall.Kill(os.Getpid(), sig)
-			}
+			self.Signal(s)
 		default:
 			return
 		}

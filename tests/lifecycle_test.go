@@ -161,6 +161,16 @@ func published(db string, end int64) error {
 	return relayDone(ctx, s)
 }
 
+// ledgerWithDeadLetters is makeLedger(rng, n) with at least one malformed
+// line, so that the dead-letter topic exists for checkTopics.
+func ledgerWithDeadLetters(rng *rand.Rand, n int) ledgerFile {
+	for {
+		if lf := makeLedger(rng, n); len(lf.malformed) > 0 {
+			return lf
+		}
+	}
+}
+
 // chunks cuts data at line ends into n pieces of about the same size.
 func chunks(data []byte, n int) [][]byte {
 	var out [][]byte
@@ -219,7 +229,7 @@ func TestLifecycle_DatabaseDeleted(t *testing.T) {
 	broker := startBroker(t)
 	dir := t.TempDir()
 	input, db := filepath.Join(dir, "ledger.csv"), filepath.Join(dir, "outboxd.db")
-	lf := makeLedger(rng, 3000)
+	lf := ledgerWithDeadLetters(rng, 3000)
 	if err := os.WriteFile(input, lf.data, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +326,7 @@ func TestLifecycle_DatabaseReplaced(t *testing.T) {
 	broker := startBroker(t)
 	dir := t.TempDir()
 	input, db := filepath.Join(dir, "ledger.csv"), filepath.Join(dir, "outboxd.db")
-	lf := makeLedger(rng, 2000)
+	lf := ledgerWithDeadLetters(rng, 2000)
 	if err := os.WriteFile(input, lf.data, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +377,7 @@ func TestLifecycle_TwoAtOnce(t *testing.T) {
 	dir := t.TempDir()
 	input, db := filepath.Join(dir, "ledger.csv"), filepath.Join(dir, "outboxd.db")
 	const rounds = 20
-	lf := makeLedger(rng, rounds*200)
+	lf := ledgerWithDeadLetters(rng, rounds*200)
 	parts := chunks(lf.data, 2*rounds)
 	if err := os.WriteFile(input, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -474,7 +484,7 @@ func TestLifecycle_FailedStartBeside(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 37))
 	dir := openDir(t)
 	input, db := filepath.Join(dir, "ledger.csv"), filepath.Join(dir, "outboxd.db")
-	lf := makeLedger(rng, 1000)
+	lf := ledgerWithDeadLetters(rng, 1000)
 	if err := os.WriteFile(input, lf.data, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -556,7 +566,7 @@ func TestLifecycle_SigtermWhileStarting(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 41))
 	const rounds = 60
-	lf := makeLedger(rng, rounds*50)
+	lf := ledgerWithDeadLetters(rng, rounds*50)
 	parts := chunks(lf.data, rounds)
 
 	run := func(t *testing.T, args []string, each func(round int)) {

@@ -131,8 +131,8 @@ func (s *Server) Registry() *prometheus.Registry { return s.registry }
 
 // Open listens on the configured address, so a bad or busy address is
 // reported at once, and serves in the background until Close. Binding to
-// a non-loopback address without an admin token logs a warning. Open may
-// be called once.
+// a non-loopback address without an admin token logs a warning. Open (or
+// Serve) may be called once.
 func (s *Server) Open() error {
 	if s.ln != nil {
 		return errors.New("http api: already open")
@@ -140,6 +140,16 @@ func (s *Server) Open() error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("http api: listen on %s: %w", s.cfg.Addr, err)
+	}
+	return s.Serve(ln)
+}
+
+// Serve serves on ln, bound earlier (a service binds its port before it
+// commits to running), in the background until Close, which closes ln.
+// Open (or Serve) may be called once.
+func (s *Server) Serve(ln net.Listener) error {
+	if s.ln != nil {
+		return errors.New("http api: already open")
 	}
 	s.ln = ln
 	if !loopback(s.cfg.Addr) && s.tokenHash == nil {
@@ -158,7 +168,7 @@ func (s *Server) Open() error {
 }
 
 // URL is the base URL the server listens on ("http://127.0.0.1:PORT"),
-// "" before Open.
+// "" before Open or Serve.
 func (s *Server) URL() string {
 	if s.ln == nil {
 		return ""

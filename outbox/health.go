@@ -64,17 +64,21 @@ func (s *Store) noteStatement(err error) error {
 }
 
 // CheckWritable reports whether the database takes writes, without the
-// writer connection, so it never waits behind a batch. It returns the
-// error of the last write when that write failed (and none succeeded
-// since); nil when a write succeeded in the last few seconds; otherwise,
-// for an idle store, the outcome of cheap checks of the files (the
-// database and its WAL open for writing, space left on their disk), done
-// at most once a second; and an error for a closed store. A failed write is reported until a later one
+// writer connection, so it never waits behind a batch. It returns an error
+// for a closed store and for a path that no longer names the open database
+// (CheckPath); the error of the last write when that write failed (and none
+// succeeded since); nil when a write succeeded in the last few seconds;
+// otherwise, for an idle store, the outcome of cheap checks of the files
+// (the database and its WAL open for writing, space left on their disk),
+// done at most once a second. A failed write is reported until a later one
 // succeeds: the ingest loop retries a stalled commit at least every 30s.
 // Safe for concurrent use.
 func (s *Store) CheckWritable(ctx context.Context) error {
 	if s.closed.Load() {
 		return errors.New("the database is closed")
+	}
+	if err := s.CheckPath(); err != nil {
+		return err // deleted or replaced: SQLite would go on writing to the unlinked file
 	}
 	h := &s.health
 	h.mu.Lock()

@@ -9,7 +9,8 @@ import (
 
 // ErrFenced is returned by Tx.Commit once another process has claimed the
 // database (Claim): this process must stop writing, as a Kafka producer
-// fenced by a newer one with its transactional id.
+// fenced by a newer one with its transactional id. Errors wrapping ErrMoved
+// (the database file was deleted or replaced) match it too.
 var ErrFenced = errors.New("another outboxd process has claimed this database")
 
 const ownerKey = "owner"
@@ -44,10 +45,45 @@ ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1`, ownerKey); e
 	return gen, nil
 }
 
+// Claimed reports whether this store has claimed its database.
+func (s *Store) Claimed() bool { return s.owner.Load() != 0 }
+
+// CheckOwner reports whether this store still owns its database: nil when
+// its path still names the file it opened (CheckPath) and it holds the
+// latest claim, or has never claimed (a store used without Claim has no
+// claim to lose); an error wrapping ErrMoved or ErrFenced otherwise. It
+// reads through the read-only pool, so it never waits behind a batch. It
+// is safe for concurrent use.
+func (s *Store) CheckOwner(ctx context.Context) error {
+	if err := s.CheckPath(); err != nil {
+		return err
+	}
+	gen := s.owner.Load()
+	if gen == 0 {
+		return nil
+	}
+	var v string
+	if err := s.rdb.GetContext(ctx, &v, `SELECT value FROM meta WHERE key = ?`, ownerKey); err != nil {
+		return fmt.Errorf("check database owner: %w", err)
+	}
+	return ownerIs(v, gen)
+}
+
+func ownerIs(v string, gen int64) error {
+	if v != strconv.FormatInt(gen, 10) {
+		return fmt.Errorf("%w (generation %s, this process has %d)", ErrFenced, v, gen)
+	}
+	return nil
+}
+
 // checkOwner fails with ErrFenced when the database was claimed after this
-// store's own Claim. It runs inside the write transaction, so the check and
-// the commit are atomic.
+// store's own Claim, and with ErrMoved when the path no longer names the
+// file the store has open (a commit there would be lost). It runs inside
+// the write transaction, so the claim check and the commit are atomic.
 func (tx *Tx) checkOwner() error {
+	if err := tx.store.CheckPath(); err != nil {
+		return err
+	}
 	gen := tx.store.owner.Load()
 	if gen == 0 {
 		return nil
@@ -56,8 +92,5 @@ func (tx *Tx) checkOwner() error {
 	if err := tx.tx.GetContext(tx.ctx, &v, `SELECT value FROM meta WHERE key = ?`, ownerKey); err != nil {
 		return fmt.Errorf("check database owner: %w", err)
 	}
-	if v != strconv.FormatInt(gen, 10) {
-		return fmt.Errorf("%w (generation %s, this process has %d)", ErrFenced, v, gen)
-	}
-	return nil
+	return ownerIs(v, gen)
 }

@@ -29,7 +29,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // also registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/outboxd/outboxd"
 )
@@ -100,6 +101,7 @@ type Store struct {
 
 	health writeHealth // how the writes went, for CheckWritable
 	closed atomic.Bool // set by Close
+	files  openedFiles // the files opened at the path, see CheckPath
 }
 
 // Open opens (creating if needed) and migrates the database.
@@ -127,11 +129,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.db.SetMaxIdleConns(1)
 	s.db.SetConnMaxLifetime(0)
 	s.db.SetConnMaxIdleTime(0)
-	if err := s.checkWAL(ctx); err != nil {
+	if err := s.connect(ctx); err != nil {
 		s.db.Close()
 		return nil, err
 	}
 	if err := s.migrate(ctx); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	if err := s.recordFiles(); err != nil {
 		s.db.Close()
 		return nil, err
 	}
@@ -162,6 +168,39 @@ func (s *Store) dsn(readOnly bool) string {
 
 // uriPath escapes the characters that would end a file: URI's path.
 var uriPath = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
+
+// connect makes the writer connection and checks it is in WAL mode. A
+// connection's set-up can fail at once with SQLITE_BUSY, without waiting
+// for the busy timeout, when other processes open the same new database at
+// the same moment (SQLite refuses a lock upgrade that could deadlock): it is
+// tried again until the busy timeout has passed.
+func (s *Store) connect(ctx context.Context) error {
+	deadline := time.Now().Add(s.cfg.BusyTimeout)
+	for {
+		err := s.checkWAL(ctx)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED
+// (any extended code of either).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	code := se.Code() & 0xff
+	return code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED
+}
 
 func (s *Store) checkWAL(ctx context.Context) error {
 	var mode string
@@ -221,9 +260,16 @@ func (s *Store) applyMigration(ctx context.Context, m outboxd.Migration, latest 
 	return nil
 }
 
-// Close closes both pools.
+// Close closes both pools. When the path no longer names the database
+// (CheckPath: deleted or replaced), it first moves the write-ahead log
+// into the database file it has open and empties the log: SQLite leaves
+// the log of a moved database in place, and a process opening the path
+// later would replay it onto whatever file is there now.
 func (s *Store) Close() error {
 	s.closed.Store(true)
+	if errors.Is(s.CheckPath(), ErrMoved) {
+		s.emptyWAL()
+	}
 	s.mu.Lock()
 	for _, st := range s.stmts {
 		st.Close()

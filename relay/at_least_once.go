@@ -15,6 +15,9 @@ import (
 // publishes the batch again, so a consumer may see it twice and drops
 // repeats by their outboxd-id header.
 func (r *Relay) runAtLeastOnce(ctx, hard context.Context) (progressed bool, err error) {
+	if err := r.store.CheckOwner(ctx); err != nil {
+		return false, err
+	}
 	p, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, ""))
 	if err != nil {
 		return false, fmt.Errorf("start idempotent producer: %w", err)

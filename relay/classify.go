@@ -28,7 +28,8 @@ const (
 	// progress and goes on from there.
 	Ambiguous
 	// Fenced means another producer took over the transactional id. The
-	// relay stops: making a new producer would fence the newcomer in turn.
+	// relay stops, unless its store still owns the database: making a new
+	// producer would fence the newcomer in turn.
 	Fenced
 	// Fatal errors will not go away without an operator: authorization,
 	// an unsupported broker, a missing topic the relay may not create. The

@@ -89,6 +89,12 @@ type Config struct {
 	// outbox.MinMessageBytes and MaxMessageBytesLimit; keep it at or below
 	// the brokers' message.max.bytes.
 	MaxMessageBytes int
+	// NewDatabase lets CheckDatabase accept a database that never
+	// published where an earlier database at the same path on the same
+	// host did: every output is then published again. The choice is
+	// recorded in the database (Store.AcceptAsNew), so later starts need
+	// not repeat it.
+	NewDatabase bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// OnTransaction, if set, is told the duration (from the first record

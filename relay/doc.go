@@ -10,11 +10,17 @@
 //     store's relay_id unless configured). Making the producer
 //     (InitProducerID) bumps the id's epoch: an older producer with the
 //     same id is fenced, and the transaction it left open is aborted (or,
-//     if its commit had begun, completed) before the call returns.
+//     if its commit had begun, completed) before the call returns. A
+//     producer is made only while the store still owns the database
+//     (Store.CheckOwner), so a process that lost the claim never fences
+//     the one that won it.
 //  2. It reads its progress record from the compacted progress topic (key =
 //     relay id) with read_committed, to the end: first it waits until no
 //     transaction is open below the high watermark, then it fetches up to
 //     it. It resumes after the larger of that progress and SQLite's.
+//     CheckDatabase, run before the claim, refuses a database that never
+//     published where the progress topic shows an earlier database at the
+//     same path on the same host (ErrNewDatabase).
 //  3. If Kafka's progress names an id above any the database ever assigned,
 //     or a row the database holds differently, the database has gone back
 //     in time: the relay refuses to publish (ErrBackInTime, state
@@ -32,7 +38,9 @@
 //     "Both modes".) A commit
 //     whose outcome is unknown is never guessed; the next session's
 //     producer settles it and step 2 reads what happened. PRODUCER_FENCED
-//     stops the relay (ErrFenced): another relay owns the id now.
+//     stops the relay (ErrFenced) when the store no longer owns the
+//     database (another process claimed it) or never claimed it; while the
+//     store still owns it, the relay starts over with a new producer.
 //
 // # At-least-once (ModeAtLeastOnce)
 //

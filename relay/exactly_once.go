@@ -29,6 +29,9 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 	if err := r.ensureProgressTopic(ctx); err != nil {
 		return false, err
 	}
+	if err := r.store.CheckOwner(ctx); err != nil {
+		return false, err // never fence the process that owns the database now
+	}
 	p, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, r.txnID))
 	if err != nil {
 		return false, fmt.Errorf("start transactional producer %s: %w", r.txnID, err)
@@ -86,7 +89,7 @@ func (r *Relay) drain(ctx context.Context, last int64, publish func([]outbox.Row
 // stored in SQLite.
 func (r *Relay) publishTxn(hard context.Context, p *producer, rows []outbox.Row, recs []*sarama.ProducerMessage) error {
 	last := &rows[len(rows)-1]
-	pm, err := progressMessage(r.cfg.ProgressTopic, r.relayID, progressOf(last))
+	pm, err := progressMessage(r.cfg.ProgressTopic, r.relayID, r.stamped(progressOf(last)))
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,13 @@ type Progress struct {
 	Epoch     string `json:"epoch"`
 	Position  int64  `json:"position"`
 	N         int    `json:"n"`
+	// Path and Host name the database that published: its absolute path
+	// and the host's name; At is when, in Unix milliseconds. They let a
+	// new database at the same place learn that an earlier one published
+	// there (Relay.CheckDatabase). Records of older versions lack them.
+	Path string `json:"path,omitempty"`
+	Host string `json:"host,omitempty"`
+	At   int64  `json:"at,omitempty"`
 }
 
 func progressOf(r *outbox.Row) Progress {

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -44,7 +45,12 @@ func TestProgress_WrittenToKafkaAndSQLite(t *testing.T) {
 	relayID := rr.r.Status().RelayID
 
 	p, found := lastProgress(t, brokers, relayID)
-	want := Progress{LastID: last, Feed: "feedP", Partition: 0, Epoch: "e1", Position: last, N: 0}
+	host, _ := os.Hostname()
+	want := Progress{LastID: last, Feed: "feedP", Partition: 0, Epoch: "e1", Position: last, N: 0,
+		Path: s.AbsPath(), Host: host, At: p.At}
+	if since := time.Since(time.UnixMilli(p.At)); since < 0 || since > time.Minute {
+		t.Fatalf("progress record at %v (%v ago), want the time it was written", time.UnixMilli(p.At), since)
+	}
 	if !found || p != want {
 		t.Fatalf("Kafka progress %+v (found %v), want %+v", p, found, want)
 	}

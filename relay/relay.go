@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,9 @@ type Relay struct {
 	st    *tracker
 
 	running atomic.Bool
+
+	// Where the database is: recorded in every progress record.
+	dbPath, host string
 
 	// Set by Run before anything is published.
 	relayID string
@@ -59,9 +63,12 @@ func New(store *outbox.Store, cfg Config) (*Relay, error) {
 		log = slog.Default()
 	}
 	log = log.With("component", "relay", "mode", cfg.Mode)
+	host, _ := os.Hostname() // an unknown host name is empty: paths alone then tell databases apart
 	return &Relay{
 		store:    store,
 		cfg:      cfg,
+		dbPath:   store.AbsPath(),
+		host:     host,
 		base:     log,
 		log:      log,
 		st:       newTracker(cfg.Mode, store.Now),
@@ -177,7 +184,7 @@ func (r *Relay) loop(ctx, hard context.Context) error {
 		if progressed {
 			bo.Reset()
 		}
-		if err := r.mustStop(err); err != nil {
+		if err := r.mustStop(ctx, err); err != nil {
 			return err
 		}
 		wait := bo.NextBackOff()
@@ -193,24 +200,45 @@ func (r *Relay) loop(ctx, hard context.Context) error {
 }
 
 // mustStop returns the error Run ends with when err needs an operator, nil
-// when the relay may try again.
-func (r *Relay) mustStop(err error) error {
+// when the relay may try again. A relay fenced by another producer while
+// its store still owns the database (a process that lost the claim fenced
+// it on its way out, or the coordinator timed a transaction out) starts
+// over with a new producer; one whose store lost the database stops.
+func (r *Relay) mustStop(ctx context.Context, err error) error {
 	switch {
 	case errors.Is(err, ErrBackInTime):
 		r.st.failed(StateRefusing, err)
 		r.log.Error("refusing to publish", "err", err)
 		return fmt.Errorf("relay: %w", err)
+	case errors.Is(err, outbox.ErrFenced):
+		return r.fenced(fmt.Errorf("%w: %w", ErrFenced, err))
 	case Classify(err) == Fenced:
-		r.st.failed(StateFenced, err)
-		r.st.update(func(s *Status) { s.Fenced = true })
-		r.log.Error("fenced by another producer with the same transactional id; stopping",
-			"transactional_id", r.txnID, "err", err)
-		if !errors.Is(err, ErrFenced) {
-			err = fmt.Errorf("%w: %w", ErrFenced, err)
+		if !r.store.Claimed() {
+			return r.fenced(err) // no claim to tell who owns the database: stop, as a zombie must
 		}
-		return fmt.Errorf("relay: %w", err)
+		switch oerr := r.store.CheckOwner(ctx); {
+		case errors.Is(oerr, outbox.ErrFenced):
+			return r.fenced(fmt.Errorf("%w: %w", err, oerr))
+		case oerr != nil:
+			r.log.Warn("fenced, and the database's owner cannot be read; trying again", "err", err, "owner_err", oerr)
+		default:
+			r.log.Warn("fenced by another producer while this process owns the database: starting over with a new producer",
+				"transactional_id", r.txnID, "err", err)
+		}
 	}
 	return nil
+}
+
+// fenced records that the relay stops because another one took over.
+func (r *Relay) fenced(err error) error {
+	r.st.failed(StateFenced, err)
+	r.st.update(func(s *Status) { s.Fenced = true })
+	r.log.Error("fenced: another process owns the database or the transactional id now; stopping",
+		"transactional_id", r.txnID, "err", err)
+	if !errors.Is(err, ErrFenced) {
+		err = fmt.Errorf("%w: %w", ErrFenced, err)
+	}
+	return fmt.Errorf("relay: %w", err)
 }
 
 // session opens a producer and publishes with it until ctx is done or an

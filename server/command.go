@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,19 +12,56 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/relay"
+)
+
+// Exit codes of Command.
+const (
+	// ExitOK: the server ran and shut down cleanly (after SIGINT or
+	// SIGTERM, at any moment, also while it was starting).
+	ExitOK = 0
+	// ExitFailed: a failure at run time, such as the database file
+	// deleted or replaced under the server.
+	ExitFailed = 1
+	// ExitConfig: the configuration cannot be used (a bad flag or key, an
+	// input that cannot be read, a port in use, a new database where an
+	// earlier one published). Found before the server claims its
+	// database, so a server already running on it is untouched.
+	ExitConfig = 2
+	// ExitFenced: another server claimed the database, and this one
+	// stopped. Restarting it automatically would take the database back
+	// and stop the other in turn.
+	ExitFenced = 3
 )
 
 // Command runs the server's command line (the service, or the consume
-// subcommand) and returns the exit code: 0 for success, 2 for a bad command
-// line or configuration, 1 for a failure at run time.
+// subcommand) and returns its exit code (ExitOK, ExitConfig, ...). It
+// catches SIGINT and SIGTERM first thing; see CommandSignals.
 func Command(args []string, stdout, stderr io.Writer) int {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	return CommandSignals(args, stdout, stderr, sigs)
+}
+
+// CommandSignals is Command for a caller that already catches SIGINT and
+// SIGTERM on sigs (the binary does from its first moments). The first
+// signal, whenever it comes, stops the service cleanly: a server still
+// starting stops starting, without claiming the database if it had not
+// yet; a running one commits the batch in hand. It exits within the
+// shutdown grace period (ExitFailed past it); a second signal exits at
+// once with 128 plus the signal's number.
+func CommandSignals(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
+	sd := watchSignals(sigs, stderr)
+	defer sd.close()
 	if len(args) > 0 {
 		switch args[0] {
 		case "consume":
-			return consumeCommand(args[1:], stdout, stderr)
+			return consumeCommand(sd.ctx, args[1:], stdout, stderr)
 		case "produce":
-			return produceCommand(args[1:], os.Stdin, stdout, stderr)
+			return produceCommand(sd.ctx, args[1:], os.Stdin, stdout, stderr)
 		case "version", "--version", "-version":
 			fmt.Fprintln(stdout, Version())
 			return 0
@@ -34,7 +70,7 @@ func Command(args []string, stdout, stderr io.Writer) int {
 	cfg, err := ParseConfig(args, os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		usage(stdout)
-		return 0
+		return ExitOK
 	}
 	if err != nil {
 		return badUsage(stderr, err)
@@ -43,23 +79,35 @@ func Command(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return badUsage(stderr, err)
 	}
+	// The first line the server writes (at debug level, so that a bad
+	// configuration found next still prints a single line).
+	logger.Debug("outboxd starting", "pid", os.Getpid())
+	warnUnknownEnv(logger, os.Environ())
+	sd.arm(logger, cfg.Grace)
 	TuneGC()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second signal now ends the process at once
-		logger.Info("shutting down: committing the batch in hand", "grace", cfg.Grace)
-		time.Sleep(cfg.Grace)
-		logger.Error("shutdown grace period passed: exiting")
-		os.Exit(1)
-	}()
-	m := NewMain(cfg, logger)
-	if err := m.Run(ctx); err != nil {
+	return exitCode(NewMain(cfg, logger).Run(sd.ctx), logger, stderr)
+}
+
+// exitCode reports err and returns the exit code it means.
+func exitCode(err error, logger *slog.Logger, stderr io.Writer) int {
+	var ce *ConfigError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ce):
+		fmt.Fprintf(stderr, "server: %s\n", oneLine(ce.Error()))
+		return ExitConfig
+	case errors.Is(err, outbox.ErrMoved):
+		logger.Error("the database file was deleted or replaced under the server: stopping; everything it committed "+
+			"since went to a file no one will open again", "err", err)
+		return ExitFailed
+	case errors.Is(err, outbox.ErrFenced), errors.Is(err, relay.ErrFenced):
+		logger.Error("another server took over this database: stopping", "err", err)
+		return ExitFenced
+	default:
 		logger.Error("server failed", "err", err)
-		return 1
+		return ExitFailed
 	}
-	return 0
 }
 
 // DefaultGOGC is the garbage collector's target outboxd runs with unless
@@ -85,12 +133,13 @@ func TuneGC() int {
 	return DefaultGOGC
 }
 
-// badUsage prints err on one line and returns exit code 2.
+// badUsage prints err on one line and returns ExitConfig.
 func badUsage(stderr io.Writer, err error) int {
-	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
-	fmt.Fprintf(stderr, "server: %s (see server -h)\n", msg)
-	return 2
+	fmt.Fprintf(stderr, "server: %s (see server -h)\n", oneLine(err.Error()))
+	return ExitConfig
 }
+
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", "; ") }
 
 func newLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
 	var level slog.Level

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"sort"
 	"strconv"
@@ -63,6 +64,12 @@ type Config struct {
 
 	RetryDelay    time.Duration `yaml:"retryDelay"`
 	RetryAttempts int           `yaml:"retryAttempts"`
+
+	// NewDatabase starts a database that never published afresh although
+	// the progress topic shows an earlier database at its path published
+	// (relay.Config.NewDatabase). A decision for one start, so it is a
+	// command-line flag only: neither the environment nor the file sets it.
+	NewDatabase bool `yaml:"-"`
 }
 
 // DefaultConfig returns the defaults.
@@ -165,12 +172,40 @@ func (c *Config) Validate() error {
 	if c.RetryDelay <= 0 || c.RetryAttempts < 1 {
 		return fmt.Errorf("--retry-delay %v, --retry-attempts %d: want a positive delay and at least 1 attempt", c.RetryDelay, c.RetryAttempts)
 	}
+	if err := checkAddr("--http", c.HTTP, true); err != nil {
+		return err
+	}
+	for _, b := range c.Brokers {
+		if err := checkAddr("--brokers", b, false); err != nil {
+			return err
+		}
+	}
+	if err := checkAddr("--dev-broker-addr", c.Relay.DevBrokerAddr, true); err != nil {
+		return err
+	}
 	for _, name := range c.FeedNames() {
 		if err := c.Feeds[name].validate(name); err != nil {
 			return err
 		}
 	}
 	return c.Relay.Validate()
+}
+
+// checkAddr checks addr is HOST:PORT with a port number (0, for a
+// listener that may pick one, when zeroPort), naming the flag.
+func checkAddr(flagName, addr string, zeroPort bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q: want HOST:PORT", flagName, addr)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	switch {
+	case err != nil, n == 0 && !zeroPort:
+		return fmt.Errorf("%s %q: the port %q is not a number from 1 to 65535", flagName, addr, port)
+	case host == "" && !zeroPort:
+		return fmt.Errorf("%s %q: no host", flagName, addr)
+	}
+	return nil
 }
 
 func (f *FeedConfig) validate(name string) error {
@@ -224,8 +259,10 @@ func validName(s string) bool {
 
 // perFeed is a repeatable flag NAME=VALUE that sets one field of a feed.
 type perFeed struct {
-	cfg *Config
-	set func(f *FeedConfig, v string) error
+	cfg   *Config
+	flag  string
+	given *givenSettings
+	set   func(f *FeedConfig, v string) error
 }
 
 func (p perFeed) String() string { return "" }
@@ -235,7 +272,36 @@ func (p perFeed) Set(s string) error {
 	if !ok || name == "" {
 		return fmt.Errorf("%q: want NAME=VALUE", s)
 	}
+	if err := p.given.give(p.flag, name, v); err != nil {
+		return err
+	}
 	return p.set(p.cfg.feed(name), v)
+}
+
+// givenSettings remembers the per-feed settings one source (the
+// environment, the command line) gave, so that a feed's setting given
+// twice there with different values is an error naming the feed, not a
+// silent "the last one wins". Across sources the precedence rules apply.
+type givenSettings struct {
+	source string
+	values map[string]string // flag name, NUL, feed name -> value
+}
+
+// begin starts a new source.
+func (g *givenSettings) begin(source string) {
+	g.source, g.values = source, map[string]string{}
+}
+
+func (g *givenSettings) give(flagName, feed, v string) error {
+	if g.values == nil {
+		g.values = map[string]string{}
+	}
+	k := flagName + "\x00" + feed
+	if prev, ok := g.values[k]; ok && prev != v {
+		return fmt.Errorf("feed %s: --%s given twice in %s (%q, then %q)", feed, flagName, g.source, prev, v)
+	}
+	g.values[k] = v
+	return nil
 }
 
 // list is a comma-separated flag.
@@ -258,8 +324,11 @@ func (l list) Set(s string) error {
 	return nil
 }
 
-// flagSet binds every flag to c.
-func flagSet(c *Config, configPath *string) *flag.FlagSet {
+// flagSet binds every flag to c; given tracks the per-feed settings.
+func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet {
+	feedFlag := func(name string, set func(f *FeedConfig, v string) error) perFeed {
+		return perFeed{cfg: c, flag: name, given: given, set: set}
+	}
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(configPath, "config", "", "YAML configuration file (flags and OUTBOXD_* variables override it)")
@@ -279,25 +348,31 @@ func flagSet(c *Config, configPath *string) *flag.FlagSet {
 	fs.DurationVar(&c.Grace, "shutdown-grace", c.Grace, "on SIGTERM, exit within this long")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
-	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.Source = v; return nil }},
+	fs.Var(feedFlag("feed", func(f *FeedConfig, v string) error { f.Source = v; return nil }),
 		"feed", "NAME=file:PATH or NAME=kafka:TOPIC: a feed to read (repeatable)")
-	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.Processor = v; return nil }},
+	fs.Var(feedFlag("processor", func(f *FeedConfig, v string) error { f.Processor = v; return nil }),
 		"processor", "NAME=forward|ledger|orders: the feed's processor (default forward)")
-	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.Topic = v; return nil }},
+	fs.Var(feedFlag("topic", func(f *FeedConfig, v string) error { f.Topic = v; return nil }),
 		"topic", "NAME=TOPIC: the topic of the feed's outputs (default NAME.out; NAME.status for orders)")
-	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.OnFailure = v; return nil }},
+	fs.Var(feedFlag("on-failure", func(f *FeedConfig, v string) error { f.OnFailure = v; return nil }),
 		"on-failure", "NAME=dead-letter|stop: what to do with an item whose retries are spent")
-	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.OnCompletionFailure = v; return nil }},
+	fs.Var(feedFlag("on-completion-failure", func(f *FeedConfig, v string) error { f.OnCompletionFailure = v; return nil }),
 		"on-completion-failure", "NAME=stop|skip: what to do with a batch whose commit keeps failing")
-	fs.Var(perFeed{c, func(f *FeedConfig, v string) (err error) { f.KeyField, err = strconv.Atoi(v); return err }},
+	fs.Var(feedFlag("key-field", func(f *FeedConfig, v string) (err error) { f.KeyField, err = strconv.Atoi(v); return err }),
 		"key-field", "NAME=N: forward keys each output by the line's N-th CSV field")
 	fs.DurationVar(&c.RetryDelay, "retry-delay", c.RetryDelay, "orders: wait before a refused event is tried again (doubles per attempt)")
 	fs.IntVar(&c.RetryAttempts, "retry-attempts", c.RetryAttempts, "orders: tries of a refused event before it is dead-lettered")
-	fs.Var(perFeed{c, func(f *FeedConfig, v string) error { f.Group = v; return nil }},
+	fs.Var(feedFlag("group", func(f *FeedConfig, v string) error { f.Group = v; return nil }),
 		"group", "NAME=GROUP: a Kafka feed's consumer group (default outboxd-NAME)")
 	c.Relay.flags(fs)
+	fs.BoolVar(&c.NewDatabase, "new-database", c.NewDatabase,
+		"start afresh although the progress topic shows that an earlier database at this --db path published: "+
+			"every output is published again (command line only; recorded in the database, so needed once)")
 	return fs
 }
+
+// cmdlineOnly names the flags the environment does not set.
+var cmdlineOnly = map[string]bool{"new-database": true}
 
 // ParseConfig reads the configuration from a YAML file, the environment
 // (OUTBOXD_ plus the flag's name in capitals, '-' as '_'; repeatable flags
@@ -305,16 +380,19 @@ func flagSet(c *Config, configPath *string) *flag.FlagSet {
 func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	c := DefaultConfig()
 	var configPath string
-	fs := flagSet(&c, &configPath)
+	var given givenSettings
+	fs := flagSet(&c, &configPath, &given)
 	configPath = findConfigPath(args, getenv)
 	if configPath != "" {
 		if err := loadYAML(configPath, &c); err != nil {
 			return c, err
 		}
 	}
+	given.begin("the environment")
 	if err := applyEnv(fs, getenv); err != nil {
 		return c, err
 	}
+	given.begin("the command line")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -366,10 +444,10 @@ var repeatable = map[string]bool{
 func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || f.Name == "config" {
-			return
+		if err != nil || f.Name == "config" || cmdlineOnly[f.Name] {
+			return // OUTBOXD_CONFIG is read first, by findConfigPath
 		}
-		key := "OUTBOXD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		key := envName(f.Name)
 		v := getenv(key)
 		if v == "" {
 			return
@@ -388,11 +466,16 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	return err
 }
 
+// envName is the environment variable of a flag.
+func envName(flagName string) string {
+	return "OUTBOXD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
 // usage prints every flag.
 func usage(w io.Writer) {
 	c := DefaultConfig()
 	var p string
-	fs := flagSet(&c, &p)
+	fs := flagSet(&c, &p, &givenSettings{})
 	fs.SetOutput(w)
 	fmt.Fprintf(w, `outboxd: applies at-least-once feeds to state in SQLite exactly once, and
 publishes their outputs to Kafka exactly once.

@@ -6,9 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/outboxd/outboxd/internal/devkafka"
@@ -18,9 +15,10 @@ import (
 // broker's default address.
 var toolBrokers = []string{devkafka.DefaultAddr}
 
-// consumeCommand prints a topic's committed records: until interrupted, or
-// with --until-end until it has read what the topic held at the call.
-func consumeCommand(args []string, stdout, stderr io.Writer) int {
+// consumeCommand prints a topic's committed records: until ctx is done (a
+// signal), or with --until-end until it has read what the topic held at the
+// call.
+func consumeCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	o := devkafka.ConsumeOptions{Brokers: toolBrokers}
@@ -40,7 +38,7 @@ func consumeCommand(args []string, stdout, stderr io.Writer) int {
 	if o.Format != devkafka.FormatText && o.Format != devkafka.FormatJSON {
 		return badUsage(stderr, fmt.Errorf("consume: --format %q: want text or json", o.Format))
 	}
-	ctx, stop := toolContext(*timeout)
+	ctx, stop := withTimeout(ctx, *timeout)
 	defer stop()
 	n, err := devkafka.Consume(ctx, o, stdout)
 	if err != nil {
@@ -53,8 +51,9 @@ func consumeCommand(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// produceCommand puts a record per line of stdin on a topic.
-func produceCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+// produceCommand puts a record per line of stdin on a topic, until ctx is
+// done (a signal) or the input ends.
+func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	o := devkafka.ProduceOptions{Brokers: toolBrokers}
@@ -73,8 +72,6 @@ func produceCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) in
 	if o.KeyField < 0 || (o.JSON && o.KeyField > 0) {
 		return badUsage(stderr, errors.New("produce: --key-field is a 1-based field number, and not given with --json"))
 	}
-	ctx, stop := toolContext(0)
-	defer stop()
 	n, err := devkafka.Produce(ctx, o, stdin)
 	fmt.Fprintf(stderr, "%d records produced to %s\n", n, o.Topic)
 	if err != nil {
@@ -102,12 +99,10 @@ func parseTool(fs *flag.FlagSet, args []string, name, synopsis string, stdout, s
 	return 0, false
 }
 
-// toolContext ends at SIGINT or SIGTERM, or after timeout when above 0.
-func toolContext(timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+// withTimeout is ctx, ending after timeout too when it is above 0.
+func withTimeout(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	if timeout <= 0 {
-		return ctx, stop
+		return ctx, func() {}
 	}
-	tctx, cancel := context.WithTimeout(ctx, timeout)
-	return tctx, func() { cancel(); stop() }
+	return context.WithTimeout(ctx, timeout)
 }

@@ -37,8 +37,8 @@ func (a apiRelay) Status() api.RelayStatus {
 	}
 }
 
-// openAPI starts the HTTP API on --http; errors (a busy port) come back at once.
-func (m *Main) openAPI() error {
+// newAPI makes the HTTP API; open serves it on the port preflight bound.
+func (m *Main) newAPI() error {
 	cfg := api.DefaultConfig()
 	cfg.Addr, cfg.AdminToken = m.Config.HTTP, m.Config.AdminToken
 	feeds := make([]api.Feed, 0, len(m.Loops))
@@ -51,9 +51,6 @@ func (m *Main) openAPI() error {
 	}
 	srv, err := api.New(cfg, m.Store, feeds, r, m.Logger)
 	if err != nil {
-		return err
-	}
-	if err := srv.Open(); err != nil {
 		return err
 	}
 	m.API = srv

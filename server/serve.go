@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -32,49 +33,120 @@ type Main struct {
 	Relay  *relay.Relay
 	Broker *devkafka.Broker
 	API    *api.Server
+
+	// listener is the HTTP port, bound before the database is claimed
+	// and served from once it is.
+	listener net.Listener
+	// ready is closed once the API serves and the feeds and the relay
+	// run (never, for a Run that stopped earlier).
+	ready chan struct{}
 }
 
 // NewMain returns a service for cfg; nothing is opened until Run.
 func NewMain(cfg Config, logger *slog.Logger) *Main {
-	return &Main{Config: cfg, Logger: logger}
+	return &Main{Config: cfg, Logger: logger, ready: make(chan struct{})}
 }
 
-// Run opens everything, runs until ctx is done, then stops the feeds (each
-// commits its batch in hand), stops the relay and closes the store.
-func (m *Main) Run(ctx context.Context) (err error) {
-	if err := m.open(ctx); err != nil {
-		m.close()
-		return err
+// Ready is closed once Run serves: the database claimed, the API
+// listening, the feeds and the relay started.
+func (m *Main) Ready() <-chan struct{} { return m.ready }
+
+// URL is the HTTP API's base URL ("http://127.0.0.1:PORT") once Run has
+// bound its port, "" before.
+func (m *Main) URL() string {
+	if m.listener == nil {
+		return ""
 	}
+	return "http://" + m.listener.Addr().String()
+}
+
+// Run starts the service, serves until ctx is done, then stops the feeds
+// (each commits its batch in hand), stops the relay and closes the store.
+//
+// It checks everything it can before it claims the database, since a
+// claim fences any server already running on it: the configuration's
+// files, the HTTP port (bound), the dev broker (started), and, for a
+// database that never published, the relay's check that no earlier
+// database at its path did. A failure there is a *ConfigError and leaves
+// such a server alone. Then it claims the database and runs until ctx is
+// done, the database is lost (an error wrapping outbox.ErrMoved or
+// outbox.ErrFenced), or a feed or the relay fails. A ctx done while it
+// starts stops it cleanly: Run returns nil, without claiming the database
+// if it had not yet.
+func (m *Main) Run(ctx context.Context) (err error) {
 	defer func() {
 		if cerr := m.close(); err == nil {
 			err = cerr
 		}
 	}()
-	return m.serve(ctx)
+	if err := m.open(ctx); err != nil {
+		return err
+	}
+	if ctx.Err() != nil || m.Store == nil || !m.Store.Claimed() {
+		m.Logger.Info("stopped while starting")
+		return nil
+	}
+	err = m.serve(ctx)
+	if errors.Is(err, outbox.ErrMoved) {
+		err = m.rescue(context.WithoutCancel(ctx), err)
+	}
+	return err
 }
 
+// rescue saves a copy of a database whose file was deleted or replaced
+// under the server, beside its path: what the server committed lives only
+// in the files it still has open, and is gone once it exits. Restored to
+// the path, the copy goes on exactly once. It returns moved, saying where
+// the copy is (or why there is none).
+func (m *Main) rescue(ctx context.Context, moved error) error {
+	path := fmt.Sprintf("%s.rescued-%s", m.Config.DB, m.Store.Now().UTC().Format("20060102T150405Z"))
+	if err := m.Store.SaveCopy(ctx, path); err != nil {
+		return fmt.Errorf("%w; no copy of it could be saved: %v", moved, err)
+	}
+	return fmt.Errorf("%w; a copy of the database as this server had it is saved at %s: move it to %s before the next start "+
+		"to go on exactly once", moved, path, m.Config.DB)
+}
+
+// open prepares everything, claims the database and opens the API. It
+// returns nil early, without claiming, when ctx is done.
 func (m *Main) open(ctx context.Context) error {
+	if err := m.preflight(); err != nil {
+		return err
+	}
+	// Each step is short and bounded; a signal is looked at between them,
+	// so it never fails a step half-way.
+	steps := context.WithoutCancel(ctx)
 	st := outbox.DefaultConfig(m.Config.DB)
 	st.Synchronous = m.Config.Synchronous
-	s, err := outbox.Open(ctx, st)
+	s, err := outbox.Open(steps, st)
 	if err != nil {
 		return err
 	}
 	m.Store = s
-	gen, err := s.Claim(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err := m.build(); err != nil {
+		return err
+	}
+	if err := m.checkDatabase(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
+	gen, err := s.Claim(steps)
 	if err != nil {
 		return err
 	}
 	m.Logger.Info("database claimed: an older server on it is fenced at its next commit", "db", m.Config.DB, "generation", gen)
+	return m.API.Serve(m.listener)
+}
+
+// build makes the loops, the relay and the API, opening nothing.
+func (m *Main) build() error {
 	seams, err := loadTestSeams(m.Logger)
 	if err != nil {
 		return err
 	}
-	seams.installCommitHook(s)
-	if err := m.resolveBrokers(); err != nil {
-		return err
-	}
+	seams.installCommitHook(m.Store)
 	for _, name := range m.Config.FeedNames() {
 		l, err := m.newLoop(name, m.Config.Feeds[name], seams)
 		if err != nil {
@@ -82,10 +154,28 @@ func (m *Main) open(ctx context.Context) error {
 		}
 		m.Loops = append(m.Loops, l)
 	}
-	if err := m.openRelay(ctx); err != nil {
+	if err := m.newRelay(); err != nil {
 		return err
 	}
-	return m.openAPI()
+	return m.newAPI()
+}
+
+// checkDatabase runs the relay's check that a database that never
+// published is not the replacement of one that did. It may wait for
+// Kafka; a ctx done first ends it without error.
+func (m *Main) checkDatabase(ctx context.Context) error {
+	if m.Relay == nil {
+		return nil
+	}
+	err := m.Relay.CheckDatabase(ctx)
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case errors.Is(err, relay.ErrNewDatabase):
+		return configErr("%w; restore that database, or start this one once with --new-database to start afresh "+
+			"(every output is then published again)", err)
+	}
+	return err
 }
 
 func (m *Main) newLoop(name string, fc *FeedConfig, seams testSeams) (*ingest.Loop, error) {
@@ -181,13 +271,14 @@ func (m *Main) needsKafka() bool {
 	return false
 }
 
-func (m *Main) openRelay(ctx context.Context) error {
+func (m *Main) newRelay() error {
 	if m.Config.Relay.Mode == modeNone {
 		m.Logger.Warn("the relay is off (--relay none): outputs stay in the outbox")
 		return nil
 	}
 	rc := m.Config.Relay.relayConfig(m.Config.Brokers)
 	rc.MaxMessageBytes = m.Config.MaxMessageBytes
+	rc.NewDatabase = m.Config.NewDatabase
 	rc.Logger = m.Logger
 	rc.OnTransaction = func(d time.Duration, records int) {
 		if m.API != nil { // set before the relay runs
@@ -202,23 +293,16 @@ func (m *Main) openRelay(ctx context.Context) error {
 	return nil
 }
 
-// serve runs the loops and the relay until ctx is done. A feed that stalls
-// retries alone: the others and the status go on.
+// serve runs the loops, the relay and the database watchdog until ctx is
+// done or one of them fails. A feed that stalls retries alone, and one that
+// fails stays failed alone: the others and the status go on.
 func (m *Main) serve(ctx context.Context) error {
-	fatal := make(chan error, len(m.Loops)+1)
+	fatal := make(chan error, len(m.Loops)+2)
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 	var loops sync.WaitGroup
 	for _, l := range m.Loops {
-		loops.Add(1)
-		go func() {
-			defer loops.Done()
-			// A stalled feed retries inside Run; Run returns an error only
-			// when the feed cannot go on.
-			if err := l.Run(loopCtx); err != nil {
-				fatal <- fmt.Errorf("feed %s: %w", l.Name(), err)
-			}
-		}()
+		loops.Go(func() { m.runLoop(loopCtx, l, fatal) })
 	}
 	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRelay()
@@ -228,12 +312,21 @@ func (m *Main) serve(ctx context.Context) error {
 	} else {
 		relayDone <- nil
 	}
-	m.Logger.Info("outboxd running", "db", m.Config.DB, "feeds", len(m.Loops))
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		if err := watchDatabase(watchCtx, m.Store, watchEvery); err != nil {
+			fatal <- err
+		}
+	}()
+	m.Logger.Info("outboxd running", "db", m.Config.DB, "feeds", len(m.Loops), "http", m.URL())
+	close(m.ready)
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-fatal:
 	}
+	stopWatch()
 	stopLoops()
 	loops.Wait() // every loop has committed its batch in hand
 	stopRelay()
@@ -243,9 +336,28 @@ func (m *Main) serve(ctx context.Context) error {
 	return err
 }
 
+// runLoop runs one feed's loop and reports a failure that must end the
+// process. One that ends while the loops are being stopped (a feed still
+// opening when the signal came, say) is part of the shutdown, unless it
+// says the database was lost.
+func (m *Main) runLoop(ctx context.Context, l *ingest.Loop, fatal chan<- error) {
+	err := l.Run(ctx)
+	switch {
+	case err == nil:
+	case errors.Is(err, outbox.ErrFenced):
+		fatal <- fmt.Errorf("feed %s: %w", l.Name(), err)
+	case ctx.Err() != nil:
+		m.Logger.Warn("feed stopped while shutting down", "feed", l.Name(), "err", err)
+	default:
+		// Its state says failed, with the error; /readyz answers 503.
+		m.Logger.Error("feed failed; the other feeds go on", "feed", l.Name(), "err", err)
+	}
+}
+
 // relayRun runs the relay until ctx is done. A fenced relay ends the whole
-// process (another server owns the transactional id); one that refuses to
-// publish (a database gone back in time) stays, so the status says why.
+// process (it stops only once another server owns the database); one that
+// refuses to publish (a database gone back in time) stays, so the status
+// says why.
 func (m *Main) relayRun(ctx context.Context, fatal chan<- error) error {
 	err := m.Relay.Run(ctx)
 	switch {
@@ -264,6 +376,9 @@ func (m *Main) relayRun(ctx context.Context, fatal chan<- error) error {
 func (m *Main) close() error {
 	var errs []error
 	errs = append(errs, m.closeAPI())
+	if m.listener != nil && (m.API == nil || m.API.URL() == "") {
+		m.listener.Close() // bound, never served
+	}
 	if m.Store != nil {
 		errs = append(errs, m.Store.Close())
 	}

@@ -6,11 +6,13 @@ package tests
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -24,6 +26,11 @@ var serverBin string
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "outboxd-e2e")
 	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// Tests run the binary as another user too (file modes do not stop root).
+	if err := os.Chmod(dir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -98,9 +105,22 @@ func (p *proc) kill() {
 	<-p.done
 }
 
-// stop sends SIGTERM and returns the exit code.
+// stop waits until the server is up (its log says "outboxd running"; a
+// SIGTERM sent earlier would stop a server still starting, not the running
+// one the test means), then sends SIGTERM and returns the exit code.
 func (p *proc) stop(t *testing.T, timeout time.Duration) int {
 	t.Helper()
+	wait(t, timeout, func() error {
+		if strings.Contains(p.log.String(), "outboxd running") {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return nil // it exited on its own: its code tells the test why
+		default:
+			return errors.New("the server is not running yet")
+		}
+	})
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:

@@ -90,8 +90,8 @@ func TestRelay_Zombie(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the older server went on after it was fenced")
 	}
-	if code := older.cmd.ProcessState.ExitCode(); code != 1 {
-		t.Fatalf("older server exit code %d, want 1 (fenced)", code)
+	if code := older.cmd.ProcessState.ExitCode(); code != exitFenced {
+		t.Fatalf("older server exit code %d, want %d (fenced)", code, exitFenced)
 	}
 	if !strings.Contains(older.log.String(), "fenced") && !strings.Contains(older.log.String(), "claimed") {
 		t.Fatalf("the older server's log does not say it was fenced:\n%s", tail(older.log.String(), 3000))

@@ -11,13 +11,18 @@ import (
 	"os"
 
 	"github.com/outboxd/outboxd/internal/bench"
+	"github.com/outboxd/outboxd/internal/earlysignal"
 	"github.com/outboxd/outboxd/server"
 )
 
 func main() {
 	args := os.Args[1:]
 	if len(args) > 0 && args[0] == "bench" {
+		earlysignal.Release() // the bench handles its own signals
 		os.Exit(bench.Command(args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(server.Command(args, os.Stdout, os.Stderr))
+	// SIGINT and SIGTERM are caught since the earliest initialiser
+	// (earlysignal): one that arrives while the server starts stops it
+	// cleanly instead of killing it.
+	os.Exit(server.CommandSignals(args, os.Stdout, os.Stderr, earlysignal.Signals()))
 }

@@ -1,0 +1,154 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// ConfigError is a configuration the server cannot start with, found
+// before it claimed its database: a server already running on the
+// database is untouched. Command prints it on one line and exits with
+// ExitConfig.
+type ConfigError struct{ Err error }
+
+// Error is the underlying error's message.
+func (e *ConfigError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func configErr(format string, args ...any) error {
+	return &ConfigError{Err: fmt.Errorf(format, args...)}
+}
+
+// preflight finds what would make the start fail, before the server
+// opens its database: the file feeds' paths, the database's path, the
+// HTTP address (it binds it, keeping the listener for the API) and the
+// dev broker (it starts it when one is needed). It creates no file;
+// close releases the listener and the broker. Every failure is a
+// *ConfigError.
+func (m *Main) preflight() error {
+	for _, name := range m.Config.FeedNames() {
+		fc := m.Config.Feeds[name]
+		kind, path, _ := strings.Cut(fc.Source, ":")
+		if kind != "file" {
+			continue
+		}
+		if err := checkFileInput(path); err != nil {
+			return configErr("--feed %s=%s: %w", name, fc.Source, err)
+		}
+	}
+	if err := checkDatabasePath(m.Config.DB); err != nil {
+		return configErr("--db %s: %w", m.Config.DB, err)
+	}
+	ln, err := net.Listen("tcp", m.Config.HTTP)
+	if err != nil {
+		return configErr("--http %s: %w", m.Config.HTTP, err)
+	}
+	m.listener = ln
+	if err := m.resolveBrokers(); err != nil {
+		return configErr("--dev-broker-addr %s: %w", m.Config.Relay.DevBrokerAddr, err)
+	}
+	return nil
+}
+
+// checkFileInput checks a file feed's path as the file feed's own check
+// (filefeed.Check) does, and stands in for it: nil for a regular file this
+// process can read, or for a missing file whose directory exists (the feed
+// waits for it); an error naming the path otherwise.
+func checkFileInput(path string) error {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		dir := filepath.Dir(path)
+		if di, derr := os.Stat(dir); derr != nil || !di.IsDir() {
+			return fmt.Errorf("%s does not exist, and neither does its directory %s", path, dir)
+		}
+		return nil
+	}
+	switch {
+	case err != nil:
+		return err // an *fs.PathError names the path
+	case fi.IsDir():
+		return fmt.Errorf("%s is a directory, not a file", path)
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s is not a regular file (%v)", path, fi.Mode().Type())
+	}
+	f, err := os.Open(path) // never a FIFO here: opening one would block
+	if err != nil {
+		return fmt.Errorf("%s cannot be read: %w", path, pathless(err))
+	}
+	return f.Close()
+}
+
+// checkDatabasePath checks, creating nothing, that the database can be
+// opened for writing at path: an existing path must be a regular file
+// this process can open for reading and writing, and the nearest existing
+// directory above it one where it can create files (SQLite creates the
+// -wal and -shm files beside the database; Open creates missing
+// directories). Opening and closing the file here is safe: this process
+// holds no SQLite lock on it yet, and a close only drops the closing
+// process's own locks.
+func checkDatabasePath(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.IsDir():
+		return fmt.Errorf("%s is a directory, not a database file", path)
+	case err == nil && !fi.Mode().IsRegular():
+		return fmt.Errorf("%s is not a regular file (%v)", path, fi.Mode().Type())
+	case err == nil:
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("%s cannot be opened for writing: %w", path, pathless(err))
+		}
+		f.Close()
+	case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR):
+		return err // ENOTDIR: a file where a directory should be, named next
+	}
+	dir, err := nearestDir(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	probe, err := os.CreateTemp(dir, ".outboxd-probe-*")
+	if err != nil {
+		return fmt.Errorf("cannot create files in %s: %w", dir, pathless(err))
+	}
+	probe.Close()
+	return os.Remove(probe.Name())
+}
+
+// nearestDir returns dir, or its nearest ancestor that exists; an error
+// when that is not a directory.
+func nearestDir(dir string) (string, error) {
+	for {
+		fi, err := os.Stat(dir)
+		switch {
+		case err == nil && fi.IsDir():
+			return dir, nil
+		case err == nil:
+			return "", fmt.Errorf("%s is not a directory", dir)
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR):
+			return "", err
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no directory of %s exists", dir)
+		}
+		dir = parent
+	}
+}
+
+// pathless drops the operation and path of an *fs.PathError whose message
+// names the path already.
+func pathless(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/filefeed"
 	"github.com/outboxd/outboxd/ingest/ledger"
+	"github.com/outboxd/outboxd/internal/testseam"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -160,7 +161,7 @@ func (h *harness) start(rewind map[int32]int64) {
 	cfg.CommitRetry = ingest.Retry{Attempts: 2, MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, AttemptTimeout: 5 * time.Second}
 	cfg.OnCompletionFailure = ingest.OnCompletionSkip
 	cfg.Logger = quiet()
-	cfg.Rewind = rewind
+	h.t.Cleanup(testseam.SetIngest(feedName, testseam.Ingest{Rewind: rewind})) // read as the loop starts
 	if h.tune != nil {
 		h.tune(&cfg)
 	}

@@ -256,7 +256,7 @@ func (l *Loop) applyRecord(ctx context.Context, w *work, r Record, seq int64, h 
 	}
 	cp := w.cps[r.Partition]
 	d := Delivery{Feed: l.cfg.Name, Partition: r.Partition, Topic: r.Topic, Sequence: seq, Epoch: r.Epoch, Position: r.Position, Attempt: h.attempt}
-	if !l.cfg.DisableGuard && d.AlreadyApplied(cp.Epoch, cp.Position) {
+	if !l.seam.DisableGuard && d.AlreadyApplied(cp.Epoch, cp.Position) {
 		w.delta.ReplaysSkipped++
 		return step{}
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testseam"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -51,13 +52,6 @@ type Config struct {
 	// OnBatch, if set, is told the size (records) and commit time of every
 	// committed batch, for metrics. It runs on the loop's goroutine.
 	OnBatch func(records int, commit time.Duration)
-
-	// DisableGuard applies re-delivered items again. Test seam only: it
-	// breaks exactly-once, and exists so a test can show the guard matters.
-	DisableGuard bool
-	// Rewind opens these partitions at an earlier position of their stored
-	// epoch, so the feed re-delivers items the store already has. Test seam.
-	Rewind map[int32]int64
 }
 
 // DefaultMaxMessageBytes is Config.MaxMessageBytes unless set: 1 MiB, as
@@ -158,7 +152,8 @@ type Loop struct {
 
 	cps   map[int32]outbox.Checkpoint // committed: the guard's authority
 	seq   int64
-	carry []Record // read but not yet taken into a batch
+	carry []Record        // read but not yet taken into a batch
+	seam  testseam.Ingest // what a test asked of this feed (see internal/testseam)
 
 	// applyMu is held while records are applied, so a requeue never runs
 	// the processor at the same time as the loop.
@@ -303,15 +298,16 @@ func (l *Loop) start(ctx context.Context) error {
 	}
 	l.status.committed(l.cps)
 	from := make(map[int32]outbox.Checkpoint, len(l.cps))
+	l.seam = testseam.IngestFor(l.cfg.Name)
 	for p, c := range l.cps {
-		if pos, ok := l.cfg.Rewind[p]; ok && pos < c.Position {
+		if pos, ok := l.seam.Rewind[p]; ok && pos < c.Position {
 			l.log.Warn("rewinding feed (test seam): stored items will be re-delivered", "partition", p, "from", pos)
 			c.Position = pos
 		}
 		from[p] = c
 		l.log.Info("resuming", "partition", p, "epoch", c.Epoch, "position", c.Position)
 	}
-	if l.cfg.DisableGuard {
+	if l.seam.DisableGuard {
 		l.log.Warn("the replay guard is disabled (test seam): re-delivered items will be applied again")
 	}
 	if err := l.feed.Open(ctx, from); err != nil {

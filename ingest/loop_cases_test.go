@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/internal/testseam"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -337,8 +338,9 @@ func TestLoop_Replay(t *testing.T) {
 			stop()
 
 			cfg := testConfig()
-			cfg.Rewind = map[int32]int64{0: 1} // re-deliver b and c
-			cfg.DisableGuard = !tc.guard
+			// re-deliver b and c
+			reset := testseam.SetIngest(cfg.Name, testseam.Ingest{Rewind: map[int32]int64{0: 1}, DisableGuard: !tc.guard})
+			defer reset()
 			f2 := newMemFeed("e1", "a", "b", "c", "d")
 			_, stop = running(t, s, f2, newCounter(), cfg)
 			wait(t, 5*time.Second, positionIs(s, "f", "e1", 4))

@@ -204,7 +204,7 @@ func TestParseConfig_NewDatabaseOnlyOnTheCommandLine(t *testing.T) {
 func TestUnknownEnvs(t *testing.T) {
 	got := UnknownEnvs([]string{
 		"OUTBOXD_BATCH_MAXX=10", "OUTBOXD_BATCH_MAX=10", "OUTBOXD_BROKER=k:9092", "OUTBOXD_NEW_DATABASE=1",
-		"OUTBOXD_ADMIN_TOKEN=x", "OUTBOXD_CONFIG=c.yaml", "OUTBOXD_TEST_REWIND=a=1", "HOME=/root", "OUTBOXD_HTTP=:1",
+		"OUTBOXD_ADMIN_TOKEN=x", "OUTBOXD_CONFIG=c.yaml", "HOME=/root", "OUTBOXD_HTTP=:1",
 	})
 	want := []UnknownEnv{
 		{Name: "OUTBOXD_BATCH_MAXX", Closest: "OUTBOXD_BATCH_MAX"},

@@ -59,7 +59,9 @@ func warnUnknownEnv(logger *slog.Logger, environ []string) {
 func knownEnvs() (known, onlyFlags map[string]bool) {
 	known = map[string]bool{
 		"OUTBOXD_CONFIG": true, api.EnvAdminToken: true,
-		envDisableGuard: true, envRewind: true, envFailCommits: true,
+	}
+	for _, e := range seamEnvs {
+		known[e] = true
 	}
 	onlyFlags = map[string]bool{}
 	c := DefaultConfig()

@@ -142,13 +142,11 @@ func (m *Main) open(ctx context.Context) error {
 
 // build makes the loops, the relay and the API, opening nothing.
 func (m *Main) build() error {
-	seams, err := loadTestSeams(m.Logger)
-	if err != nil {
+	if err := m.installTestSeams(); err != nil {
 		return err
 	}
-	seams.installCommitHook(m.Store)
 	for _, name := range m.Config.FeedNames() {
-		l, err := m.newLoop(name, m.Config.Feeds[name], seams)
+		l, err := m.newLoop(name, m.Config.Feeds[name])
 		if err != nil {
 			return err
 		}
@@ -178,7 +176,7 @@ func (m *Main) checkDatabase(ctx context.Context) error {
 	return err
 }
 
-func (m *Main) newLoop(name string, fc *FeedConfig, seams testSeams) (*ingest.Loop, error) {
+func (m *Main) newLoop(name string, fc *FeedConfig) (*ingest.Loop, error) {
 	kind, target, _ := strings.Cut(fc.Source, ":")
 	var feed ingest.Feed
 	switch kind {
@@ -228,8 +226,6 @@ func (m *Main) newLoop(name string, fc *FeedConfig, seams testSeams) (*ingest.Lo
 		// the shutdown grace period, so a SIGTERM never cuts a record in half.
 		cfg.Retry.AttemptTimeout = orders.DefaultWorkDeadline
 	}
-	cfg.DisableGuard = seams.disableGuard
-	cfg.Rewind = seams.rewind[name]
 	return ingest.NewLoop(m.Store, feed, proc, cfg)
 }
 

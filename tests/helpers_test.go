@@ -21,7 +21,9 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-var serverBin string
+// serverBin is the binary as shipped; seamBin is built with the testseams
+// tag, for the tests that break a guarantee on purpose (OUTBOXD_TEST_*).
+var serverBin, seamBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "outboxd-e2e")
@@ -34,13 +36,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	serverBin = filepath.Join(dir, "server")
-	build := exec.Command("go", "build", "-o", serverBin, "./cmd/server")
-	build.Dir = ".."
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build server:", err)
-		os.Exit(1)
+	serverBin, seamBin = filepath.Join(dir, "server"), filepath.Join(dir, "server-seams")
+	for _, b := range [][]string{{"-o", serverBin}, {"-tags", "testseams", "-o", seamBin}} {
+		build := exec.Command("go", append(append([]string{"build"}, b...), "./cmd/server")...)
+		build.Dir = ".."
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build server:", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -72,10 +76,17 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// start runs the server with args and extra environment.
+// start runs the server with args and extra environment: the shipped
+// binary, or the one with test seams when env sets one.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(serverBin, args...)
+	bin := serverBin
+	for _, e := range env {
+		if strings.HasPrefix(e, "OUTBOXD_TEST_") {
+			bin = seamBin
+		}
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
@@ -174,3 +185,23 @@ func storedPosition(t *testing.T, dbPath, feed string) int64 {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestBinary_NoTestSeams: the shipped binary holds none of the seams'
+// variables, so nothing in its environment can switch a guarantee off; the
+// binary built with the testseams tag does.
+func TestBinary_NoTestSeams(t *testing.T) {
+	for _, c := range []struct {
+		bin  string
+		want bool
+	}{{serverBin, false}, {seamBin, true}} {
+		b, err := os.ReadFile(c.bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{"OUTBOXD_TEST_DISABLE_GUARD", "OUTBOXD_TEST_REWIND", "OUTBOXD_TEST_FAIL_COMMITS"} {
+			if got := bytes.Contains(b, []byte(v)); got != c.want {
+				t.Errorf("%s holds %s: %v, want %v", filepath.Base(c.bin), v, got, c.want)
+			}
+		}
+	}
+}

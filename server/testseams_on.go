@@ -1,3 +1,5 @@
+//go:build testseams
+
 package server
 
 import (
@@ -9,12 +11,14 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/outboxd/outboxd/internal/testseam"
 	"github.com/outboxd/outboxd/outbox"
 )
 
 // Test seams: environment variables that end-to-end tests use to reach into
-// a running binary. They break guarantees on purpose and are logged loudly;
-// never set them in production.
+// a running binary. They break guarantees on purpose and are logged loudly.
+// They exist only in a binary built with the testseams tag, as tests/ builds
+// one for the tests that need them; the shipped binary has none.
 const (
 	// envDisableGuard=1 applies re-delivered items again.
 	envDisableGuard = "OUTBOXD_TEST_DISABLE_GUARD"
@@ -25,6 +29,26 @@ const (
 	// the next N store commits fail, then the file is removed.
 	envFailCommits = "OUTBOXD_TEST_FAIL_COMMITS"
 )
+
+// seamEnvs are the seams' variables, known to the check of OUTBOXD_*
+// variables.
+var seamEnvs = []string{envDisableGuard, envRewind, envFailCommits}
+
+// installTestSeams reads the seams from the environment and installs them:
+// the ingest loops' (internal/testseam) and the store's commit hook.
+func (m *Main) installTestSeams() error {
+	s, err := loadTestSeams(m.Logger)
+	if err != nil {
+		return err
+	}
+	s.installCommitHook(m.Store)
+	for _, name := range m.Config.FeedNames() {
+		if s.disableGuard || s.rewind[name] != nil {
+			testseam.SetIngest(name, testseam.Ingest{DisableGuard: s.disableGuard, Rewind: s.rewind[name]})
+		}
+	}
+	return nil
+}
 
 type testSeams struct {
 	disableGuard bool

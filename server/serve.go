@@ -178,37 +178,13 @@ func (m *Main) checkDatabase(ctx context.Context) error {
 
 func (m *Main) newLoop(name string, fc *FeedConfig) (*ingest.Loop, error) {
 	kind, target, _ := strings.Cut(fc.Source, ":")
-	var feed ingest.Feed
-	switch kind {
-	case "file":
-		feed = filefeed.New(target, filefeed.Options{MaxLine: m.Config.MaxLine, Logger: m.Logger})
-	case "kafka":
-		kc := kafkafeed.Config{Brokers: m.Config.Brokers, Topic: target, Group: fc.Group, Logger: m.Logger}
-		if fc.Processor == orders.Name {
-			kc.Topics = []string{name + ".retry"}
-		}
-		feed = kafkafeed.New(kc)
-	default:
-		return nil, fmt.Errorf("feed %s: unknown kind %q", name, kind)
+	proc, err := m.newProcessor(name, fc, target)
+	if err != nil {
+		return nil, err
 	}
-	var proc ingest.Processor
-	switch fc.Processor {
-	case orders.Name:
-		oc := orders.DefaultConfig(name, target)
-		oc.StatusTopic = fc.Topic
-		oc.RetryDelay, oc.RetryAttempts = m.Config.RetryDelay, m.Config.RetryAttempts
-		oc.Logger = m.Logger
-		p, err := orders.New(oc)
-		if err != nil {
-			return nil, fmt.Errorf("feed %s: %w", name, err)
-		}
-		proc = p
-	case ledger.Name:
-		proc = ledger.New(fc.Topic)
-	case forward.Name:
-		proc = forward.New(fc.Topic, fc.KeyField)
-	default:
-		return nil, fmt.Errorf("feed %s: unknown processor %q", name, fc.Processor)
+	feed, err := m.newFeed(name, fc, kind, target, proc)
+	if err != nil {
+		return nil, err
 	}
 	cfg := ingest.DefaultConfig(name)
 	cfg.Processor = fc.Processor
@@ -227,6 +203,52 @@ func (m *Main) newLoop(name string, fc *FeedConfig) (*ingest.Loop, error) {
 		cfg.Retry.AttemptTimeout = orders.DefaultWorkDeadline
 	}
 	return ingest.NewLoop(m.Store, feed, proc, cfg)
+}
+
+// newProcessor makes the feed's processor; target is what the feed reads
+// (a path, a topic).
+func (m *Main) newProcessor(name string, fc *FeedConfig, target string) (ingest.Processor, error) {
+	switch fc.Processor {
+	case orders.Name:
+		oc := orders.DefaultConfig(name, target)
+		oc.StatusTopic = fc.Topic
+		oc.RetryDelay, oc.RetryAttempts = m.Config.RetryDelay, m.Config.RetryAttempts
+		oc.Logger = m.Logger
+		p, err := orders.New(oc)
+		if err != nil {
+			return nil, fmt.Errorf("feed %s: %w", name, err)
+		}
+		return p, nil
+	case ledger.Name:
+		return ledger.New(fc.Topic), nil
+	case forward.Name:
+		return forward.New(fc.Topic, fc.KeyField), nil
+	}
+	return nil, fmt.Errorf("feed %s: unknown processor %q", name, fc.Processor)
+}
+
+// newFeed makes the feed of kind reading target. A Kafka feed also reads
+// the retry topic of a processor that has one (ingest.RetryTopicUser).
+func (m *Main) newFeed(name string, fc *FeedConfig, kind, target string, proc ingest.Processor) (ingest.Feed, error) {
+	retry := ""
+	if u, ok := proc.(ingest.RetryTopicUser); ok {
+		retry = u.RetryTopic()
+	}
+	switch kind {
+	case "file":
+		if retry != "" {
+			return nil, fmt.Errorf("feed %s: processor %s sends items to the retry topic %s, which only a Kafka feed reads back",
+				name, fc.Processor, retry)
+		}
+		return filefeed.New(target, filefeed.Options{MaxLine: m.Config.MaxLine, Logger: m.Logger}), nil
+	case "kafka":
+		kc := kafkafeed.Config{Brokers: m.Config.Brokers, Topic: target, Group: fc.Group, Logger: m.Logger}
+		if retry != "" {
+			kc.Topics = []string{retry}
+		}
+		return kafkafeed.New(kc), nil
+	}
+	return nil, fmt.Errorf("feed %s: unknown kind %q", name, kind)
 }
 
 // resolveBrokers starts the in-process dev broker when no --brokers are

@@ -152,7 +152,7 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 	}
 	from, attempt, err := p.origin(d, item)
 	if err != nil {
-		return ingest.Permanent(ReasonMalformed, err)
+		return err // a retry record without its origin: permanent, malformed
 	}
 	e.Place = from
 	if done, err := applied(ctx, tx, d.Feed, from); err != nil || done {

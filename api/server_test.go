@@ -83,8 +83,12 @@ func TestServer_OpenClose(t *testing.T) {
 		}
 	})
 	t.Run("CloseWaitsForRequests", func(t *testing.T) {
-		release := make(chan struct{})
-		f := &stubFeed{name: "slow", state: func() (outbox.FeedState, string) { <-release; return "running", "" }}
+		release, inHandler := make(chan struct{}), make(chan struct{}, 1)
+		f := &stubFeed{name: "slow", state: func() (outbox.FeedState, string) {
+			inHandler <- struct{}{}
+			<-release
+			return "running", ""
+		}}
 		srv := openServer(t, api.Config{}, []api.Feed{f}, nil, quiet())
 		done := make(chan int, 1)
 		go func() {
@@ -96,7 +100,7 @@ func TestServer_OpenClose(t *testing.T) {
 			res.Body.Close()
 			done <- res.StatusCode
 		}()
-		time.Sleep(100 * time.Millisecond) // let the request reach the handler
+		<-inHandler // the request is in the handler
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		if err := srv.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {

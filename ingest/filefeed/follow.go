@@ -65,9 +65,9 @@ func (f *Feed) begin() (bool, error) {
 		f.use(s)
 		return true, nil
 	}
-	s, err := f.openAtPath()
-	if err != nil || s == nil {
-		return false, err
+	s := f.openAtPath()
+	if s == nil {
+		return false, nil
 	}
 	f.floor = nil
 	f.use(s)
@@ -172,9 +172,10 @@ func (f *Feed) readCopy(cp, then *fileSource, old string, pos int64) error {
 // follows it: the next generation after it, else the file now at the path
 // once that has a fingerprint (until then the writer may still be finishing
 // the current file). What was seen past the current file's last complete
-// line is reported lost. It reports whether it moved on.
+// line is reported lost. It reports whether it moved on. With nothing to
+// move on to and no file at the path, the feed is waiting for it.
 func (f *Feed) rotate() (bool, error) {
-	next, here, err := f.upcoming()
+	next, here, why, err := f.upcoming()
 	if err != nil || here {
 		return false, err
 	}
@@ -186,6 +187,7 @@ func (f *Feed) rotate() (bool, error) {
 		return true, f.switchTo(g)
 	}
 	if next == nil {
+		f.setWaiting(why)
 		return false, nil
 	}
 	if next.id.fp == "" {
@@ -228,28 +230,28 @@ func unannouncedEpoch(s *fileSource) string {
 }
 
 // upcoming returns the file now at the path when it is another file than
-// the current one (opened once and kept in f.next), or nil; here reports
-// that the path still holds the current file. A path that is missing or
-// cannot be opened is waited for.
-func (f *Feed) upcoming() (next *fileSource, here bool, err error) {
+// the current one (opened once and kept in f.next), or nil with why there is
+// none (missing, or it cannot be opened); here reports that the path still
+// holds the current file.
+func (f *Feed) upcoming() (next *fileSource, here bool, why, err error) {
 	fi, err := statPath(f.path)
 	if err != nil || fi == nil {
-		f.setWaiting(cmp.Or(err, errMissing))
-		return nil, false, nil
+		return nil, false, cmp.Or(err, errMissing), nil
 	}
 	switch id := fileIDOf(fi); {
 	case id.sameInode(f.cur.id):
 		f.setWaiting(nil)
-		return nil, true, nil
+		return nil, true, nil, nil
 	case f.next != nil && id.sameInode(f.next.id):
-		return f.next, false, nil
+		return f.next, false, nil, nil
 	}
-	s, err := f.openAtPath()
-	if err != nil || s == nil {
-		return nil, false, err
+	s, why := f.openPathFile()
+	if s == nil {
+		return nil, false, why, nil
 	}
+	f.setWaiting(nil)
 	if s.id.sameInode(f.cur.id) { // the path changed again since the stat
-		return nil, true, s.close()
+		return nil, true, nil, s.close()
 	}
 	if f.next != nil {
 		// Rotated away before its turn: kept open, it is read as a
@@ -257,7 +259,7 @@ func (f *Feed) upcoming() (next *fileSource, here bool, err error) {
 		f.held = append(f.held, f.next)
 	}
 	f.next = s
-	return s, false, nil
+	return s, false, nil, nil
 }
 
 // nextGeneration opens the oldest generation after m that can be read, and

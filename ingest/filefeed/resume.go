@@ -16,10 +16,8 @@ import (
 // that followed it.
 func (f *Feed) resume(cp outbox.Checkpoint) error {
 	f.prev = cp.Epoch
-	at, err := f.openAtPath()
-	if err != nil {
-		return err
-	}
+	at, _ := f.openPathFile() // missing or unreadable: waited for once nothing else is left
+
 	stored, ok := parseFileEpoch(cp.Epoch)
 	if !ok { // not an epoch of this feed kind: nothing to look for
 		return f.resumeGone(at, cp, stored, nil)

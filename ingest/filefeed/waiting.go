@@ -119,19 +119,22 @@ func (f *Feed) setWaiting(why error) {
 	f.log.Warn("waiting for the file", "reason", reason)
 }
 
-// openAtPath opens the file at the path. A file that is missing or cannot be
-// opened is not an error: the feed waits for it (see Waiting) and nil is
-// returned.
-func (f *Feed) openAtPath() (*fileSource, error) {
+// openAtPath opens the file at the path, or returns nil when it is missing
+// or cannot be opened: the feed waits for it then (see Waiting).
+func (f *Feed) openAtPath() *fileSource {
+	s, why := f.openPathFile()
+	f.setWaiting(why)
+	return s
+}
+
+// openPathFile opens the file at the path, or returns nil and why it cannot.
+func (f *Feed) openPathFile() (*fileSource, error) {
 	s, err := openFileSource(f.path, f.opts.MaxLine)
 	switch {
 	case err != nil:
-		f.setWaiting(err)
-		return nil, nil
+		return nil, err
 	case s == nil:
-		f.setWaiting(errMissing)
-		return nil, nil
+		return nil, errMissing
 	}
-	f.setWaiting(nil)
 	return s, nil
 }

@@ -267,6 +267,26 @@ func TestFeed_Generations(t *testing.T) {
 			ffRestart(t, ff, recs[len(recs)-1])
 		})
 	}
+	t.Run("SameHeaderInEveryGeneration", func(t *testing.T) {
+		t.Parallel()
+		// A CSV header starts every generation: later generations look
+		// like copies of the checkpoint's file, and are not taken for one.
+		ff := ffNewFile(t)
+		ff.write("acct,amt\na,1\n")
+		e0 := ff.epoch()
+		at := time.Now()
+		cp := ffStoredAt(e0, 13, 13, at)
+		ff.write("b,2\n")
+		ff.rotate()
+		ff.write("acct,amt\nc,3\nd,4\n")
+		ff.rotate()
+		ff.write("acct,amt\ne,5\n")
+		ff.touch(at.Add(time.Second), ff.path+".1", ff.path+".2", ff.path)
+		e1, e2 := ff.epochOf(ff.path+".1"), ff.epoch()
+		f := ff.open(cp)
+		ffExpect(t, f, ffItem(e0, 17, "b,2"), ffEpochRec(e1), ffItem(e1, 9, "acct,amt"), ffItem(e1, 13, "c,3"), ffItem(e1, 17, "d,4"),
+			ffEpochRec(e2), ffItem(e2, 9, "acct,amt"), ffItem(e2, 13, "e,5"))
+	})
 	t.Run("ReadGenerationsNotReadAgain", func(t *testing.T) {
 		t.Parallel()
 		ff := ffNewFile(t)
@@ -579,6 +599,29 @@ func TestFeed_CopyTruncate(t *testing.T) {
 		f := ff.open(cp)
 		ffExpect(t, f, ffItem(e, 6, "b"), ffEpochRec(eB), ffItem(eB, 2, "h"), ffItem(eB, 4, "c"),
 			ffEpochRec(e1), ffItem(e1, 2, "h"), ffItem(e1, 4, "d"))
+	})
+	t.Run("ThenRotatedWhileStopped", func(t *testing.T) {
+		t.Parallel()
+		// copytruncate, then the file renamed away by a rotation of the
+		// other kind: the checkpoint's inode is a generation now, holding
+		// later lines; its copy holds the rest of the checkpoint's epoch.
+		ff := ffNewFile(t)
+		ff.write("a\nb\n")
+		e := ff.epoch()
+		at := time.Now()
+		cp := ffStoredAt(e, 2, 4, at)
+		ff.write("c\n")
+		ff.copyTruncate(".1")
+		ff.write("dd\n")
+		ff.rotate() // app.log.1 (the copy) -> .2, app.log -> .1
+		ff.write("eee\n")
+		ff.touch(at.Add(time.Second), ff.path+".2")
+		ff.touch(at.Add(2*time.Second), ff.path+".1")
+		e1 := ff.epochOf(ff.path+".1") + ":t1"
+		e2 := ff.epoch()
+		f := ff.open(cp)
+		ffExpect(t, f, ffItem(e, 4, "b"), ffItem(e, 6, "c"), ffEpochRec(e1), ffItem(e1, 3, "dd"),
+			ffEpochRec(e2), ffItem(e2, 4, "eee"))
 	})
 	t.Run("OlderCopiesNotRead", func(t *testing.T) {
 		t.Parallel()

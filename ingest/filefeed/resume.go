@@ -36,9 +36,9 @@ func (f *Feed) resume(cp outbox.Checkpoint) error {
 	return f.resumeIn(home, at, stored, cp)
 }
 
-// findStored returns the file on the checkpoint's inode: the file at the path
-// (at), whatever it holds now, or a generation that still has the
-// checkpoint's fingerprint. It returns nil when there is none.
+// findStored returns the file on the checkpoint's inode, whatever it holds
+// now: the file at the path (at), or a generation. It returns nil when there
+// is none.
 func (f *Feed) findStored(stored fileEpoch, at *fileSource) (*fileSource, error) {
 	if at != nil && at.id.sameInode(stored.id) {
 		return at, nil
@@ -51,102 +51,114 @@ func (f *Feed) findStored(stored fileEpoch, at *fileSource) (*fileSource, error)
 		if g.compressed || !g.id.sameInode(stored.id) {
 			continue
 		}
-		s, err := openGeneration(g, f.opts.MaxLine)
-		if err != nil || s == nil {
-			return nil, err
-		}
-		if s.id.fp != stored.id.fp { // the inode now holds a later file
-			return nil, s.close()
-		}
-		return s, nil
+		return openGeneration(g, f.opts.MaxLine)
 	}
 	return nil, nil
 }
 
 // resumeIn resumes in home, the file on the checkpoint's inode: after the
 // position when it is intact (the checkpoint's fingerprint, at least the
-// position long, a line ending at the position). Otherwise, at the path, it
-// is either a new file that took the inode of the checkpoint's file, deleted
-// while the feed was stopped (see replacedInPlace), or the checkpoint's file
-// started over in place: the rest of the checkpoint's epoch is then read
-// from its copy first, or reported lost with an unknown extent. at, the file
-// at the path, follows home when it is another file.
+// position long, a line ending at the position, and no later copy it
+// disowns: see copyDisowned). Otherwise home is either a new file that took
+// the inode of the checkpoint's file, deleted while the feed was stopped (see
+// reusedInode), or the checkpoint's file started over in place: the rest of
+// the checkpoint's epoch is then read from its copy first, or reported lost
+// with an unknown extent, and home is read from 0 under a new epoch. at, the
+// file at the path, follows home when it is another file.
 func (f *Feed) resumeIn(home, at *fileSource, stored fileEpoch, cp outbox.Checkpoint) error {
 	intact, err := f.intact(home, stored.id.fp, cp.Position)
 	if err != nil {
-		return errors.Join(err, home.close(), f.closeSource(at))
+		return errors.Join(err, f.closeSource(home), f.closeSource(at))
 	}
-	since := time.Unix(0, cp.UpdatedAt)
+	if home != at {
+		f.next = at
+	}
+	// Only at the path: beside a rotated file, later generations with the
+	// same first line are no copies of it.
 	if intact && home == at && cp.UpdatedAt != 0 {
 		cpy, err := f.copyDisowned(home, stored, cp)
 		if err != nil {
-			return errors.Join(err, home.close())
+			return errors.Join(err, f.closeSource(home))
 		}
 		if cpy != nil {
 			f.log.Info("file truncated and written again while stopped; its copy holds the rest", logFile, cpy.file.Name(), logEpoch, cp.Epoch)
-			home.restartOf = cp.Epoch
-			if err := home.seek(0); err != nil {
-				return errors.Join(err, cpy.close(), home.close())
-			}
-			return f.readCopy(cpy, home, cp.Epoch, cp.Position)
+			return f.restartAfterCopy(home, at, cpy, cp)
 		}
 	}
 	if intact {
 		if home != at {
-			f.next = at
 			f.log.Info("resuming in a rotated generation", logFile, home.file.Name(), logEpoch, cp.Epoch)
 		}
 		home.epoch = cp.Epoch
 		f.use(home)
 		return home.seek(cp.Position)
 	}
-	if home == at && cp.UpdatedAt != 0 {
-		if born, ok := birthTime(home.file); ok && born.After(since) {
+	reused, err := f.reusedInode(home, at, cp)
+	if err != nil || reused {
+		if reused {
 			f.log.Info("a new file took the inode of the checkpoint's file", logFile, home.file.Name(), logEpoch, cp.Epoch)
-			return f.resumeGone(at, cp, stored, &chainMark{since: since, strict: true})
+			if home != at {
+				f.held = append(f.held, home)
+			}
+			return f.resumeGone(at, cp, stored, &chainMark{since: time.Unix(0, cp.UpdatedAt), strict: true})
 		}
+		return errors.Join(err, f.closeSource(home))
 	}
-	want := copyWant{of: stored.id, pos: cp.Position, size: cp.End, tail: lineEnd(cp.Position), since: since}
-	cp2, err := f.findCopy(want)
+	want := copyWant{of: stored.id, pos: cp.Position, size: cp.End, tail: lineEnd(cp.Position), since: time.Unix(0, cp.UpdatedAt)}
+	cpy, err := f.findCopy(want)
 	if err != nil {
-		return errors.Join(err, f.closeSource(home), f.closeSource(at))
-	}
-	if cp2 != nil {
-		f.log.Info("file started over in place while stopped", logFile, home.file.Name(), logEpoch, cp.Epoch, logFrom, cp.Position)
-		home.restartOf = cp.Epoch
-		if home != at {
-			f.next = at
-			f.held = append(f.held, home)
-			return f.readCopy(cp2, nil, cp.Epoch, cp.Position)
-		}
-		return f.readCopy(cp2, home, cp.Epoch, cp.Position)
-	}
-	if home == at && cp.UpdatedAt != 0 {
-		rotated, err := f.rotatedSince(since, home)
-		if err != nil {
-			return errors.Join(err, f.closeSource(home))
-		}
-		if rotated {
-			f.log.Info("the file was rotated while stopped and a new file took its inode", logEpoch, cp.Epoch)
-			return f.resumeGone(at, cp, stored, &chainMark{since: since, strict: true})
-		}
+		return errors.Join(err, f.closeSource(home))
 	}
 	f.log.Info("file started over in place while stopped", logFile, home.file.Name(), logEpoch, cp.Epoch, logFrom, cp.Position)
-	f.lose(cp.Epoch, cp.Position, ingest.UnknownPosition, LossTruncated)
-	if home != at {
-		f.next = at
+	if cpy != nil {
+		return f.restartAfterCopy(home, at, cpy, cp)
 	}
+	f.lose(cp.Epoch, cp.Position, ingest.UnknownPosition, LossTruncated)
 	f.use(home)
 	return nil
 }
 
+// restartAfterCopy reads the rest of the checkpoint's epoch from cpy, then
+// home, the checkpoint's file started over in place, from 0.
+func (f *Feed) restartAfterCopy(home, at, cpy *fileSource, cp outbox.Checkpoint) error {
+	home.restartOf = cp.Epoch
+	if err := home.seek(0); err != nil {
+		return errors.Join(err, cpy.close(), home.close())
+	}
+	if home != at {
+		f.held = append(f.held, home) // a generation now: read in its turn, after the copy
+		return f.readCopy(cpy, nil, cp.Epoch, cp.Position)
+	}
+	return f.readCopy(cpy, home, cp.Epoch, cp.Position)
+}
+
+// reusedInode reports whether home, on the checkpoint's inode but not
+// holding the checkpoint's file, is a new file that took that inode after
+// the file was deleted: it was born after the checkpoint was stored, or (at
+// the path, where the file system keeps no birth times) generations were
+// modified since, so the file was rotated away rather than truncated.
+func (f *Feed) reusedInode(home, at *fileSource, cp outbox.Checkpoint) (bool, error) {
+	if cp.UpdatedAt == 0 {
+		return false, nil
+	}
+	since := time.Unix(0, cp.UpdatedAt)
+	born, ok := birthTime(home.file)
+	switch {
+	case ok:
+		return born.After(since), nil
+	case home != at:
+		return false, nil
+	}
+	return f.rotatedSince(since, home)
+}
+
 // copyDisowned returns the copy of the checkpoint's file made since the
-// checkpoint (see findCopy) when s, the file at the path on the checkpoint's
-// inode that looks intact, does not hold the copy's bytes: a file only grows
-// until it is truncated, so a copy that s is shorter than, or differs from,
-// shows that s was truncated and written again past the position (with the
-// same first line and a line ending at the position). Otherwise it returns
-// nil: s is the file the checkpoint read.
+// checkpoint (see findCopy) when s, the file on the checkpoint's inode that
+// looks intact, does not hold the copy's bytes: a file only grows until it
+// is truncated, so a copy that s is shorter than, or differs from, shows
+// that s was truncated and written again past the position (with the same
+// first line and a line ending at the position). Otherwise it returns nil:
+// s is the file the checkpoint read.
 func (f *Feed) copyDisowned(s *fileSource, stored fileEpoch, cp outbox.Checkpoint) (*fileSource, error) {
 	want := copyWant{of: stored.id, pos: cp.Position, size: cp.End, tail: lineEnd(cp.Position),
 		since: time.Unix(0, cp.UpdatedAt), madeSince: true}

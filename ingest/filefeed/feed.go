@@ -167,6 +167,9 @@ type Feed struct {
 	floor *chainMark
 	// lostGens are the compressed generations already reported lost.
 	lostGens map[fileID]bool
+	// passed are the files read to their end in this run and still listed
+	// among the generations: never read again.
+	passed map[fileID]bool
 
 	clock   func() time.Time // the feed's clock, for how long it did not look
 	lookGap time.Duration    // longer without a look: writes may have been missed
@@ -193,6 +196,7 @@ func New(path string, opts Options) *Feed {
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		lostGens: map[fileID]bool{},
+		passed:   map[fileID]bool{},
 		clock:    time.Now,
 		lookGap:  max(4*opts.PollInterval, minLookGap),
 	}

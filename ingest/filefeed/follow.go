@@ -208,6 +208,7 @@ func (f *Feed) switchTo(s *fileSource) error {
 		f.lose(cmp.Or(old.epoch, unannouncedEpoch(old)), old.split.pos, old.seen, LossUnterminated)
 	}
 	f.log.Info("file rotated", logEpoch, old.epoch, logTo, old.split.pos, "next", s.file.Name())
+	f.passed[inodeOf(old.id)] = true
 	f.cur = nil
 	if s == f.next {
 		f.next = nil
@@ -264,17 +265,19 @@ func (f *Feed) upcoming() (next *fileSource, here bool, why, err error) {
 
 // nextGeneration opens the oldest generation after m that can be read, and
 // returns nil when none follows m. Compressed generations on the way are
-// reported lost (LossCompressed, once each) and passed. Held files no longer
-// listed (deleted) take their place by their modification time.
+// reported lost (LossCompressed, once each) and passed.
 func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 	for range listTries {
 		gens, err := listGenerations(f.path)
 		if err != nil {
 			return nil, err
 		}
-		gens = f.withHeld(gens)
+		f.forgetPassed(gens)
 		renamed := false
-		for _, g := range m.after(gens) {
+		for _, g := range f.withHeld(m.after(f.markHeld(gens)), gens) {
+			if f.passed[inodeOf(g.id)] {
+				continue // read in this run already: ties in time can put it after the mark
+			}
 			if g.compressed {
 				f.loseCompressed(g, "", 0)
 				continue
@@ -297,39 +300,55 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 	return nil, nil
 }
 
-// withHeld adds to gens the held files it does not list, in their place,
-// and marks the listed ones held (f.next too, once rotated away: the
-// listing leaves out only the file at the path).
-func (f *Feed) withHeld(gens []generation) []generation {
-	if f.next != nil {
-		for i := range gens {
-			if gens[i].id.sameInode(f.next.id) {
-				gens[i].held = f.next
+// inodeOf is id without its fingerprint: the key of a file on disk.
+func inodeOf(id fileID) fileID { return fileID{dev: id.dev, ino: id.ino} }
+
+// forgetPassed drops from the files read (or reported lost) in this run
+// those no longer listed: once gone, their inodes may be reused by new files.
+func (f *Feed) forgetPassed(gens []generation) {
+	for _, set := range []map[fileID]bool{f.passed, f.lostGens} {
+		for id := range set {
+			if !slices.ContainsFunc(gens, func(g generation) bool { return g.id.sameInode(id) }) {
+				delete(set, id)
 			}
 		}
 	}
-	for _, h := range f.held {
-		listed := false
-		for i := range gens {
-			if gens[i].id.sameInode(h.id) {
-				gens[i].held, listed = h, true
+}
+
+// markHeld marks the generations the feed has open already (held files, and
+// f.next once rotated away: the listing leaves out only the file at the
+// path), so that they are read through the open file.
+func (f *Feed) markHeld(gens []generation) []generation {
+	for i := range gens {
+		for _, h := range append([]*fileSource{f.next}, f.held...) {
+			if h != nil && gens[i].id.sameInode(h.id) {
+				gens[i].held = h
 			}
 		}
-		if listed {
+	}
+	return gens
+}
+
+// withHeld adds to after, the generations after the current file, the held
+// files the listing does not have (deleted since they were at the path), by
+// their modification time: each was at the path after the current file was,
+// so it follows the current file whatever its time.
+func (f *Feed) withHeld(after, listed []generation) []generation {
+	for _, h := range f.held {
+		if slices.ContainsFunc(listed, func(g generation) bool { return g.id.sameInode(h.id) }) {
 			continue
 		}
 		if _, err := h.stat(); err != nil {
 			continue
 		}
-		g := generation{name: h.file.Name(), id: h.id, size: h.size, mtime: h.mtime,
-			rank: suffixRank{numbered: true, n: ^uint64(0)}, held: h}
+		g := generation{name: h.file.Name(), id: h.id, size: h.size, mtime: h.mtime, held: h}
 		i := 0
-		for i < len(gens) && gens[i].before(g) {
+		for i < len(after) && !after[i].mtime.After(g.mtime) {
 			i++
 		}
-		gens = slices.Insert(gens, i, g)
+		after = slices.Insert(slices.Clone(after), i, g)
 	}
-	return gens
+	return after
 }
 
 // unhold forgets s as a held file (or the next one), once it is read.
@@ -344,7 +363,7 @@ func (f *Feed) unhold(s *fileSource) {
 // (from from) when it holds the rest of that epoch's file, else in its own
 // identity from 0.
 func (f *Feed) loseCompressed(g generation, epoch string, from int64) {
-	key := fileID{dev: g.id.dev, ino: g.id.ino}
+	key := inodeOf(g.id)
 	if f.lostGens[key] {
 		return
 	}

@@ -351,6 +351,34 @@ func TestFeed_Generations(t *testing.T) {
 		e2 := ff.epoch()
 		ffExpect(t, f, ffItem(e0, 6, "a2"), ffEpochRec(e1), ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "c1"))
 	})
+	t.Run("OpenFileDeletedBeforeItsTurn", func(t *testing.T) {
+		t.Parallel()
+		// The feed opened the file at the path while a generation before it
+		// was still to read; that file is then rotated away and deleted
+		// before its turn: it is read from the open file.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		e0 := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e0), ffItem(e0, 3, "a1"))
+		ff.rotate()
+		ff.write("b1\n")
+		e1 := ff.epoch()
+		ff.rotate()
+		ff.write("c1\n")
+		e2 := ff.epoch()
+		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffEpochRec(e1) {
+			t.Fatalf("got %v, want the epoch of the generation after the first", got)
+		}
+		ff.rotate()
+		ff.touch(time.Now().Add(time.Second), ff.path+".1", ff.path+".2") // tied with the generation read
+		if err := os.Remove(ff.path + ".1"); err != nil {
+			t.Fatal(err)
+		}
+		ff.write("d1\n")
+		e3 := nextFileEpoch(ff.identity(), e2)
+		ffExpect(t, f, ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "c1"), ffEpochRec(e3), ffItem(e3, 3, "d1"))
+	})
 	t.Run("DeletedGeneration", func(t *testing.T) {
 		t.Parallel()
 		ff := ffNewFile(t)

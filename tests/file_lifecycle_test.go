@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -41,8 +41,35 @@ type flInput struct {
 // flEpoch is one epoch of the feed: a file (or one life of a file truncated
 // in place) and the bytes it was given.
 type flEpoch struct {
-	epoch string
-	data  []byte
+	epoch string // its name when the feed reads it in place: dev:ino:fp[:tN]
+	fp    string
+	// inodes are the "dev:ino" of the file and of the copies that hold this
+	// epoch whole: a feed that reaches a copy before it read any of the
+	// epoch in place reads it there, in the copy's identity (and counts the
+	// file's next generation from that).
+	inodes []string
+	data   []byte
+}
+
+// named reports whether the stored epoch name is e's: e's fingerprint, on
+// e's file or on one of its copies, whatever generation it counts.
+func (e *flEpoch) named(name string) bool {
+	parts := strings.Split(name, ":")
+	return len(parts) >= 3 && parts[2] == e.fp && slices.Contains(e.inodes, parts[0]+":"+parts[1])
+}
+
+// epochOf returns the epoch of in that the stored name stands for, or nil.
+func (in *flInput) epochOf(name string) *flEpoch {
+	var found *flEpoch
+	for _, e := range in.epochs {
+		if e.epoch == name {
+			return e
+		}
+		if found == nil && e.named(name) {
+			found = e
+		}
+	}
+	return found
 }
 
 // flLoss is a loss as the status lists it.
@@ -89,11 +116,12 @@ func (in *flInput) note(b []byte) {
 		first := b[:bytes.IndexByte(b, '\n')+1]
 		h := fnv.New64a()
 		h.Write(first)
-		e := fmt.Sprintf("%d:%d:%016x", st.Dev, st.Ino, h.Sum64())
+		ino, fp := fmt.Sprintf("%d:%d", st.Dev, st.Ino), fmt.Sprintf("%016x", h.Sum64())
+		e := ino + ":" + fp
 		if in.gen > 0 {
 			e += ":t" + strconv.Itoa(in.gen)
 		}
-		in.cur = &flEpoch{epoch: e}
+		in.cur = &flEpoch{epoch: e, fp: fp, inodes: []string{ino}}
 		in.epochs = append(in.epochs, in.cur)
 	}
 	in.cur.data = append(in.cur.data, b...)
@@ -147,6 +175,12 @@ func (in *flInput) copyTruncate(withCopy bool, from int64) {
 		if err := os.WriteFile(in.path+".1", data, 0o644); err != nil {
 			in.fail(err)
 		}
+		fi, err := os.Stat(in.path + ".1")
+		if err != nil {
+			in.fail(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		in.cur.inodes = append(in.cur.inodes, fmt.Sprintf("%d:%d", st.Dev, st.Ino))
 	} else {
 		in.cur.data = in.cur.data[:from]
 	}
@@ -158,9 +192,9 @@ func (in *flInput) copyTruncate(withCopy bool, from int64) {
 }
 
 // last returns the epoch the feed ends in and the position of its end.
-func (in *flInput) last() (string, int64) {
+func (in *flInput) last() (*flEpoch, int64) {
 	e := in.epochs[len(in.epochs)-1]
-	return e.epoch, int64(len(e.data))
+	return e, int64(len(e.data))
 }
 
 // flArgs are the server's arguments for the ledger feed on in.
@@ -169,8 +203,8 @@ func flArgs(db string, in *flInput) []string {
 		"--relay", "none", "--http", "127.0.0.1:0"}
 }
 
-// flWaitAt waits until the feed's stored checkpoint is (epoch, pos).
-func flWaitAt(t *testing.T, db, epoch string, pos int64) {
+// flWaitAt waits until the feed's stored checkpoint is at pos in epoch.
+func flWaitAt(t *testing.T, db string, epoch *flEpoch, pos int64) {
 	t.Helper()
 	wait(t, 60*time.Second, func() error {
 		s, err := outbox.Open(context.Background(), outbox.DefaultConfig(db))
@@ -182,42 +216,42 @@ func flWaitAt(t *testing.T, db, epoch string, pos int64) {
 		if err != nil || len(cps) == 0 {
 			return fmt.Errorf("no stored position yet (%v)", err)
 		}
-		if cps[0].Epoch != epoch || cps[0].Position != pos {
-			return fmt.Errorf("stored %s@%d, want %s@%d", cps[0].Epoch, cps[0].Position, epoch, pos)
+		if !epoch.named(cps[0].Epoch) || cps[0].Position != pos {
+			return fmt.Errorf("stored %s@%d, want %s@%d", cps[0].Epoch, cps[0].Position, epoch.epoch, pos)
 		}
 		return nil
 	})
 }
 
 // flCheck checks the database holds exactly the effects of in's epochs,
-// each line applied once in its epoch at its position, and exactly losses;
-// and that the running server p (nil: none) reports the same.
+// each line applied once in its epoch at its position, each epoch under one
+// name, and exactly losses (epochs by their model names); and that the
+// running server p (nil: none) reports the same.
 func flCheck(t *testing.T, db string, in *flInput, losses []flLoss, p *proc) {
 	t.Helper()
 	ctx := context.Background()
 	s := readStore(t, db)
 	balances := map[string]int64{}
 	var valid, malformed int
-	want := map[string][2][]int64{} // epoch -> outputs, dead letters
+	want := map[*flEpoch][2][]int64{} // outputs, dead letters
 	for _, e := range in.epochs {
 		lf := flParse(e.data)
 		for a, b := range lf.balances {
 			balances[a] += b
 		}
 		valid, malformed = valid+len(lf.valid), malformed+len(lf.malformed)
-		want[e.epoch] = [2][]int64{lf.valid, lf.malformed}
+		want[e] = [2][]int64{lf.valid, lf.malformed}
 	}
 	f, err := s.Feed(ctx, "ledger")
 	if err != nil {
 		t.Fatal(err)
 	}
-	flCheckRows(t, s, want)
+	flCheckRows(t, s, in, want)
 	if f.Applied != int64(valid) || f.DeadLettered != int64(malformed) || f.ReplaysSkipped != 0 ||
 		f.CompletionFailures != 0 || f.Lossless != (len(losses) == 0) || f.EpochChanges != int64(len(in.epochs)-1) {
 		t.Fatalf("stats %+v: want applied %d, deadLettered %d, no replays, epochChanges %d, lossless %v",
 			f, valid, malformed, len(in.epochs)-1, len(losses) == 0)
 	}
-	flCheckRows(t, s, want)
 	got, err := ledger.Balances(ctx, s, "ledger")
 	if err != nil {
 		t.Fatal(err)
@@ -225,14 +259,14 @@ func flCheck(t *testing.T, db string, in *flInput, losses []flLoss, p *proc) {
 	if !equalBalances(got, balances) {
 		t.Fatalf("balances differ from the sums of the lines applied:\n got %v\nwant %v", got, balances)
 	}
-	flCheckDeadLetters(t, s, want, malformed)
+	flCheckDeadLetters(t, s, in, want, malformed)
 	stored, err := s.Losses(ctx, "ledger")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var gotLosses []flLoss
 	for _, l := range stored {
-		gotLosses = append(gotLosses, flLoss{l.Reason, l.Epoch, l.From, l.To})
+		gotLosses = append(gotLosses, flLoss{l.Reason, flModelName(in, l.Epoch), l.From, l.To})
 	}
 	if !slices.Equal(gotLosses, losses) {
 		t.Fatalf("losses %+v, want %+v", gotLosses, losses)
@@ -242,8 +276,17 @@ func flCheck(t *testing.T, db string, in *flInput, losses []flLoss, p *proc) {
 	}
 	if p != nil {
 		epoch, end := in.last()
-		flCheckStatus(t, p, f.Applied, f.DeadLettered, losses, epoch, end)
+		flCheckStatus(t, p, in, f.Applied, f.DeadLettered, losses, epoch, end)
 	}
+}
+
+// flModelName is the model's name of the epoch stored as name (name itself
+// when the model has no such epoch).
+func flModelName(in *flInput, name string) string {
+	if e := in.epochOf(name); e != nil {
+		return e.epoch
+	}
+	return name
 }
 
 // flParse reads data as the ledger does: the position after each line,
@@ -266,10 +309,13 @@ func flParse(data []byte) ledgerFile {
 
 // flCheckRows checks the outbox holds one row per line: the output of each
 // valid one on ledger.out, the dead letter of each malformed one on
-// ledger.dlq, by epoch and position, and nothing else.
-func flCheckRows(t *testing.T, s *outbox.Store, want map[string][2][]int64) {
+// ledger.dlq, by epoch and position, each epoch under one name, and nothing
+// else.
+func flCheckRows(t *testing.T, s *outbox.Store, in *flInput, want map[*flEpoch][2][]int64) {
 	t.Helper()
-	got := map[string][2][]int64{}
+	dir := filepath.Dir(in.path)
+	got := map[*flEpoch][2][]int64{}
+	names := map[*flEpoch]string{}
 	for after := int64(0); ; {
 		rows, err := s.Rows(context.Background(), after, 10_000)
 		if err != nil {
@@ -282,7 +328,17 @@ func flCheckRows(t *testing.T, s *outbox.Store, want map[string][2][]int64) {
 			if r.Feed != "ledger" || r.N != 0 || r.Partition != 0 {
 				t.Fatalf("row %+v: want feed ledger, partition 0, n 0", r)
 			}
-			g := got[r.Epoch]
+			e := in.epochOf(r.Epoch)
+			switch {
+			case e == nil:
+				t.Fatalf("row at %d of epoch %s (%s), which the input never had; the input's files: %s",
+					r.Position, r.Epoch, flFileOf(dir, r.Epoch), flFiles(dir))
+			case names[e] == "":
+				names[e] = r.Epoch
+			case names[e] != r.Epoch:
+				t.Fatalf("the lines of epoch %s are under two names, %s and %s", e.epoch, names[e], r.Epoch)
+			}
+			g := got[e]
 			switch r.Topic {
 			case "ledger.out":
 				g[0] = append(g[0], r.Position)
@@ -291,19 +347,47 @@ func flCheckRows(t *testing.T, s *outbox.Store, want map[string][2][]int64) {
 			default:
 				t.Fatalf("row on topic %q", r.Topic)
 			}
-			got[r.Epoch] = g
+			got[e] = g
 			after = r.ID
 		}
 	}
-	for epoch := range got {
-		if _, ok := want[epoch]; !ok {
-			t.Fatalf("rows of epoch %s, which the input never had (epochs %v)", epoch, slices.Collect(maps.Keys(want)))
+	for e, w := range want {
+		flCheckPositions(t, "ledger.out of "+e.epoch, got[e][0], w[0])
+		flCheckPositions(t, "ledger.dlq of "+e.epoch, got[e][1], w[1])
+	}
+}
+
+// flFileOf names the file in dir on the inode of epoch.
+func flFileOf(dir, epoch string) string {
+	for _, f := range flFileList(dir) {
+		if strings.HasPrefix(epoch, f[1]+":") {
+			return f[0]
 		}
 	}
-	for epoch, w := range want {
-		flCheckPositions(t, "ledger.out of "+epoch, got[epoch][0], w[0])
-		flCheckPositions(t, "ledger.dlq of "+epoch, got[epoch][1], w[1])
+	return "no file"
+}
+
+// flFiles lists the files in dir with their device and inode, and sizes.
+func flFiles(dir string) string {
+	var b strings.Builder
+	for _, f := range flFileList(dir) {
+		fmt.Fprintf(&b, "%s (%s, %s bytes) ", f[0], f[1], f[2])
 	}
+	return b.String()
+}
+
+func flFileList(dir string) [][3]string {
+	entries, _ := os.ReadDir(dir)
+	var out [][3]string
+	for _, e := range entries {
+		fi, err := os.Stat(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		out = append(out, [3]string{e.Name(), fmt.Sprintf("%d:%d", st.Dev, st.Ino), strconv.FormatInt(fi.Size(), 10)})
+	}
+	return out
 }
 
 // flCheckPositions wants got to be exactly want, and says how it differs.
@@ -331,21 +415,22 @@ func flCheckPositions(t *testing.T, what string, got, want []int64) {
 
 // flCheckDeadLetters checks the stored dead letters are the malformed
 // lines, by epoch and position, each for reason malformed.
-func flCheckDeadLetters(t *testing.T, s *outbox.Store, want map[string][2][]int64, n int) {
+func flCheckDeadLetters(t *testing.T, s *outbox.Store, in *flInput, want map[*flEpoch][2][]int64, n int) {
 	t.Helper()
 	dls, err := s.DeadLetters(context.Background(), "ledger", 0, n+10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string][]int64{}
+	got := map[*flEpoch][]int64{}
 	for _, d := range dls {
-		if d.Reason != "malformed" {
-			t.Fatalf("dead letter %+v: reason %q, want malformed", d, d.Reason)
+		e := in.epochOf(d.Epoch)
+		if d.Reason != "malformed" || e == nil {
+			t.Fatalf("dead letter %+v: want reason malformed, an epoch of the input", d)
 		}
-		got[d.Epoch] = append(got[d.Epoch], d.Position)
+		got[e] = append(got[e], d.Position)
 	}
-	for epoch, w := range want {
-		flCheckPositions(t, "dead letters of "+epoch, got[epoch], w[1])
+	for e, w := range want {
+		flCheckPositions(t, "dead letters of "+e.epoch, got[e], w[1])
 	}
 	if len(dls) != n {
 		t.Fatalf("%d dead letters, want %d", len(dls), n)
@@ -354,7 +439,7 @@ func flCheckDeadLetters(t *testing.T, s *outbox.Store, want map[string][2][]int6
 
 // flCheckStatus checks GET /feeds/ledger/status of p against the expected
 // figures: counters, the loss list, and where the feed stands.
-func flCheckStatus(t *testing.T, p *proc, applied, dead int64, losses []flLoss, epoch string, end int64) {
+func flCheckStatus(t *testing.T, p *proc, in *flInput, applied, dead int64, losses []flLoss, epoch *flEpoch, end int64) {
 	t.Helper()
 	m := regexp.MustCompile(`HTTP API listening.* addr=(\S+)`).FindStringSubmatch(p.log.String())
 	if m == nil {
@@ -372,15 +457,15 @@ func flCheckStatus(t *testing.T, p *proc, applied, dead int64, losses []flLoss, 
 		}
 		var got []flLoss
 		for _, l := range st.Losses {
-			got = append(got, flLoss{l.Reason, l.Epoch, l.From, l.To})
+			got = append(got, flLoss{l.Reason, flModelName(in, l.Epoch), l.From, l.To})
 		}
 		switch {
 		case st.Applied != applied || st.DeadLettered != dead || st.Kind != ingest.KindFile:
 			return fmt.Errorf("status applied %d, deadLettered %d, kind %s; want %d, %d, file", st.Applied, st.DeadLettered, st.Kind, applied, dead)
 		case st.Lossless != (len(losses) == 0) || !slices.Equal(got, losses):
 			return fmt.Errorf("status lossless %v, losses %+v; want %+v", st.Lossless, got, losses)
-		case st.Epoch != epoch || st.Position != end:
-			return fmt.Errorf("status at %s@%d, want %s@%d", st.Epoch, st.Position, epoch, end)
+		case !epoch.named(st.Epoch) || st.Position != end:
+			return fmt.Errorf("status at %s@%d, want %s@%d", st.Epoch, st.Position, epoch.epoch, end)
 		}
 		return nil
 	})
@@ -561,7 +646,7 @@ func TestFileLifecycle_CopyTruncateWhileDown(t *testing.T) {
 	in.write(60)
 	p = flStart(t, db, in)
 	flCaughtUp(t, db, in)
-	flCheck(t, db, in, []flLoss{{filefeed.LossTruncated, epoch, pos, ingest.UnknownPosition}}, p)
+	flCheck(t, db, in, []flLoss{{filefeed.LossTruncated, epoch.epoch, pos, ingest.UnknownPosition}}, p)
 	if code := p.stop(t, 30*time.Second); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM, want 0", code)
 	}
@@ -597,7 +682,7 @@ func TestFileLifecycle_CopyTruncateWhilePaused(t *testing.T) {
 	time.Sleep(time.Until(paused.Add(1500 * time.Millisecond)))
 	flResume(t, p)
 	flCaughtUp(t, db, in)
-	flCheck(t, db, in, []flLoss{{filefeed.LossTruncated, epoch, pos, ingest.UnknownPosition}}, p)
+	flCheck(t, db, in, []flLoss{{filefeed.LossTruncated, epoch.epoch, pos, ingest.UnknownPosition}}, p)
 	if code := p.stop(t, 30*time.Second); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM, want 0", code)
 	}
@@ -615,19 +700,28 @@ func TestFileLifecycle_KillNineRotationStorm(t *testing.T) {
 	in.rng = writerRng
 	failed := make(chan error, 1)
 	in.fail = func(err error) { failed <- err; runtime.Goexit() }
+	// A new feed starts at the file at the path: the first server must have
+	// it before the storm rotates it away.
+	in.write(100)
+	p := start(t, nil, flArgs(db, in)...)
+	flCaughtUp(t, db, in)
+	p.kill()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for g := range 30 {
-			for range 8 {
-				in.write(20 + writerRng.IntN(80))
-				time.Sleep(time.Duration(5+writerRng.IntN(10)) * time.Millisecond) // pacing the writer, not a wait
+		for range 25 {
+			// A burst of rotations back to back, so that several fall
+			// while the server is down or between two of its looks.
+			for range 1 + writerRng.IntN(4) {
+				in.write(20 + writerRng.IntN(200))
+				if writerRng.IntN(4) == 0 {
+					in.copyTruncate(true, 0)
+				} else {
+					in.rotate()
+				}
 			}
-			if g%4 == 3 {
-				in.copyTruncate(true, 0)
-			} else {
-				in.rotate()
-			}
+			in.write(20 + writerRng.IntN(200))
+			time.Sleep(time.Duration(20+writerRng.IntN(60)) * time.Millisecond) // pacing the writer, not a wait
 		}
 		in.write(100)
 	}()
@@ -649,7 +743,7 @@ func TestFileLifecycle_KillNineRotationStorm(t *testing.T) {
 	default:
 	}
 	t.Logf("%d kill -9s, %d epochs", kills, len(in.epochs))
-	p := flStart(t, db, in)
+	p = flStart(t, db, in)
 	flCaughtUp(t, db, in)
 	flCheck(t, db, in, nil, p)
 	if code := p.stop(t, 30*time.Second); code != 0 {

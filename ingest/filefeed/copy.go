@@ -29,50 +29,68 @@ type copyWant struct {
 // size is exactly what was seen (a copy of the file as seen, modified
 // before: a copy keeping the file's time, of a file not written since).
 func (f *Feed) findCopy(want copyWant) (*fileSource, error) {
+	for range listTries {
+		matches, renamed, err := f.copies(want)
+		if err != nil || renamed {
+			if err := errors.Join(err, closeAll(matches, nil)); err != nil {
+				return nil, err
+			}
+			continue // a rotation renamed a candidate since the listing: list again
+		}
+		chosen := chooseCopy(matches, want)
+		return chosen, closeAll(matches, chosen)
+	}
+	return nil, nil
+}
+
+// copies returns the generations that match want, opened, oldest first;
+// renamed reports that one was renamed between the listing and its opening.
+func (f *Feed) copies(want copyWant) (matches []*fileSource, renamed bool, err error) {
 	gens, err := listGenerations(f.path)
 	if err != nil {
-		return nil, err
-	}
-	var matches []*fileSource
-	closeAll := func(keep *fileSource) error {
-		var errs []error
-		for _, m := range matches {
-			if m != keep {
-				errs = append(errs, m.close())
-			}
-		}
-		return errors.Join(errs...)
+		return nil, false, err
 	}
 	for _, g := range gens {
 		if g.compressed || g.held != nil || g.id.sameInode(want.of) || g.size < max(want.pos, want.size) {
 			continue
 		}
-		s, err := f.openCopy(g, want)
-		if err != nil {
-			return nil, errors.Join(err, closeAll(nil))
+		s, moved, err := f.openCopy(g, want)
+		if err != nil || moved {
+			return matches, moved, err
 		}
 		if s != nil {
 			matches = append(matches, s)
 		}
 	}
-	chosen := chooseCopy(matches, want)
-	return chosen, closeAll(chosen)
+	return matches, false, nil
 }
 
-// openCopy opens g and returns it when it is a copy of want's file.
-func (f *Feed) openCopy(g generation, want copyWant) (*fileSource, error) {
-	s, err := openGeneration(g, f.opts.MaxLine)
+// closeAll closes the files of matches but keep.
+func closeAll(matches []*fileSource, keep *fileSource) error {
+	var errs []error
+	for _, m := range matches {
+		if m != keep {
+			errs = append(errs, m.close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// openCopy opens g and returns it when it is a copy of want's file; moved
+// reports that g's name holds another file now.
+func (f *Feed) openCopy(g generation, want copyWant) (s *fileSource, moved bool, err error) {
+	s, err = openGeneration(g, f.opts.MaxLine)
 	if err != nil || s == nil {
-		return nil, err
+		return nil, err == nil, err
 	}
 	if s.id.fp != want.of.fp {
-		return nil, s.close()
+		return nil, false, s.close()
 	}
 	ok, err := s.holds(want.tail, want.pos)
 	if err != nil || !ok {
-		return nil, errors.Join(err, s.close())
+		return nil, false, errors.Join(err, s.close())
 	}
-	return s, nil
+	return s, false, nil
 }
 
 // chooseCopy picks the copy among matches (oldest first), as findCopy says.

@@ -190,19 +190,29 @@ func (f *Feed) rotate() (bool, error) {
 		f.setWaiting(why)
 		return false, nil
 	}
-	if next.id.fp == "" {
-		fp, ok, err := next.fingerprint()
-		if err != nil || !ok {
-			return false, err
-		}
-		next.id.fp = fp
+	if _, ok, err := next.fingerprint(); err != nil || !ok {
+		return false, err
 	}
 	return true, f.switchTo(next)
 }
 
 // switchTo closes the current file, read to its end, and makes s the
-// current one, announcing its epoch when it has a fingerprint.
+// current one, announcing its epoch when it has a fingerprint. The
+// fingerprint is read again: s may have been open for a while (the next
+// file, a held one) and have started over in place since.
 func (f *Feed) switchTo(s *fileSource) error {
+	fp, ok, err := s.fingerprint()
+	if err != nil {
+		return err
+	}
+	s.id.fp = ""
+	if ok {
+		s.id.fp = fp
+	}
+	if _, err := s.stat(); err != nil {
+		return err
+	}
+	s.seen = s.size
 	old := f.cur
 	if old.unread() {
 		f.lose(cmp.Or(old.epoch, unannouncedEpoch(old)), old.split.pos, old.seen, LossUnterminated)
@@ -278,6 +288,13 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 			if f.passed[inodeOf(g.id)] {
 				continue // read in this run already: ties in time can put it after the mark
 			}
+			copying, err := f.copyInProgress(g)
+			if err != nil {
+				return nil, err
+			}
+			if copying {
+				continue
+			}
 			if g.compressed {
 				f.loseCompressed(g, "", 0)
 				continue
@@ -298,6 +315,31 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 		}
 	}
 	return nil, nil
+}
+
+// copyInProgress reports whether g holds nothing but a prefix of the file
+// at the path (f.next): a copy being made of it, or made before a
+// copytruncate truncates it. Its lines are the file's own, read there; once
+// the file is truncated, the copy is found as one (see findCopy). Read as a
+// generation of its own, they would be read twice.
+func (f *Feed) copyInProgress(g generation) (bool, error) {
+	if g.compressed || g.held != nil || f.next == nil || g.size > f.next.size {
+		return false, nil
+	}
+	s, err := openGeneration(g, f.opts.MaxLine)
+	if err != nil || s == nil {
+		return false, err
+	}
+	defer s.close()
+	if _, err := f.next.stat(); err != nil {
+		return false, err
+	}
+	head := min(s.size, compareMax)
+	same, err := sameBytes(s, f.next, 0, head)
+	if err != nil || !same || head == s.size {
+		return same, err
+	}
+	return sameBytes(s, f.next, max(s.size-tailSize, head), s.size)
 }
 
 // inodeOf is id without its fingerprint: the key of a file on disk.

@@ -2,9 +2,11 @@ package filefeed
 
 import (
 	"compress/gzip"
+	"fmt"
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -379,6 +381,31 @@ func TestFeed_Generations(t *testing.T) {
 		e3 := nextFileEpoch(ff.identity(), e2)
 		ffExpect(t, f, ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "c1"), ffEpochRec(e3), ffItem(e3, 3, "d1"))
 	})
+	t.Run("OpenFileTruncatedBeforeItsTurn", func(t *testing.T) {
+		t.Parallel()
+		// The feed opened the file at the path while a generation before it
+		// was still to read; that file is then copied and truncated: its
+		// copy holds what it had, read in the copy's identity, and the file
+		// is read with what it holds now.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		e0 := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e0), ffItem(e0, 3, "a1"))
+		ff.rotate()
+		ff.write("b1\n")
+		e1 := ff.epoch()
+		ff.rotate()
+		ff.write("c1\n")
+		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffEpochRec(e1) {
+			t.Fatalf("got %v, want the epoch of the generation after the first", got)
+		}
+		ff.rotateCopies()
+		cpy := ff.copyTruncate(".1")
+		ff.write("dd1\n")
+		eCopy, e2 := ff.epochOf(cpy), ff.epoch()
+		ffExpect(t, f, ffItem(e1, 3, "b1"), ffEpochRec(eCopy), ffItem(eCopy, 3, "c1"), ffEpochRec(e2), ffItem(e2, 4, "dd1"))
+	})
 	t.Run("DeletedGeneration", func(t *testing.T) {
 		t.Parallel()
 		ff := ffNewFile(t)
@@ -698,6 +725,77 @@ func TestFeed_CopyTruncate(t *testing.T) {
 		ff.write("a\nxx\nlonger\n") // the same first line, past the position
 		e1 := e + ":t1"
 		ffExpect(t, f, ffItem(e, 6, "c"), ffEpochRec(e1), ffItem(e1, 2, "a"), ffItem(e1, 5, "xx"), ffItem(e1, 12, "longer"))
+	})
+	t.Run("BetweenTwoReads", func(t *testing.T) {
+		t.Parallel()
+		// Truncated and written again past the read position while the
+		// feed was between two reads of the file (it had not reached its
+		// end): the bytes of the second read are not taken for the file's.
+		ff := ffNewFile(t)
+		var old strings.Builder
+		for i := 0; old.Len() < 2*fileReadSize; i++ {
+			fmt.Fprintf(&old, "old line %06d\n", i)
+		}
+		ff.write(old.String())
+		f := ff.open(outbox.Checkpoint{})
+		e := ff.epoch()
+		first := ffCollect(t, f, 2) // the epoch and one line: the rest of the first read waits
+		if got := ffDescribe(first[1]); got != ffItem(e, 16, "old line 000000") {
+			t.Fatalf("got %s", got)
+		}
+		ff.copyTruncate(".1")
+		var regrown strings.Builder
+		for i := 0; regrown.Len() < 3*fileReadSize; i++ {
+			fmt.Fprintf(&regrown, "new %06d\n", i)
+		}
+		ff.write(regrown.String())
+		e1 := ff.epoch() + ":t1"
+		n := old.Len()/16 - 1 + 1 + regrown.Len()/11
+		recs := ffCollect(t, f, n)
+		for i, r := range recs {
+			var want string
+			switch j := i + 1; {
+			case j < old.Len()/16:
+				want = ffItem(e, int64(16*(j+1)), fmt.Sprintf("old line %06d", j))
+			case j == old.Len()/16:
+				want = ffEpochRec(e1)
+			default:
+				k := j - old.Len()/16 - 1
+				want = ffItem(e1, int64(11*(k+1)), fmt.Sprintf("new %06d", k))
+			}
+			if got := ffDescribe(r); got != want {
+				t.Fatalf("record %d: got %s, want %s", i, got, want)
+			}
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("CopyOfTheNextEpochWhileReadingACopy", func(t *testing.T) {
+		t.Parallel()
+		// While the feed reads the rest of one epoch from its copy, the
+		// next copytruncate copies the file again and has not truncated it
+		// yet: that copy holds the file's own lines, read from the file.
+		ff := ffNewFile(t)
+		ff.write("a\n")
+		f := ff.open(outbox.Checkpoint{})
+		e := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ff.write("b\nb2\n")
+		ff.copyTruncate(".1")
+		ff.write("c\n")
+		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffItem(e, 4, "b") {
+			t.Fatalf("got %v, want b from the copy", got)
+		}
+		ff.rotateCopies()
+		data, err := os.ReadFile(ff.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(ff.path+".1", data, 0o644); err != nil { // copied, not truncated yet
+			t.Fatal(err)
+		}
+		ff.touch(time.Now().Add(time.Second), ff.path+".1")
+		e1 := ff.epoch() + ":t1"
+		ffExpect(t, f, ffItem(e, 7, "b2"), ffEpochRec(e1), ffItem(e1, 2, "c"))
 	})
 	t.Run("WhilePaused", func(t *testing.T) {
 		t.Parallel()

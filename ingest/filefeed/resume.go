@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
@@ -43,15 +44,20 @@ func (f *Feed) findStored(stored fileEpoch, at *fileSource) (*fileSource, error)
 	if at != nil && at.id.sameInode(stored.id) {
 		return at, nil
 	}
-	gens, err := listGenerations(f.path)
-	if err != nil {
-		return nil, err
-	}
-	for _, g := range gens {
-		if g.compressed || !g.id.sameInode(stored.id) {
-			continue
+	for range listTries {
+		gens, err := listGenerations(f.path)
+		if err != nil {
+			return nil, err
 		}
-		return openGeneration(g, f.opts.MaxLine)
+		i := slices.IndexFunc(gens, func(g generation) bool { return !g.compressed && g.id.sameInode(stored.id) })
+		if i < 0 {
+			return nil, nil
+		}
+		s, err := openGeneration(gens[i], f.opts.MaxLine)
+		if err != nil || s != nil {
+			return s, err
+		}
+		// renamed by a rotation since the listing: list again
 	}
 	return nil, nil
 }

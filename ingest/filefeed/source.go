@@ -125,6 +125,13 @@ func (s *fileSource) next() (l fileLine, ok bool, err error) {
 			return l, true, nil
 		}
 		n, err := s.file.Read(s.buf)
+		if n > 0 && !s.sameStart() {
+			// Truncated (and written again) while it was read: these bytes
+			// may be the new content's, past its own start. Drop them and
+			// let the next look see the truncation.
+			s.atEOF = true
+			return fileLine{}, false, nil
+		}
 		if n > 0 {
 			s.split.push(s.buf[:n])
 			s.size = max(s.size, s.split.fed())
@@ -137,6 +144,17 @@ func (s *fileSource) next() (l fileLine, ok bool, err error) {
 		}
 		return fileLine{}, false, fmt.Errorf("read %s: %w", s.file.Name(), err)
 	}
+}
+
+// sameStart reports whether the file still starts with the first line it
+// had when its epoch began. Checked after each read that returned bytes: a
+// chunk read before a truncation is the file's; one read (even partly)
+// after it shows, since the file then starts otherwise (or is empty). A
+// file truncated and written again with the same first line is the limit
+// of what a look can tell.
+func (s *fileSource) sameStart() bool {
+	fp, ok, err := s.fingerprint()
+	return err == nil && ok && fp == s.id.fp
 }
 
 // unread reports whether bytes were seen past the last complete line.

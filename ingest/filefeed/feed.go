@@ -117,7 +117,8 @@ func (o Options) withDefaults() Options {
 //
 // Truncation. A file that starts over in place (shorter than what was read
 // of it, another first line, or other bytes before the read position than
-// the last line read) gets a new epoch, read from 0. Its rest is looked for
+// the last line read: looked at whenever reading reaches the end, and the
+// first line after every read) gets a new epoch, read from 0. Its rest is looked for
 // first in a copy beside it, as logrotate's copytruncate leaves one (see
 // findCopy), and read from there in the old epoch. Without a copy, the feed
 // yields a RecordLoss from the position, of unknown extent, when bytes past
@@ -131,7 +132,9 @@ func (o Options) withDefaults() Options {
 // position (or, truncated, as above). When that file is gone, the bytes the
 // checkpoint saw past the position are lost (LossReplaced; none seen: no
 // loss, and a warning), and the generations modified after the checkpoint
-// was stored, then the file at the path, are read.
+// was stored, then the file at the path, are read. The checkpoint's
+// UpdatedAt is compared with the files' times, so it must be the wall-clock
+// time it was stored at (as outbox.Tx.SetPosition stores it).
 //
 // What no look can tell goes unnoticed: a file truncated and written again
 // past the read position with the same first line and the same last line

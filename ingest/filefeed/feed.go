@@ -4,6 +4,7 @@
 package filefeed
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,16 +29,23 @@ const (
 
 // Reasons a file feed gives for a RecordLoss.
 const (
-	// LossTruncated: the file was truncated in place after bytes past the
-	// last delivered line were seen (running: its largest size seen; opened
-	// from a checkpoint: the checkpoint's End).
+	// LossTruncated: the file started over in place (truncated, or its inode
+	// taken by a new file) with bytes past the position that no copy holds.
+	// To is ingest.UnknownPosition: nothing tells how far the file had grown
+	// before it was truncated.
 	LossTruncated = "truncated before read"
 	// LossReplaced: opened from a checkpoint, the checkpoint's file is neither
-	// at the path nor beside it; whatever followed the position is gone.
+	// at the path nor beside it, and the checkpoint had seen bytes past the
+	// position (From..To: the position to the size the checkpoint saw).
 	LossReplaced = "file replaced while stopped; previous file not found"
 	// LossUnterminated: a rotated file ended with bytes after its last "\n",
 	// a line that never completed.
 	LossUnterminated = "rotated away with an unterminated last line"
+	// LossCompressed: a generation that was not read to its end was
+	// compressed, and compressed generations are not read. From is where
+	// reading stood in it (0 for a generation never read), To is
+	// ingest.UnknownPosition.
+	LossCompressed = "rotated generation compressed before it was read"
 )
 
 // Log keys of the file feed.
@@ -46,7 +54,12 @@ const (
 	logFrom  = "from"
 	logTo    = "to"
 	logErr   = "err"
+	logFile  = "file"
 )
+
+// minLookGap is the least time without a look at the file after which a
+// truncation found is taken to have hidden writes (see Feed).
+const minLookGap = time.Second
 
 // Options configures a Feed. Zero fields take their defaults.
 type Options struct {
@@ -93,19 +106,48 @@ func (o Options) withDefaults() Options {
 // Until a file has a first line (or 1024 bytes) it has no epoch, and nothing
 // is yielded from it.
 //
-// Running, a Feed reads a rotated file to its end (its tail in its own
-// epoch), then announces the new file's epoch and reads it from 0. A file
-// truncated in place gets a new epoch read from 0; bytes it had been seen to
-// hold and that were never read are yielded as a RecordLoss. Opened from a
-// checkpoint, it finds the file again (at the path, or beside it in the
-// directory after a rotation) and seeks; what it cannot find it reports as a
-// RecordLoss. Nothing already delivered is read again. What no look can
-// tell goes unnoticed: a file truncated and written again past the read
-// position, with the same first line, between two looks (or while stopped).
+// Rotation. When the file read is no longer the one at the path, the feed
+// reads it to its end, then each generation that followed it (the files a
+// rotation scheme left beside the path: see generationSuffix for their names,
+// generation.before for their order), oldest first, each to its end in its
+// own epoch, and then the file at the path. So several rotations between two
+// looks, or while the feed was stopped, lose nothing, and a generation read
+// once is never read again. Compressed generations are not read: one that
+// follows the file read is a RecordLoss (LossCompressed).
+//
+// Truncation. A file that starts over in place (shorter than what was read
+// of it, another first line, or other bytes before the read position than
+// the last line read: looked at whenever reading reaches the end, and the
+// first line after every read) gets a new epoch, read from 0. Its rest is looked for
+// first in a copy beside it, as logrotate's copytruncate leaves one (see
+// findCopy), and read from there in the old epoch. Without a copy, the feed
+// yields a RecordLoss from the position, of unknown extent, when bytes past
+// it had been seen, when the feed had not looked at the file for a while
+// (4 PollIntervals and at least a second: it was paused or not polled, and
+// writes may have come and gone), or when it was opened from a checkpoint.
+// A truncation seen promptly after every byte seen was read is no loss.
+//
+// Opened from a checkpoint, the feed finds the checkpoint's file again by
+// its inode, at the path or among the generations, and goes on after the
+// position (or, truncated, as above). When that file is gone, the bytes the
+// checkpoint saw past the position are lost (LossReplaced; none seen: no
+// loss, and a warning), and the generations modified after the checkpoint
+// was stored, then the file at the path, are read. The checkpoint's
+// UpdatedAt is compared with the files' times, so it must be the wall-clock
+// time it was stored at (as outbox.Tx.SetPosition stores it).
+//
+// What no look can tell goes unnoticed: a file truncated and written again
+// past the read position with the same first line and the same last line
+// before the position; a generation created and deleted between two looks;
+// bytes written to a file after the feed's last look at it when no copy or
+// generation keeps them.
+//
+// While the path does not exist or cannot be opened, and nothing else is
+// left to read, the feed waits for it (see Waiting).
 //
 // Open, Poll, Commit and Close are called from one goroutine, except that
-// Close may be called while Poll waits, to end it. Ends may be called from any
-// goroutine.
+// Close may be called while Poll waits, to end it. Ends and Waiting may be
+// called from any goroutine.
 type Feed struct {
 	path string
 	opts Options
@@ -119,6 +161,22 @@ type Feed struct {
 	prev    string          // the last epoch announced or resumed
 	pending []ingest.Record // epochs and losses to yield before more lines
 	failed  error           // an error to return from the next Poll
+	// held are files once at the path (opened as next) that a rotation moved
+	// on before the feed got to them: kept open, so that a generation seen is
+	// read even when it is deleted before its turn.
+	held []*fileSource
+	// floor, with no current file, is where in the chain of generations to
+	// start: after the checkpoint's file, gone when the feed was opened.
+	floor *chainMark
+	// lostGens are the compressed generations already reported lost.
+	lostGens map[fileID]bool
+	// passed are the files read to their end in this run and still listed
+	// among the generations: never read again.
+	passed map[fileID]bool
+
+	clock   func() time.Time // the feed's clock, for how long it did not look
+	lookGap time.Duration    // longer without a look: writes may have been missed
+	waiting atomic.Pointer[string]
 
 	end        atomic.Int64
 	watcher    *fsnotify.Watcher
@@ -135,11 +193,15 @@ var _ ingest.Feed = (*Feed)(nil)
 func New(path string, opts Options) *Feed {
 	opts = opts.withDefaults()
 	return &Feed{
-		path: path,
-		opts: opts,
-		log:  opts.Logger.With("component", "file-feed", "path", path),
-		wake: make(chan struct{}, 1),
-		done: make(chan struct{}),
+		path:     path,
+		opts:     opts,
+		log:      opts.Logger.With("component", "file-feed", "path", path),
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		lostGens: map[fileID]bool{},
+		passed:   map[fileID]bool{},
+		clock:    time.Now,
+		lookGap:  max(4*opts.PollInterval, minLookGap),
 	}
 }
 
@@ -152,8 +214,9 @@ func (f *Feed) Source() string { return f.path }
 // Open positions the feed after the checkpoint of partition 0, or at the start
 // of the file at the path for a new feed (from[0] missing or with no epoch),
 // which then yields a RecordEpoch at position 0 first. It does not wait for
-// the file to exist. It returns an error when the file or its directory cannot
-// be read, or when the feed was already opened.
+// the file to exist: a missing or unreadable file is waited for (see
+// Waiting). It returns an error when the directory cannot be listed to find
+// the checkpoint's file, or when the feed was already opened.
 func (f *Feed) Open(ctx context.Context, from map[int32]outbox.Checkpoint) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -170,7 +233,7 @@ func (f *Feed) Open(ctx context.Context, from map[int32]outbox.Checkpoint) error
 	if ok && cp.Epoch != "" {
 		err = f.resume(cp)
 	} else {
-		err = f.openPath()
+		_, err = f.begin()
 	}
 	if err != nil {
 		return fmt.Errorf("open file feed: %w", err)
@@ -309,7 +372,10 @@ func (f *Feed) Close() error {
 	f.closed = true
 	close(f.done)
 	errs := []error{f.closeSource(f.cur), f.closeSource(f.next)}
-	f.cur, f.next = nil, nil
+	for _, h := range f.held {
+		errs = append(errs, f.closeSource(h))
+	}
+	f.cur, f.next, f.held = nil, nil, nil
 	if f.watcher != nil {
 		errs = append(errs, f.watcher.Close())
 	}
@@ -325,27 +391,19 @@ func (f *Feed) closeSource(s *fileSource) error {
 	return s.close()
 }
 
-// openPath makes the file at the path, if any, the current file, read from 0
-// under an epoch not yet announced.
-func (f *Feed) openPath() error {
-	s, err := openFileSource(f.path, f.opts.MaxLine)
-	if err != nil || s == nil {
-		return err
-	}
-	f.use(s)
-	return nil
-}
-
 // use makes s the current file and watches it.
 func (f *Feed) use(s *fileSource) {
 	f.cur = s
+	s.lookedAt = f.clock()
 	f.watchFile(s.file.Name())
 }
 
 // announce gives s, whose fingerprint is known, the epoch that follows the
-// previous one, and queues its RecordEpoch.
+// previous one (or, for a file that started over in place after the rest of
+// its epoch was read from a copy, the one that follows that epoch), and
+// queues its RecordEpoch.
 func (f *Feed) announce(s *fileSource) {
-	s.epoch = nextFileEpoch(s.id, f.prev)
+	s.epoch = nextFileEpoch(s.id, cmp.Or(s.restartOf, f.prev))
 	f.prev = s.epoch
 	pos := s.split.pos
 	f.pending = append(f.pending, ingest.Record{Kind: ingest.RecordEpoch, Epoch: s.epoch, Position: pos})

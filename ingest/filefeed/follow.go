@@ -1,19 +1,32 @@
 package filefeed
 
+import (
+	"cmp"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/outboxd/outboxd/ingest"
+)
+
 // advance moves the feed on when the current file has no complete line
-// ready: it opens the file once one exists, announces its epoch once it has a
-// fingerprint, and, before reading on past an end found earlier, looks for
-// growth, truncation and rotation. It reports whether anything changed, so
-// that reading may go on.
+// ready: it opens the first file once one exists, announces a file's epoch
+// once it has a fingerprint, and, before reading on past an end found
+// earlier, looks for growth, truncation and rotation. It reports whether
+// anything changed, so that reading may go on.
 func (f *Feed) advance() (bool, error) {
 	switch {
 	case f.cur == nil:
-		err := f.openPath()
-		return f.cur != nil, err
+		return f.begin()
 	case f.cur.epoch == "":
 		return f.announceCurrent()
 	}
-	size, err := f.cur.stat()
+	c := f.cur
+	now := f.clock()
+	unwatched := now.Sub(c.lookedAt) > f.lookGap
+	before := c.mtime
+	c.lookedAt = now
+	size, err := c.stat()
 	if err != nil {
 		return false, err
 	}
@@ -22,124 +35,384 @@ func (f *Feed) advance() (bool, error) {
 	case err != nil:
 		return false, err
 	case truncated:
-		return true, f.restart(size)
+		return true, f.restart(size, before, unwatched)
 	}
-	f.cur.saw(size)
-	if size > f.cur.split.fed() {
-		f.cur.atEOF = false
+	c.saw(size)
+	if size > c.split.fed() {
+		c.atEOF = false
 		return true, nil
 	}
 	return f.rotate()
 }
 
-// announceCurrent announces the current file's epoch once the file has a
-// fingerprint. A file replaced at the path before it had one is dropped for
-// the new one: nothing of it was delivered, and without an epoch nothing of it
-// can be reported lost.
-func (f *Feed) announceCurrent() (bool, error) {
-	next, err := f.upcoming()
-	if err != nil {
-		return false, err
+// begin finds the first file to read: after a checkpoint whose file is gone,
+// the first generation modified since; otherwise (or when there is none) the
+// file at the path, once it exists.
+func (f *Feed) begin() (bool, error) {
+	if f.floor != nil {
+		g, err := f.nextGeneration(*f.floor)
+		if err != nil || g != nil {
+			if g != nil {
+				f.floor = nil
+				f.use(g)
+			}
+			return g != nil, err
+		}
 	}
-	if next != nil {
-		old := f.cur
-		f.cur, f.next = nil, nil
-		f.use(next)
-		f.log.Info("file replaced before its first line")
-		return true, old.close()
+	if f.next != nil {
+		s := f.next
+		f.next, f.floor = nil, nil
+		f.use(s)
+		return true, nil
 	}
-	fp, ok, err := f.cur.fingerprint()
-	if err != nil || !ok {
-		return false, err
+	s := f.openAtPath()
+	if s == nil {
+		return false, nil
 	}
-	f.cur.id.fp = fp
-	f.announce(f.cur)
+	f.floor = nil
+	f.use(s)
 	return true, nil
 }
 
-// truncated reports whether the current file started over in place: it is
-// shorter than what was read of it, or its first line changed (truncated and
-// written again between two looks).
-func (f *Feed) truncated(size int64) (bool, error) {
-	if size < f.cur.split.fed() {
-		return true, nil
-	}
+// announceCurrent announces the current file's epoch once the file has a
+// fingerprint. Until then, a file that another follows (the path now holds
+// another file, or a later generation is there) is passed over: its bytes,
+// if any, were a line that never completed.
+func (f *Feed) announceCurrent() (bool, error) {
 	fp, ok, err := f.cur.fingerprint()
 	if err != nil {
 		return false, err
 	}
-	return !ok || fp != f.cur.id.fp, nil
-}
-
-// restart reads the current file, truncated in place, from 0 under a new
-// epoch (announced once it has a first line), after a RecordLoss for the bytes
-// seen in it and never read.
-func (f *Feed) restart(size int64) error {
-	c := f.cur
-	if c.unread() {
-		f.lose(c.epoch, c.split.pos, c.seen, LossTruncated)
+	if ok {
+		f.cur.id.fp = fp
+		f.announce(f.cur)
+		return true, nil
 	}
-	f.log.Info("file truncated", logEpoch, c.epoch, logFrom, c.split.pos, "size", size)
-	c.epoch, c.id.fp, c.seen = "", "", size
-	return c.seek(0)
-}
-
-// rotate switches to the file now at the path once it has a fingerprint. The
-// caller has read the current file to its end: what was seen past its last
-// complete line is reported lost. It reports whether it switched.
-func (f *Feed) rotate() (bool, error) {
-	next, err := f.upcoming()
-	if err != nil || next == nil {
+	if _, err := f.cur.stat(); err != nil {
 		return false, err
 	}
-	if next.id.fp == "" {
-		fp, ok, err := next.fingerprint()
-		if err != nil || !ok {
-			return false, err
-		}
-		next.id.fp = fp
+	f.cur.saw(f.cur.size)
+	return f.rotate()
+}
+
+// truncated reports whether the current file started over in place: it is
+// shorter than what was read of it, its first line changed, or the bytes
+// before the read position are no longer the last line read (truncated and
+// written again past the position between two looks).
+func (f *Feed) truncated(size int64) (bool, error) {
+	c := f.cur
+	if size < c.split.fed() {
+		return true, nil
 	}
+	fp, ok, err := c.fingerprint()
+	if err != nil || !ok || fp != c.id.fp {
+		return err == nil, err
+	}
+	same, err := c.holds(c.lastLineTail(), c.split.pos)
+	return !same, err
+}
+
+// restart reads the current file, which started over in place, from 0 under
+// a new epoch (announced once it has a first line). The rest of its old
+// epoch is read first from a copy, when there is one (copytruncate);
+// otherwise it is a RecordLoss of unknown extent when bytes past the
+// position had been seen or the feed had not looked for a while (unwatched),
+// since then writes may have come and gone unseen. before is the file's
+// modification time as last seen before the truncation.
+func (f *Feed) restart(size int64, before time.Time, unwatched bool) error {
+	c := f.cur
+	want := copyWant{
+		of: c.id, pos: c.split.pos, size: c.seen, tail: c.lastLineTail(), since: before,
+	}
+	cp, err := f.findCopy(want)
+	if err != nil {
+		return err
+	}
+	old := c.epoch
+	f.log.Info("file truncated", logEpoch, old, logFrom, c.split.pos, "size", size)
+	c.epoch, c.id.fp, c.seen, c.restartOf = "", "", size, old
+	c.last = fileLine{}
+	if err := c.seek(0); err != nil {
+		return err
+	}
+	if cp != nil {
+		return f.readCopy(cp, c, old, want.pos)
+	}
+	if want.size > want.pos || unwatched {
+		f.lose(old, want.pos, ingest.UnknownPosition, LossTruncated)
+		return nil
+	}
+	f.log.Warn("file truncated after every byte seen had been read, and no copy found: "+
+		"nothing is known lost, but bytes written after the last look would be",
+		logEpoch, old, logFrom, want.pos)
+	return nil
+}
+
+// readCopy makes cp, the copy of the file whose epoch old was read to pos,
+// the current file from pos, in that epoch. then, the file itself started
+// over in place, follows it (nil: the next file stays as it is).
+func (f *Feed) readCopy(cp, then *fileSource, old string, pos int64) error {
+	f.log.Info("reading the rest of the truncated file from its copy", logFile, cp.file.Name(), logEpoch, old, logFrom, pos)
+	cp.epoch = old
+	if err := cp.seek(pos); err != nil {
+		return errors.Join(err, cp.close())
+	}
+	f.cur = nil
+	if then != nil {
+		if f.next != nil && f.next != then {
+			f.held = append(f.held, f.next)
+		}
+		f.next = then
+	}
+	f.use(cp)
+	return nil
+}
+
+// rotate moves on from the current file, read to its end, when another file
+// follows it: the next generation after it, else the file now at the path
+// once that has a fingerprint (until then the writer may still be finishing
+// the current file). What was seen past the current file's last complete
+// line is reported lost. It reports whether it moved on. With nothing to
+// move on to and no file at the path, the feed is waiting for it.
+func (f *Feed) rotate() (bool, error) {
+	next, here, why, err := f.upcoming()
+	if err != nil || here {
+		return false, err
+	}
+	g, err := f.nextGeneration(markOf(f.cur))
+	if err != nil {
+		return false, err
+	}
+	if g != nil {
+		return true, f.switchTo(g)
+	}
+	if next == nil {
+		f.setWaiting(why)
+		return false, nil
+	}
+	if _, ok, err := next.fingerprint(); err != nil || !ok {
+		return false, err
+	}
+	return true, f.switchTo(next)
+}
+
+// switchTo closes the current file, read to its end, and makes s the
+// current one, announcing its epoch when it has a fingerprint. The
+// fingerprint is read again: s may have been open for a while (the next
+// file, a held one) and have started over in place since.
+func (f *Feed) switchTo(s *fileSource) error {
+	fp, ok, err := s.fingerprint()
+	if err != nil {
+		return err
+	}
+	s.id.fp = ""
+	if ok {
+		s.id.fp = fp
+	}
+	if _, err := s.stat(); err != nil {
+		return err
+	}
+	s.seen = s.size
 	old := f.cur
 	if old.unread() {
-		f.lose(old.epoch, old.split.pos, old.seen, LossUnterminated)
+		f.lose(cmp.Or(old.epoch, unannouncedEpoch(old)), old.split.pos, old.seen, LossUnterminated)
 	}
-	f.log.Info("file rotated", logEpoch, old.epoch, logTo, old.split.pos)
-	f.cur, f.next = nil, nil
-	f.use(next)
-	f.announce(next)
-	return true, old.close()
+	f.log.Info("file rotated", logEpoch, old.epoch, logTo, old.split.pos, "next", s.file.Name())
+	f.passed[inodeOf(old.id)] = true
+	f.cur = nil
+	if s == f.next {
+		f.next = nil
+	}
+	f.use(s)
+	if s.id.fp != "" {
+		f.announce(s)
+	}
+	return old.close()
 }
 
-// upcoming returns the file now at the path when it is another file than the
-// current one, or nil. It opens that file once and keeps it in f.next.
-func (f *Feed) upcoming() (*fileSource, error) {
+// unannouncedEpoch is the identity a file that never had a first line is
+// reported under: its device and inode, and the hash of what it held.
+func unannouncedEpoch(s *fileSource) string {
+	buf := make([]byte, min(s.seen, fingerprintSize))
+	n, _ := s.file.ReadAt(buf, 0)
+	id := s.id
+	id.fp = hashHex(buf[:n])
+	return id.String()
+}
+
+// upcoming returns the file now at the path when it is another file than
+// the current one (opened once and kept in f.next), or nil with why there is
+// none (missing, or it cannot be opened); here reports that the path still
+// holds the current file.
+func (f *Feed) upcoming() (next *fileSource, here bool, why, err error) {
 	fi, err := statPath(f.path)
-	if err != nil {
-		return nil, err
+	if err != nil || fi == nil {
+		return nil, false, cmp.Or(err, errMissing), nil
 	}
-	switch {
-	case fi == nil || fileIDOf(fi).sameInode(f.cur.id):
-		return nil, f.dropNext()
-	case f.next != nil && fileIDOf(fi).sameInode(f.next.id):
-		return f.next, nil
+	switch id := fileIDOf(fi); {
+	case id.sameInode(f.cur.id):
+		f.setWaiting(nil)
+		return nil, true, nil, nil
+	case f.next != nil && id.sameInode(f.next.id):
+		return f.next, false, nil, nil
 	}
-	if err := f.dropNext(); err != nil {
-		return nil, err
+	s, why := f.openPathFile()
+	if s == nil {
+		return nil, false, why, nil
 	}
-	next, err := openFileSource(f.path, f.opts.MaxLine)
-	if err != nil || next == nil {
-		return nil, err
+	f.setWaiting(nil)
+	if s.id.sameInode(f.cur.id) { // the path changed again since the stat
+		return nil, true, nil, s.close()
 	}
-	if next.id.sameInode(f.cur.id) { // the path changed again since the stat
-		return nil, next.close()
+	if f.next != nil {
+		// Rotated away before its turn: kept open, it is read as a
+		// generation even if deleted meanwhile.
+		f.held = append(f.held, f.next)
 	}
-	f.next = next
-	return next, nil
+	f.next = s
+	return s, false, nil, nil
 }
 
-// dropNext closes the file kept as the next one, if any.
-func (f *Feed) dropNext() error {
-	err := f.closeSource(f.next)
-	f.next = nil
-	return err
+// nextGeneration opens the oldest generation after m that can be read, and
+// returns nil when none follows m. Compressed generations on the way are
+// reported lost (LossCompressed, once each) and passed.
+func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
+	for range listTries {
+		gens, err := listGenerations(f.path)
+		if err != nil {
+			return nil, err
+		}
+		f.forgetPassed(gens)
+		renamed := false
+		for _, g := range f.withHeld(m.after(f.markHeld(gens)), gens) {
+			if f.passed[inodeOf(g.id)] {
+				continue // read in this run already: ties in time can put it after the mark
+			}
+			copying, err := f.copyInProgress(g)
+			if err != nil {
+				return nil, err
+			}
+			if copying {
+				continue
+			}
+			if g.compressed {
+				f.loseCompressed(g, "", 0)
+				continue
+			}
+			s, err := openGeneration(g, f.opts.MaxLine)
+			if err != nil {
+				return nil, err
+			}
+			if s == nil {
+				renamed = true
+				break
+			}
+			f.unhold(s)
+			return s, nil
+		}
+		if !renamed {
+			return nil, nil
+		}
+	}
+	return nil, nil
+}
+
+// copyInProgress reports whether g holds nothing but a prefix of the file
+// at the path (f.next): a copy being made of it, or made before a
+// copytruncate truncates it. Its lines are the file's own, read there; once
+// the file is truncated, the copy is found as one (see findCopy). Read as a
+// generation of its own, they would be read twice.
+func (f *Feed) copyInProgress(g generation) (bool, error) {
+	if g.compressed || g.held != nil || f.next == nil || g.size > f.next.size {
+		return false, nil
+	}
+	s, err := openGeneration(g, f.opts.MaxLine)
+	if err != nil || s == nil {
+		return false, err
+	}
+	defer s.close()
+	if _, err := f.next.stat(); err != nil {
+		return false, err
+	}
+	head := min(s.size, compareMax)
+	same, err := sameBytes(s, f.next, 0, head)
+	if err != nil || !same || head == s.size {
+		return same, err
+	}
+	return sameBytes(s, f.next, max(s.size-tailSize, head), s.size)
+}
+
+// inodeOf is id without its fingerprint: the key of a file on disk.
+func inodeOf(id fileID) fileID { return fileID{dev: id.dev, ino: id.ino} }
+
+// forgetPassed drops from the files read (or reported lost) in this run
+// those no longer listed: once gone, their inodes may be reused by new files.
+func (f *Feed) forgetPassed(gens []generation) {
+	for _, set := range []map[fileID]bool{f.passed, f.lostGens} {
+		for id := range set {
+			if !slices.ContainsFunc(gens, func(g generation) bool { return g.id.sameInode(id) }) {
+				delete(set, id)
+			}
+		}
+	}
+}
+
+// markHeld marks the generations the feed has open already (held files, and
+// f.next once rotated away: the listing leaves out only the file at the
+// path), so that they are read through the open file.
+func (f *Feed) markHeld(gens []generation) []generation {
+	for i := range gens {
+		for _, h := range append([]*fileSource{f.next}, f.held...) {
+			if h != nil && gens[i].id.sameInode(h.id) {
+				gens[i].held = h
+			}
+		}
+	}
+	return gens
+}
+
+// withHeld adds to after, the generations after the current file, the held
+// files the listing does not have (deleted since they were at the path), by
+// their modification time: each was at the path after the current file was,
+// so it follows the current file whatever its time.
+func (f *Feed) withHeld(after, listed []generation) []generation {
+	for _, h := range f.held {
+		if slices.ContainsFunc(listed, func(g generation) bool { return g.id.sameInode(h.id) }) {
+			continue
+		}
+		if _, err := h.stat(); err != nil {
+			continue
+		}
+		g := generation{name: h.file.Name(), id: h.id, size: h.size, mtime: h.mtime, held: h}
+		i := 0
+		for i < len(after) && !after[i].mtime.After(g.mtime) {
+			i++
+		}
+		after = slices.Insert(slices.Clone(after), i, g)
+	}
+	return after
+}
+
+// unhold forgets s as a held file (or the next one), once it is read.
+func (f *Feed) unhold(s *fileSource) {
+	f.held = slices.DeleteFunc(f.held, func(h *fileSource) bool { return h == s })
+	if f.next == s {
+		f.next = nil
+	}
+}
+
+// loseCompressed reports the compressed generation g lost, once: in epoch
+// (from from) when it holds the rest of that epoch's file, else in its own
+// identity from 0.
+func (f *Feed) loseCompressed(g generation, epoch string, from int64) {
+	key := inodeOf(g.id)
+	if f.lostGens[key] {
+		return
+	}
+	f.lostGens[key] = true
+	if epoch == "" {
+		epoch = compressedEpoch(g)
+	}
+	f.log.Warn("generation compressed before it was read; compressed files are not read", logFile, g.name)
+	f.lose(epoch, from, ingest.UnknownPosition, LossCompressed)
 }

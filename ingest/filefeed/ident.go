@@ -50,9 +50,14 @@ func fileFingerprint(prefix []byte) (fp string, ok bool) {
 	case len(prefix) < fingerprintSize:
 		return "", false
 	}
+	return hashHex(prefix), true
+}
+
+// hashHex is the hex FNV-64a of b, the hash fingerprints are made of.
+func hashHex(b []byte) string {
 	h := fnv.New64a()
-	h.Write(prefix) // a hash.Hash never returns an error
-	return fmt.Sprintf("%016x", h.Sum64()), true
+	h.Write(b) // a hash.Hash never returns an error
+	return fmt.Sprintf("%016x", h.Sum64())
 }
 
 // readFingerprint reads the start of f into buf (at least fingerprintSize

@@ -1,11 +1,13 @@
 package filefeed
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"time"
 )
 
 // fileReadSize is the size of a file source's reusable read buffer: one read
@@ -23,6 +25,15 @@ type fileSource struct {
 	size  int64  // the file's size as last seen
 	seen  int64  // the largest size seen in this epoch: what a loss runs to
 	atEOF bool   // the last read found the end: look at the file before reading on
+
+	mtime    time.Time // the modification time as last seen
+	lookedAt time.Time // when the feed last looked at the file's size (the feed's clock)
+	last     fileLine  // the last complete line read: evidence of what ends at split.pos
+	// restartOf is the epoch the file had before it started over in place,
+	// when the feed read the rest of that epoch from a copy first: the new
+	// epoch's generation counts on from it.
+	restartOf string
+	tailBuf   []byte // reused to compare the bytes before split.pos
 }
 
 // openFileSource opens the file at path, with its identity (the fingerprint
@@ -49,8 +60,11 @@ func newFileSource(file *os.File, maxLine int) (*fileSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stat %s: %w", file.Name(), err)
 	}
+	if fi.IsDir() {
+		return nil, fmt.Errorf("open %s: %w", file.Name(), errIsDir)
+	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("open %s: not a regular file", file.Name())
+		return nil, fmt.Errorf("open %s: %w", file.Name(), errNotRegular)
 	}
 	s := &fileSource{
 		file:  file,
@@ -60,6 +74,7 @@ func newFileSource(file *os.File, maxLine int) (*fileSource, error) {
 		fpBuf: make([]byte, fingerprintSize),
 		size:  fi.Size(),
 		seen:  fi.Size(),
+		mtime: fi.ModTime(),
 	}
 	fp, ok, err := s.fingerprint()
 	if err != nil {
@@ -94,7 +109,7 @@ func (s *fileSource) stat() (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("stat %s: %w", s.file.Name(), err)
 	}
-	s.size = fi.Size()
+	s.size, s.mtime = fi.Size(), fi.ModTime()
 	return s.size, nil
 }
 
@@ -106,9 +121,17 @@ func (s *fileSource) saw(size int64) { s.seen = max(s.seen, size) }
 func (s *fileSource) next() (l fileLine, ok bool, err error) {
 	for {
 		if l, ok := s.split.next(); ok {
+			s.last = l
 			return l, true, nil
 		}
 		n, err := s.file.Read(s.buf)
+		if n > 0 && !s.sameStart() {
+			// Truncated (and written again) while it was read: these bytes
+			// may be the new content's, past its own start. Drop them and
+			// let the next look see the truncation.
+			s.atEOF = true
+			return fileLine{}, false, nil
+		}
 		if n > 0 {
 			s.split.push(s.buf[:n])
 			s.size = max(s.size, s.split.fed())
@@ -123,8 +146,64 @@ func (s *fileSource) next() (l fileLine, ok bool, err error) {
 	}
 }
 
+// sameStart reports whether the file still starts with the first line it
+// had when its epoch began. Checked after each read that returned bytes: a
+// chunk read before a truncation is the file's; one read (even partly)
+// after it shows, since the file then starts otherwise (or is empty). A
+// file truncated and written again with the same first line is the limit
+// of what a look can tell.
+func (s *fileSource) sameStart() bool {
+	fp, ok, err := s.fingerprint()
+	return err == nil && ok && fp == s.id.fp
+}
+
 // unread reports whether bytes were seen past the last complete line.
 func (s *fileSource) unread() bool { return s.seen > s.split.pos }
+
+// tailSize bounds the bytes of the last line compared by holds.
+const tailSize = 64
+
+// lastLineTail returns the bytes the file held just before split.pos, as far
+// as the feed knows them: the end of the last line read (at most tailSize
+// bytes of it) with its "\r\n" or "\n"; just "\n" when the line was longer
+// than the limit (its end was never kept) or when no line was read in this
+// run but the position follows one; nothing at position 0.
+func (s *fileSource) lastLineTail() []byte {
+	pos := s.split.pos
+	if pos == 0 {
+		return nil
+	}
+	if s.last.end != pos || s.last.tooLong {
+		return []byte{'\n'}
+	}
+	v := s.last.value[max(len(s.last.value)-tailSize, 0):]
+	tail := append(make([]byte, 0, len(v)+2), v...)
+	if s.last.cr {
+		tail = append(tail, '\r')
+	}
+	return append(tail, '\n')
+}
+
+// holds reports whether the file holds tail just before pos: the bytes the
+// feed read there are still there, so it did not start over in place.
+func (s *fileSource) holds(tail []byte, pos int64) (bool, error) {
+	if len(tail) == 0 {
+		return true, nil
+	}
+	start := pos - int64(len(tail))
+	if start < 0 {
+		return false, nil
+	}
+	if cap(s.tailBuf) < len(tail) {
+		s.tailBuf = make([]byte, tailSize+2)
+	}
+	buf := s.tailBuf[:len(tail)]
+	n, err := s.file.ReadAt(buf, start)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, fmt.Errorf("read %s at %d: %w", s.file.Name(), start, err)
+	}
+	return bytes.Equal(buf[:n], tail), nil
+}
 
 func (s *fileSource) close() error {
 	if err := s.file.Close(); err != nil {

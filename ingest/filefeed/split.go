@@ -13,6 +13,8 @@ type fileLine struct {
 	size int64
 	// tooLong is set when size is over the limit and value holds its start.
 	tooLong bool
+	// cr is set when a "\r" before the "\n" was dropped from value.
+	cr bool
 }
 
 // lineSplitter cuts a byte stream, given in chunks of any size, into lines
@@ -87,10 +89,11 @@ func (s *lineSplitter) keep(b []byte) {
 // cut makes the line of length n (without "\n") whose first bytes are head
 // and whose last byte is last.
 func (s *lineSplitter) cut(head []byte, n int64, last byte) fileLine {
-	if last == '\r' {
+	cr := last == '\r'
+	if cr {
 		n--
 	}
-	l := fileLine{end: s.pos, size: n}
+	l := fileLine{end: s.pos, size: n, cr: cr}
 	if n > int64(s.max) {
 		l.tooLong, n = true, int64(s.max)
 	}

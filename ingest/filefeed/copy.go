@@ -1,0 +1,109 @@
+package filefeed
+
+import (
+	"errors"
+	"time"
+)
+
+// copyWant describes the copy of a file that started over in place.
+type copyWant struct {
+	of    fileID    // the file: the copy has its fingerprint, on another inode
+	pos   int64     // where reading stood in it: the copy is read on from there
+	size  int64     // what was seen of the file: the copy holds at least this much
+	tail  []byte    // the bytes the copy holds just before pos (see holds)
+	since time.Time // when the file was last seen intact
+	// madeSince takes only a copy modified since since, never one older of
+	// the size seen.
+	madeSince bool
+}
+
+// findCopy returns the copy of the file want describes, opened, or nil. A
+// copy is a generation of the path (see listGenerations), not compressed, on
+// another inode than the file, with the file's fingerprint, at least as long
+// as the position and what was seen, and holding tail just before the
+// position: running, the end of the last line read; opened from a
+// checkpoint, a "\n" (a line ended there). Copies of earlier epochs (an
+// earlier copytruncate) may match that too when lines repeat: of the
+// matches, the oldest modified since want.since is the copy (a copy made or
+// written to after the file was last seen intact), else the newest whose
+// size is exactly what was seen (a copy of the file as seen, modified
+// before: a copy keeping the file's time, of a file not written since).
+func (f *Feed) findCopy(want copyWant) (*fileSource, error) {
+	for range listTries {
+		matches, renamed, err := f.copies(want)
+		if err != nil || renamed {
+			if err := errors.Join(err, closeAll(matches, nil)); err != nil {
+				return nil, err
+			}
+			continue // a rotation renamed a candidate since the listing: list again
+		}
+		chosen := chooseCopy(matches, want)
+		return chosen, closeAll(matches, chosen)
+	}
+	return nil, nil
+}
+
+// copies returns the generations that match want, opened, oldest first;
+// renamed reports that one was renamed between the listing and its opening.
+func (f *Feed) copies(want copyWant) (matches []*fileSource, renamed bool, err error) {
+	gens, err := listGenerations(f.path)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, g := range gens {
+		if g.compressed || g.held != nil || g.id.sameInode(want.of) || g.size < max(want.pos, want.size) {
+			continue
+		}
+		s, moved, err := f.openCopy(g, want)
+		if err != nil || moved {
+			return matches, moved, err
+		}
+		if s != nil {
+			matches = append(matches, s)
+		}
+	}
+	return matches, false, nil
+}
+
+// closeAll closes the files of matches but keep.
+func closeAll(matches []*fileSource, keep *fileSource) error {
+	var errs []error
+	for _, m := range matches {
+		if m != keep {
+			errs = append(errs, m.close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// openCopy opens g and returns it when it is a copy of want's file; moved
+// reports that g's name holds another file now.
+func (f *Feed) openCopy(g generation, want copyWant) (s *fileSource, moved bool, err error) {
+	s, err = openGeneration(g, f.opts.MaxLine)
+	if err != nil || s == nil {
+		return nil, err == nil, err
+	}
+	if s.id.fp != want.of.fp {
+		return nil, false, s.close()
+	}
+	ok, err := s.holds(want.tail, want.pos)
+	if err != nil || !ok {
+		return nil, false, errors.Join(err, s.close())
+	}
+	return s, false, nil
+}
+
+// chooseCopy picks the copy among matches (oldest first), as findCopy says.
+func chooseCopy(matches []*fileSource, want copyWant) *fileSource {
+	for _, m := range matches {
+		if !m.mtime.Before(want.since) {
+			return m
+		}
+	}
+	for i := len(matches) - 1; i >= 0 && !want.madeSince; i-- {
+		if matches[i].size == want.size {
+			return matches[i]
+		}
+	}
+	return nil
+}

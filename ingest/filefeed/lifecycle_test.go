@@ -1,0 +1,916 @@
+package filefeed
+
+import (
+	"compress/gzip"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// identityOf returns the identity of the file name (plain, no generation).
+func (ff *ffFile) identityOf(name string) fileID {
+	ff.t.Helper()
+	fi, err := os.Stat(name)
+	if err != nil {
+		ff.t.Fatal(err)
+	}
+	data, err := os.ReadFile(name)
+	if err != nil {
+		ff.t.Fatal(err)
+	}
+	id := fileIDOf(fi)
+	fp, ok := fileFingerprint(data)
+	if !ok {
+		ff.t.Fatalf("%s has no fingerprint yet", name)
+	}
+	id.fp = fp
+	return id
+}
+
+// epochOf returns the plain epoch of the file name.
+func (ff *ffFile) epochOf(name string) string { return ff.identityOf(name).String() }
+
+// rotate rotates the numbered way (logrotate's default, Python's
+// RotatingFileHandler): every path.N becomes path.N+1, oldest first, then
+// the path becomes path.1. The next write creates the path again.
+func (ff *ffFile) rotate() {
+	ff.t.Helper()
+	n := 0
+	for {
+		if _, err := os.Stat(ff.path + "." + strconv.Itoa(n+1)); err != nil {
+			break
+		}
+		n++
+	}
+	for ; n >= 1; n-- {
+		if err := os.Rename(ff.path+"."+strconv.Itoa(n), ff.path+"."+strconv.Itoa(n+1)); err != nil {
+			ff.t.Fatal(err)
+		}
+	}
+	ff.rename(".1")
+}
+
+// copyTruncate does what logrotate's copytruncate does: copies the file to
+// path+suffix, then truncates the file in place.
+func (ff *ffFile) copyTruncate(suffix string) string {
+	ff.t.Helper()
+	data, err := os.ReadFile(ff.path)
+	if err != nil {
+		ff.t.Fatal(err)
+	}
+	to := ff.path + suffix
+	if err := os.WriteFile(to, data, 0o644); err != nil {
+		ff.t.Fatal(err)
+	}
+	ff.truncate(0)
+	return to
+}
+
+// gzip compresses name to name.gz, keeping its modification time as gzip
+// and logrotate do, and removes name.
+func (ff *ffFile) gzip(name string) string {
+	ff.t.Helper()
+	fi, err := os.Stat(name)
+	if err != nil {
+		ff.t.Fatal(err)
+	}
+	in, err := os.Open(name)
+	if err != nil {
+		ff.t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.Create(name + ".gz")
+	if err != nil {
+		ff.t.Fatal(err)
+	}
+	zw := gzip.NewWriter(out)
+	if _, err := io.Copy(zw, in); err != nil {
+		ff.t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		ff.t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		ff.t.Fatal(err)
+	}
+	if err := os.Chtimes(name+".gz", fi.ModTime(), fi.ModTime()); err != nil {
+		ff.t.Fatal(err)
+	}
+	if err := os.Remove(name); err != nil {
+		ff.t.Fatal(err)
+	}
+	return name + ".gz"
+}
+
+// gzEpochOf is the epoch of the compressed file name: its own device and
+// inode, and the fingerprint of what it holds uncompressed.
+func (ff *ffFile) gzEpochOf(name string) string {
+	ff.t.Helper()
+	fi, err := os.Stat(name)
+	if err != nil {
+		ff.t.Fatal(err)
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		ff.t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		ff.t.Fatal(err)
+	}
+	data, err := io.ReadAll(zr)
+	if err != nil {
+		ff.t.Fatal(err)
+	}
+	id := fileIDOf(fi)
+	fp, ok := fileFingerprint(data)
+	if !ok {
+		ff.t.Fatalf("%s holds no fingerprint", name)
+	}
+	id.fp = fp
+	return id.String()
+}
+
+// touch sets the modification time of each name to at.
+func (ff *ffFile) touch(at time.Time, names ...string) {
+	ff.t.Helper()
+	for _, n := range names {
+		if err := os.Chtimes(n, at, at); err != nil {
+			ff.t.Fatal(err)
+		}
+	}
+}
+
+// ffStoredAt is the checkpoint the loop stores at at.
+func ffStoredAt(epoch string, pos, end int64, at time.Time) outbox.Checkpoint {
+	return outbox.Checkpoint{Epoch: epoch, Position: pos, End: end, UpdatedAt: at.UnixNano()}
+}
+
+// ffClock is a clock a test moves by hand: the feed measures how long it
+// was not looking at its file by it.
+type ffClock struct{ now time.Time }
+
+func (c *ffClock) Now() time.Time { return c.now }
+
+// pause makes f believe it was not polled for d (as under SIGSTOP).
+func ffPause(f *Feed, d time.Duration) *ffClock {
+	c := &ffClock{now: time.Now()}
+	f.mu.Lock()
+	f.clock = c.Now
+	if f.cur != nil {
+		f.cur.lookedAt = c.now
+	}
+	f.mu.Unlock()
+	c.now = c.now.Add(d)
+	return c
+}
+
+// TestFeed_Generations follows the chains of generations rotation schemes
+// leave beside the path, while stopped and while running.
+func TestFeed_Generations(t *testing.T) {
+	t.Run("NumberedWhileStopped", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a1\na2\n")
+		e0 := ff.epoch()
+		cp := ffStoredAt(e0, 3, 6, time.Now())
+		ff.write("a3\n") // after the checkpoint: unread
+		ff.rotate()
+		ff.write("b1\nb2\n")
+		e1 := ff.epoch()
+		ff.rotate()
+		ff.write("c1\n")
+		e2 := ff.epoch()
+		ff.rotate()
+		ff.write("d1\n")
+		e3 := ff.epoch()
+		f := ff.open(cp)
+		recs := ffExpect(t, f, ffItem(e0, 6, "a2"), ffItem(e0, 9, "a3"),
+			ffEpochRec(e1), ffItem(e1, 3, "b1"), ffItem(e1, 6, "b2"),
+			ffEpochRec(e2), ffItem(e2, 3, "c1"),
+			ffEpochRec(e3), ffItem(e3, 3, "d1"))
+		ffRestart(t, ff, recs[len(recs)-1])
+	})
+	t.Run("NumberedTiedTimes", func(t *testing.T) {
+		t.Parallel()
+		// Rotations faster than the file system's clock: every generation
+		// has the same modification time, the suffix orders them.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		e0 := ff.epoch()
+		cp := ffStoredAt(e0, 3, 3, time.Now())
+		ff.rotate()
+		ff.write("b1\n")
+		e1 := ff.epoch()
+		ff.rotate()
+		ff.write("c1\n")
+		e2 := ff.epoch()
+		ff.rotate()
+		ff.write("d1\n")
+		e3 := ff.epoch()
+		ff.rotate()
+		ff.write("e1\n")
+		e4 := ff.epoch()
+		tie := time.Now().Add(time.Second)
+		ff.touch(tie, ff.path+".1", ff.path+".2", ff.path+".3", ff.path+".4", ff.path)
+		f := ff.open(cp)
+		ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "c1"),
+			ffEpochRec(e3), ffItem(e3, 3, "d1"), ffEpochRec(e4), ffItem(e4, 3, "e1"))
+	})
+	t.Run("TimesOrderBeforeNames", func(t *testing.T) {
+		t.Parallel()
+		// Distinct modification times order the generations whatever
+		// their names say.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		e0 := ff.epoch()
+		cp := ffStoredAt(e0, 3, 3, time.Now())
+		older := ff.rename(".7")
+		ff.write("b1\n")
+		e1 := ff.epoch()
+		newer := ff.rename(".9")
+		ff.write("c1\n")
+		e2 := ff.epoch()
+		base := time.Now().Add(time.Second)
+		ff.touch(base, older)
+		ff.touch(base.Add(time.Second), newer)
+		f := ff.open(cp)
+		ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "c1"))
+	})
+	for _, scheme := range []struct{ name, sep string }{
+		{"Dated", "-20261201"}, // logrotate's dateext
+		{"DatedDots", ".2026-12-01"},
+		{"DatedUnderscore", "_2026-12-01_13-00-00"},
+	} {
+		t.Run(scheme.name+"WhileStopped", func(t *testing.T) {
+			t.Parallel()
+			ff := ffNewFile(t)
+			ff.write("a1\na2\n")
+			e0 := ff.epoch()
+			cp := ffStoredAt(e0, 3, 6, time.Now())
+			first := ff.rename(scheme.sep)
+			ff.write("b1\n")
+			e1 := ff.epoch()
+			second := ff.rename(scheme.sep[:len(scheme.sep)-1] + "9") // later the same day
+			ff.write("c1\n")
+			e2 := ff.epoch()
+			ff.touch(time.Now().Add(time.Second), first, second, ff.path) // tied: the names order them
+			f := ff.open(cp)
+			recs := ffExpect(t, f, ffItem(e0, 6, "a2"), ffEpochRec(e1), ffItem(e1, 3, "b1"),
+				ffEpochRec(e2), ffItem(e2, 3, "c1"))
+			ffRestart(t, ff, recs[len(recs)-1])
+		})
+	}
+	t.Run("SameHeaderInEveryGeneration", func(t *testing.T) {
+		t.Parallel()
+		// A CSV header starts every generation: later generations look
+		// like copies of the checkpoint's file, and are not taken for one.
+		ff := ffNewFile(t)
+		ff.write("acct,amt\na,1\n")
+		e0 := ff.epoch()
+		at := time.Now()
+		cp := ffStoredAt(e0, 13, 13, at)
+		ff.write("b,2\n")
+		ff.rotate()
+		ff.write("acct,amt\nc,3\nd,4\n")
+		ff.rotate()
+		ff.write("acct,amt\ne,5\n")
+		ff.touch(at.Add(time.Second), ff.path+".1", ff.path+".2", ff.path)
+		e1, e2 := ff.epochOf(ff.path+".1"), ff.epoch()
+		f := ff.open(cp)
+		ffExpect(t, f, ffItem(e0, 17, "b,2"), ffEpochRec(e1), ffItem(e1, 9, "acct,amt"), ffItem(e1, 13, "c,3"), ffItem(e1, 17, "d,4"),
+			ffEpochRec(e2), ffItem(e2, 9, "acct,amt"), ffItem(e2, 13, "e,5"))
+	})
+	t.Run("ReadGenerationsNotReadAgain", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		ff.rotate() // read to its end before the checkpoint
+		ff.write("b1\nb2\n")
+		e1 := ff.epoch()
+		cp := ffStoredAt(e1, 3, 6, time.Now())
+		ff.rotate()
+		ff.write("c1\n")
+		e2 := ff.epoch()
+		ff.touch(time.Now().Add(time.Second), ff.path+".1", ff.path+".2", ff.path) // tied
+		f := ff.open(cp)
+		ffExpect(t, f, ffItem(e1, 6, "b2"), ffEpochRec(e2), ffItem(e2, 3, "c1"))
+	})
+	t.Run("SeveralRotationsBetweenPolls", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		e0 := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e0), ffItem(e0, 3, "a1"))
+		// No Poll runs: the feed does not look until the next one.
+		ff.write("a2\n")
+		ff.rotate()
+		ff.write("b1\n")
+		e1 := ff.epoch()
+		ff.rotate()
+		ff.write("c1\nc2\n")
+		e2 := ff.epoch()
+		ff.rotate()
+		ff.write("d1\n")
+		e3 := ff.epoch()
+		recs := ffExpect(t, f, ffItem(e0, 6, "a2"), ffEpochRec(e1), ffItem(e1, 3, "b1"),
+			ffEpochRec(e2), ffItem(e2, 3, "c1"), ffItem(e2, 6, "c2"), ffEpochRec(e3), ffItem(e3, 3, "d1"))
+		// And again, with the generation read last renamed on the way.
+		ff.rotate()
+		ff.write("e1\n")
+		e4 := ff.epoch()
+		ff.rotate()
+		ff.write("f1\n")
+		e5 := ff.epoch()
+		recs = ffExpect(t, f, ffEpochRec(e4), ffItem(e4, 3, "e1"), ffEpochRec(e5), ffItem(e5, 3, "f1"))
+		ffRestart(t, ff, recs[len(recs)-1])
+	})
+	t.Run("RotatedGenerationDeletedWhileRead", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		e0 := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e0), ffItem(e0, 3, "a1"))
+		ff.write("a2\n")
+		ff.rotate()
+		ff.write("b1\n")
+		e1 := ff.epoch()
+		ff.rotate()
+		if err := os.Remove(ff.path + ".2"); err != nil { // rotate 1: the oldest goes, still open here
+			t.Fatal(err)
+		}
+		ff.write("c1\n")
+		e2 := ff.epoch()
+		ffExpect(t, f, ffItem(e0, 6, "a2"), ffEpochRec(e1), ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "c1"))
+	})
+	t.Run("OpenFileDeletedBeforeItsTurn", func(t *testing.T) {
+		t.Parallel()
+		// The feed opened the file at the path while a generation before it
+		// was still to read; that file is then rotated away and deleted
+		// before its turn: it is read from the open file.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		e0 := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e0), ffItem(e0, 3, "a1"))
+		ff.rotate()
+		ff.write("b1\n")
+		e1 := ff.epoch()
+		ff.rotate()
+		ff.write("c1\n")
+		e2 := ff.epoch()
+		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffEpochRec(e1) {
+			t.Fatalf("got %v, want the epoch of the generation after the first", got)
+		}
+		ff.rotate()
+		ff.touch(time.Now().Add(time.Second), ff.path+".1", ff.path+".2") // tied with the generation read
+		if err := os.Remove(ff.path + ".1"); err != nil {
+			t.Fatal(err)
+		}
+		ff.write("d1\n")
+		e3 := nextFileEpoch(ff.identity(), e2)
+		ffExpect(t, f, ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "c1"), ffEpochRec(e3), ffItem(e3, 3, "d1"))
+	})
+	t.Run("OpenFileTruncatedBeforeItsTurn", func(t *testing.T) {
+		t.Parallel()
+		// The feed opened the file at the path while a generation before it
+		// was still to read; that file is then copied and truncated: its
+		// copy holds what it had, read in the copy's identity, and the file
+		// is read with what it holds now.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		e0 := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e0), ffItem(e0, 3, "a1"))
+		ff.rotate()
+		ff.write("b1\n")
+		e1 := ff.epoch()
+		ff.rotate()
+		ff.write("c1\n")
+		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffEpochRec(e1) {
+			t.Fatalf("got %v, want the epoch of the generation after the first", got)
+		}
+		ff.rotateCopies()
+		cpy := ff.copyTruncate(".1")
+		ff.write("dd1\n")
+		eCopy, e2 := ff.epochOf(cpy), ff.epoch()
+		ffExpect(t, f, ffItem(e1, 3, "b1"), ffEpochRec(eCopy), ffItem(eCopy, 3, "c1"), ffEpochRec(e2), ffItem(e2, 4, "dd1"))
+	})
+	t.Run("DeletedGeneration", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a1\na2\n")
+		e0 := ff.epoch()
+		at := time.Now()
+		cp := ffStoredAt(e0, 3, 6, at) // a2 seen, not applied
+		ff.rotate()
+		ff.write("b1\n")
+		e1 := ff.epoch()
+		ff.rotate()
+		if err := os.Remove(ff.path + ".2"); err != nil { // the checkpoint's file aged out
+			t.Fatal(err)
+		}
+		ff.write("c1\n")
+		e2 := ff.epoch()
+		ff.touch(at.Add(time.Second), ff.path+".1", ff.path)
+		f := ff.open(cp)
+		ffExpect(t, f, ffLoss(e0, 3, 6, LossReplaced), ffEpochRec(e1), ffItem(e1, 3, "b1"),
+			ffEpochRec(e2), ffItem(e2, 3, "c1"))
+	})
+	t.Run("DeletedGenerationEverythingRead", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		e0 := ff.epoch()
+		at := time.Now()
+		cp := ffStoredAt(e0, 3, 3, at)
+		ff.rotate()
+		ff.write("b1\n")
+		e1 := ff.epoch()
+		ff.rotate()
+		if err := os.Remove(ff.path + ".2"); err != nil {
+			t.Fatal(err)
+		}
+		old := ff.path + ".old" // not a generation's name: never read
+		ff.write("x1\n", old)
+		ff.touch(at.Add(-time.Hour), old)
+		ff.write("c1\n")
+		e2 := ff.epoch()
+		ff.touch(at.Add(time.Second), ff.path+".1", ff.path)
+		f := ff.open(cp)
+		ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "c1"))
+	})
+	t.Run("OlderGenerationsWhenTheFileIsGone", func(t *testing.T) {
+		t.Parallel()
+		// The checkpoint's file was replaced; the generations beside it
+		// are older than the checkpoint: read before, not again.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		ff.rotate()
+		ff.write("b1\n")
+		ff.rotate()
+		ff.touch(time.Now().Add(-time.Hour), ff.path+".1", ff.path+".2")
+		ff.write("c1\nc2\n")
+		e0 := ff.epoch()
+		cp := ffStoredAt(e0, 6, 6, time.Now())
+		ff.remove()
+		ff.write("d1\n")
+		e1 := nextFileEpoch(ff.identity(), e0) // the new file may have the old one's inode
+		f := ff.open(cp)
+		ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 3, "d1"))
+	})
+	t.Run("CompressedCheckpointFile", func(t *testing.T) {
+		t.Parallel()
+		// compress + delaycompress: the checkpoint's file is compressed at
+		// the second rotation; it cannot be read, so its rest is lost.
+		ff := ffNewFile(t)
+		ff.write("a1\na2\n")
+		e0 := ff.epoch()
+		cp := ffStoredAt(e0, 3, 3, time.Now().Add(-time.Second))
+		ff.rotate()
+		ff.write("b1\n")
+		e1 := ff.epoch()
+		ff.rotate()
+		ff.gzip(ff.path + ".2")
+		ff.write("c1\n")
+		e2 := ff.epoch()
+		f := ff.open(cp)
+		ffExpect(t, f, ffLoss(e0, 3, ingest.UnknownPosition, LossCompressed),
+			ffEpochRec(e1), ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "c1"))
+	})
+	t.Run("CompressedLaterGeneration", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		e0 := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e0), ffItem(e0, 3, "a1"))
+		ff.rotate()
+		ff.write("b1\n")
+		ff.rotate()
+		gz := ff.gzip(ff.path + ".1") // compressed at once: never read
+		ff.write("c1\n")
+		e2 := ff.epoch()
+		ffExpect(t, f, ffLoss(ff.gzEpochOf(gz), 0, ingest.UnknownPosition, LossCompressed),
+			ffEpochRec(e2), ffItem(e2, 3, "c1"))
+	})
+	t.Run("CompressedCopyOfTheFileRead", func(t *testing.T) {
+		t.Parallel()
+		// The file the feed reads is rotated and compressed while it reads
+		// it: it reads its open file to the end, and the compressed copy
+		// is no loss.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		e0 := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e0), ffItem(e0, 3, "a1"))
+		ff.write("a2\n")
+		ff.gzip(ff.rename(".1"))
+		ff.write("b1\n")
+		e1 := ff.epoch()
+		ffExpect(t, f, ffItem(e0, 6, "a2"), ffEpochRec(e1), ffItem(e1, 3, "b1"))
+	})
+}
+
+// TestFeed_Replaced covers a file replaced by another while the feed was
+// stopped: a loss only where bytes were seen and not read.
+func TestFeed_Replaced(t *testing.T) {
+	t.Run("SameFirstLineNothingLost", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a\nb\n")
+		e := ff.epoch()
+		ff.write("a\nb\nc\n", ff.path+".new")
+		if err := os.Rename(ff.path+".new", ff.path); err != nil {
+			t.Fatal(err)
+		}
+		e2 := ff.epoch()
+		f := ff.open(outbox.Checkpoint{Epoch: e, Position: 4, End: 4})
+		recs := ffExpect(t, f, ffEpochRec(e2), ffItem(e2, 2, "a"), ffItem(e2, 4, "b"), ffItem(e2, 6, "c"))
+		ffRestart(t, ff, recs[3])
+	})
+	t.Run("UnreadBytesLost", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a\nb\nc\n")
+		e := ff.epoch()
+		ff.write("a\n", ff.path+".new")
+		if err := os.Rename(ff.path+".new", ff.path); err != nil {
+			t.Fatal(err)
+		}
+		e2 := ff.epoch()
+		f := ff.open(outbox.Checkpoint{Epoch: e, Position: 4, End: 6})
+		ffExpect(t, f, ffLoss(e, 4, 6, LossReplaced), ffEpochRec(e2), ffItem(e2, 2, "a"))
+	})
+	t.Run("InodeReusedAnotherFirstLine", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("new\nfile\n")
+		id := ff.identity()
+		stored := fileID{dev: id.dev, ino: id.ino, fp: "00000000deadbeef"}.String()
+		f := ff.open(outbox.Checkpoint{Epoch: stored, Position: 4, End: 4})
+		e1 := id.String() + ":t1"
+		recs := ffExpect(t, f, ffLoss(stored, 4, ingest.UnknownPosition, LossTruncated),
+			ffEpochRec(e1), ffItem(e1, 4, "new"), ffItem(e1, 9, "file"))
+		ffRestart(t, ff, recs[3])
+	})
+	t.Run("InodeReusedSameFirstLine", func(t *testing.T) {
+		t.Parallel()
+		// The old file had "h\nxx\n" and the checkpoint stood at 5; the new
+		// file on its inode has the same first line, and no line ends at 5.
+		ff := ffNewFile(t)
+		ff.write("h\nyyyy\n")
+		e := ff.epoch()
+		f := ff.open(outbox.Checkpoint{Epoch: e, Position: 5, End: 5})
+		e1 := e + ":t1"
+		ffExpect(t, f, ffLoss(e, 5, ingest.UnknownPosition, LossTruncated),
+			ffEpochRec(e1), ffItem(e1, 2, "h"), ffItem(e1, 7, "yyyy"))
+	})
+}
+
+// TestFeed_CopyTruncate covers logrotate's copytruncate: the rest of the
+// file is read from the copy, in the file's epoch; without a copy, the loss
+// has an unknown extent.
+func TestFeed_CopyTruncate(t *testing.T) {
+	t.Run("WhileStopped", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a\nb\n")
+		e := ff.epoch()
+		cp := ffStoredAt(e, 2, 4, time.Now())
+		ff.write("c\n")
+		ff.copyTruncate(".1")
+		f := ff.open(cp)
+		ffExpect(t, f, ffItem(e, 4, "b"), ffItem(e, 6, "c"))
+		ff.write("d\n")
+		e1 := ff.epoch() + ":t1" // the same inode, another first line
+		recs := ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 2, "d"))
+		ffRestart(t, ff, recs[1])
+	})
+	t.Run("WhileStoppedRegrown", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a\nb\n")
+		e := ff.epoch()
+		cp := ffStoredAt(e, 2, 4, time.Now())
+		ff.copyTruncate(".1")
+		ff.write("dd\nee\nff\n") // past the position, another first line
+		e1 := ff.epoch() + ":t1"
+		f := ff.open(cp)
+		ffExpect(t, f, ffItem(e, 4, "b"), ffEpochRec(e1), ffItem(e1, 3, "dd"), ffItem(e1, 6, "ee"), ffItem(e1, 9, "ff"))
+	})
+	t.Run("WhileStoppedRegrownSameFirstLine", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("h\nx\n") // a header line
+		e := ff.epoch()
+		cp := ffStoredAt(e, 4, 4, time.Now())
+		ff.write("y\n")
+		ff.copyTruncate(".1")
+		ff.write("h\nzz\n") // past the position, no line ends there
+		f := ff.open(cp)
+		e1 := e + ":t1"
+		ffExpect(t, f, ffItem(e, 6, "y"), ffEpochRec(e1), ffItem(e1, 2, "h"), ffItem(e1, 5, "zz"))
+	})
+	t.Run("WhileStoppedNoCopy", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a\nb\n")
+		e := ff.epoch()
+		ff.truncate(0)
+		ff.write("x\n")
+		f := ff.open(ffStoredAt(e, 2, 2, time.Now()))
+		e1 := ff.epoch() + ":t1"
+		recs := ffExpect(t, f, ffLoss(e, 2, ingest.UnknownPosition, LossTruncated), ffEpochRec(e1), ffItem(e1, 2, "x"))
+		ffRestart(t, ff, recs[2])
+	})
+	t.Run("TwiceWhileStopped", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("h\na\n")
+		e := ff.epoch()
+		at := time.Now()
+		cp := ffStoredAt(e, 4, 4, at)
+		ff.write("b\n")
+		ff.copyTruncate(".1")
+		ff.write("h\nc\n")
+		ff.rotateCopies()
+		second := ff.copyTruncate(".1")
+		ff.write("h\nd\n")
+		ff.touch(at.Add(time.Second), ff.path+".2")
+		ff.touch(at.Add(2*time.Second), second)
+		eB := ff.epochOf(second)
+		e1 := e + ":t1"
+		f := ff.open(cp)
+		ffExpect(t, f, ffItem(e, 6, "b"), ffEpochRec(eB), ffItem(eB, 2, "h"), ffItem(eB, 4, "c"),
+			ffEpochRec(e1), ffItem(e1, 2, "h"), ffItem(e1, 4, "d"))
+	})
+	t.Run("ThenRotatedWhileStopped", func(t *testing.T) {
+		t.Parallel()
+		// copytruncate, then the file renamed away by a rotation of the
+		// other kind: the checkpoint's inode is a generation now, holding
+		// later lines; its copy holds the rest of the checkpoint's epoch.
+		ff := ffNewFile(t)
+		ff.write("a\nb\n")
+		e := ff.epoch()
+		at := time.Now()
+		cp := ffStoredAt(e, 2, 4, at)
+		ff.write("c\n")
+		ff.copyTruncate(".1")
+		ff.write("dd\n")
+		ff.rotate() // app.log.1 (the copy) -> .2, app.log -> .1
+		ff.write("eee\n")
+		ff.touch(at.Add(time.Second), ff.path+".2")
+		ff.touch(at.Add(2*time.Second), ff.path+".1")
+		e1 := ff.epochOf(ff.path+".1") + ":t1"
+		e2 := ff.epoch()
+		f := ff.open(cp)
+		ffExpect(t, f, ffItem(e, 4, "b"), ffItem(e, 6, "c"), ffEpochRec(e1), ffItem(e1, 3, "dd"),
+			ffEpochRec(e2), ffItem(e2, 4, "eee"))
+	})
+	t.Run("OlderCopiesNotRead", func(t *testing.T) {
+		t.Parallel()
+		// Copies of earlier epochs, read before the checkpoint, hold the
+		// same first line and a line end at the position: not read again.
+		ff := ffNewFile(t)
+		ff.write("h\np\nq\n")
+		ff.copyTruncate(".1")
+		ff.touch(time.Now().Add(-time.Hour), ff.path+".1")
+		ff.write("h\na\n")
+		e := ff.epoch() // the generation after the truncation, as resumed here
+		at := time.Now()
+		cp := ffStoredAt(e, 4, 4, at)
+		ff.write("b\n")
+		ff.rotateCopies()
+		c := ff.copyTruncate(".1")
+		ff.touch(at.Add(time.Second), c)
+		ff.write("x\n")
+		f := ff.open(cp)
+		e1 := ff.epoch() + ":t1"
+		ffExpect(t, f, ffItem(e, 6, "b"), ffEpochRec(e1), ffItem(e1, 2, "x"))
+	})
+	t.Run("WhileRunningUnread", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a\n")
+		f := ff.open(outbox.Checkpoint{})
+		e := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ff.write("b\nc\n")
+		ff.copyTruncate(".1")
+		ffExpect(t, f, ffItem(e, 4, "b"), ffItem(e, 6, "c"))
+		ff.write("d\n")
+		e1 := ff.epoch() + ":t1"
+		ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 2, "d"))
+	})
+	t.Run("WhileRunningRegrown", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a\nb\n")
+		f := ff.open(outbox.Checkpoint{})
+		e := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"), ffItem(e, 4, "b"))
+		ff.write("c\n")
+		ff.copyTruncate(".1")
+		ff.write("a\nxx\nlonger\n") // the same first line, past the position
+		e1 := e + ":t1"
+		ffExpect(t, f, ffItem(e, 6, "c"), ffEpochRec(e1), ffItem(e1, 2, "a"), ffItem(e1, 5, "xx"), ffItem(e1, 12, "longer"))
+	})
+	t.Run("BetweenTwoReads", func(t *testing.T) {
+		t.Parallel()
+		// Truncated and written again past the read position while the
+		// feed was between two reads of the file (it had not reached its
+		// end): the bytes of the second read are not taken for the file's.
+		ff := ffNewFile(t)
+		var old strings.Builder
+		for i := 0; old.Len() < 2*fileReadSize; i++ {
+			fmt.Fprintf(&old, "old line %06d\n", i)
+		}
+		ff.write(old.String())
+		f := ff.open(outbox.Checkpoint{})
+		e := ff.epoch()
+		first := ffCollect(t, f, 2) // the epoch and one line: the rest of the first read waits
+		if got := ffDescribe(first[1]); got != ffItem(e, 16, "old line 000000") {
+			t.Fatalf("got %s", got)
+		}
+		ff.copyTruncate(".1")
+		var regrown strings.Builder
+		for i := 0; regrown.Len() < 3*fileReadSize; i++ {
+			fmt.Fprintf(&regrown, "new %06d\n", i)
+		}
+		ff.write(regrown.String())
+		e1 := ff.epoch() + ":t1"
+		n := old.Len()/16 - 1 + 1 + regrown.Len()/11
+		recs := ffCollect(t, f, n)
+		for i, r := range recs {
+			var want string
+			switch j := i + 1; {
+			case j < old.Len()/16:
+				want = ffItem(e, int64(16*(j+1)), fmt.Sprintf("old line %06d", j))
+			case j == old.Len()/16:
+				want = ffEpochRec(e1)
+			default:
+				k := j - old.Len()/16 - 1
+				want = ffItem(e1, int64(11*(k+1)), fmt.Sprintf("new %06d", k))
+			}
+			if got := ffDescribe(r); got != want {
+				t.Fatalf("record %d: got %s, want %s", i, got, want)
+			}
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("CopyOfTheNextEpochWhileReadingACopy", func(t *testing.T) {
+		t.Parallel()
+		// While the feed reads the rest of one epoch from its copy, the
+		// next copytruncate copies the file again and has not truncated it
+		// yet: that copy holds the file's own lines, read from the file.
+		ff := ffNewFile(t)
+		ff.write("a\n")
+		f := ff.open(outbox.Checkpoint{})
+		e := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ff.write("b\nb2\n")
+		ff.copyTruncate(".1")
+		ff.write("c\n")
+		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffItem(e, 4, "b") {
+			t.Fatalf("got %v, want b from the copy", got)
+		}
+		ff.rotateCopies()
+		data, err := os.ReadFile(ff.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(ff.path+".1", data, 0o644); err != nil { // copied, not truncated yet
+			t.Fatal(err)
+		}
+		ff.touch(time.Now().Add(time.Second), ff.path+".1")
+		e1 := ff.epoch() + ":t1"
+		ffExpect(t, f, ffItem(e, 7, "b2"), ffEpochRec(e1), ffItem(e1, 2, "c"))
+	})
+	t.Run("WhilePaused", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a\n")
+		f := ff.open(outbox.Checkpoint{})
+		e := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ffPause(f, time.Minute)
+		ff.write("b\n")
+		ff.copyTruncate(".1")
+		ffExpect(t, f, ffItem(e, 4, "b"))
+	})
+	t.Run("WhilePausedNoCopy", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a\n")
+		f := ff.open(outbox.Checkpoint{})
+		e := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ffPause(f, time.Minute)
+		ff.write("b\n") // never seen: the feed was not looking
+		ff.truncate(0)
+		ff.write("x\n")
+		e1 := ff.epoch() + ":t1"
+		ffExpect(t, f, ffLoss(e, 2, ingest.UnknownPosition, LossTruncated), ffEpochRec(e1), ffItem(e1, 2, "x"))
+	})
+	t.Run("WhileRunningNoCopyUnread", func(t *testing.T) {
+		t.Parallel()
+		ff := ffNewFile(t)
+		ff.write("a\n")
+		f := ff.open(outbox.Checkpoint{})
+		e := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ff.write("unfinished")
+		ffNoMore(t, f) // seen, not a line yet
+		ff.truncate(0)
+		ff.write("x\n")
+		e1 := ff.epoch() + ":t1"
+		ffExpect(t, f, ffLoss(e, 2, ingest.UnknownPosition, LossTruncated), ffEpochRec(e1), ffItem(e1, 2, "x"))
+	})
+}
+
+// rotateCopies shifts the numbered copies up by one, oldest first, so a new
+// copy can be made at path.1.
+func (ff *ffFile) rotateCopies() {
+	ff.t.Helper()
+	n := 0
+	for {
+		if _, err := os.Stat(ff.path + "." + strconv.Itoa(n+1)); err != nil {
+			break
+		}
+		n++
+	}
+	for ; n >= 1; n-- {
+		if err := os.Rename(ff.path+"."+strconv.Itoa(n), ff.path+"."+strconv.Itoa(n+1)); err != nil {
+			ff.t.Fatal(err)
+		}
+	}
+}
+
+func TestGenerationName(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		ok         bool
+		compressed bool
+	}{
+		{"app.log.1", true, false},
+		{"app.log.12", true, false},
+		{"app.log.1.gz", true, true},
+		{"app.log-20261201", true, false},
+		{"app.log-20261201.gz", true, true},
+		{"app.log.2026-12-01", true, false},
+		{"app.log_2026-12-01_13-00-00", true, false},
+		{"app.log-20261201-1764590000.xz", true, true},
+		{"app.log.2026-12-01T13:00:00", true, false},
+		{"app.log", false, false},
+		{"app.log.", false, false},
+		{"app.log.gz", false, false},
+		{"app.log.bak", false, false},
+		{"app.log.1.other", false, false},
+		{"app.log.swp", false, false},
+		{"app.logs.1", false, false},
+		{"xapp.log.1", false, false},
+		{"app.log1", false, false},
+	} {
+		_, compressed, ok := generationSuffix("app.log", tc.name)
+		if ok != tc.ok || compressed != tc.compressed {
+			t.Errorf("generationSuffix(%q) = compressed %v, ok %v; want %v, %v", tc.name, compressed, ok, tc.compressed, tc.ok)
+		}
+	}
+}
+
+func TestGenerationOrder(t *testing.T) {
+	at := time.Unix(1764590000, 0)
+	gen := func(name string, mtime time.Time) generation {
+		r, c, ok := generationSuffix("app.log", name)
+		if !ok {
+			t.Fatalf("%s is not a generation", name)
+		}
+		return generation{name: name, mtime: mtime, rank: r, compressed: c}
+	}
+	for _, tc := range []struct {
+		older, newer generation
+	}{
+		{gen("app.log.1", at), gen("app.log.2", at.Add(time.Millisecond))}, // times first
+		{gen("app.log.2", at), gen("app.log.1", at)},                       // tied: higher number is older
+		{gen("app.log.10", at), gen("app.log.9", at)},
+		{gen("app.log.3.gz", at), gen("app.log.2", at)},
+		{gen("app.log-20261201", at), gen("app.log-20261202", at)}, // tied: dates in order
+		{gen("app.log.2026-12-01", at), gen("app.log.2026-12-01_13-00", at)},
+		{gen("app.log.2", at), gen("app.log-20261201", at)}, // numbered before dated
+	} {
+		if !tc.older.before(tc.newer) || tc.newer.before(tc.older) {
+			t.Errorf("%s (%v) should come before %s (%v)", tc.older.name, tc.older.mtime, tc.newer.name, tc.newer.mtime)
+		}
+	}
+}

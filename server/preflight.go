@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/outboxd/outboxd/ingest/filefeed"
 )
 
 // ConfigError is a configuration the server cannot start with, found
@@ -40,8 +42,8 @@ func (m *Main) preflight() error {
 		if kind != "file" {
 			continue
 		}
-		if err := checkFileInput(path); err != nil {
-			return configErr("--feed %s=%s: %w", name, fc.Source, err)
+		if err := filefeed.Check(path); err != nil {
+			return configErr("--feed %s: %w", name, err)
 		}
 	}
 	if err := checkDatabasePath(m.Config.DB); err != nil {
@@ -56,34 +58,6 @@ func (m *Main) preflight() error {
 		return configErr("--dev-broker-addr %s: %w", m.Config.Relay.DevBrokerAddr, err)
 	}
 	return nil
-}
-
-// checkFileInput checks a file feed's path as the file feed's own check
-// (filefeed.Check) does, and stands in for it: nil for a regular file this
-// process can read, or for a missing file whose directory exists (the feed
-// waits for it); an error naming the path otherwise.
-func checkFileInput(path string) error {
-	fi, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		dir := filepath.Dir(path)
-		if di, derr := os.Stat(dir); derr != nil || !di.IsDir() {
-			return fmt.Errorf("%s does not exist, and neither does its directory %s", path, dir)
-		}
-		return nil
-	}
-	switch {
-	case err != nil:
-		return err // an *fs.PathError names the path
-	case fi.IsDir():
-		return fmt.Errorf("%s is a directory, not a file", path)
-	case !fi.Mode().IsRegular():
-		return fmt.Errorf("%s is not a regular file (%v)", path, fi.Mode().Type())
-	}
-	f, err := os.Open(path) // never a FIFO here: opening one would block
-	if err != nil {
-		return fmt.Errorf("%s cannot be read: %w", path, pathless(err))
-	}
-	return f.Close()
 }
 
 // checkDatabasePath checks, creating nothing, that the database can be

@@ -457,7 +457,14 @@ func flCheckStatus(t *testing.T, p *proc, in *flInput, applied, dead int64, loss
 		}
 		var got []flLoss
 		for _, l := range st.Losses {
-			got = append(got, flLoss{l.Reason, flModelName(in, l.Epoch), l.From, l.To})
+			to := int64(-1) // "extent": "unknown"
+			if l.To != nil {
+				to = *l.To
+			}
+			if (l.To == nil) != (l.Extent == "unknown") {
+				return fmt.Errorf("loss %+v: to and extent disagree", l)
+			}
+			got = append(got, flLoss{l.Reason, flModelName(in, l.Epoch), l.From, to})
 		}
 		switch {
 		case st.Applied != applied || st.DeadLettered != dead || st.Kind != ingest.KindFile:

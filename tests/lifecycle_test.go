@@ -502,7 +502,7 @@ func TestLifecycle_FailedStartBeside(t *testing.T) {
 		{"PortInUse", []string{"--http", httpAddr, "--dev-broker-addr", other}, nil, "--http " + httpAddr},
 		{"DevBrokerPortInUse", []string{"--http", "127.0.0.1:0", "--dev-broker-addr", devAddr}, nil, "--dev-broker-addr " + devAddr},
 		{"DirectoryAsInput", []string{"--http", "127.0.0.1:0", "--dev-broker-addr", other, "--feed", "ledger=file:" + dir}, nil,
-			dir + " is a directory"},
+			dir + ": is a directory"},
 		{"UnreadableInput", []string{"--http", "127.0.0.1:0", "--dev-broker-addr", other, "--feed", "ledger=file:" + unreadable},
 			runAsOther(), unreadable},
 		{"BadPort", []string{"--http", "127.0.0.1:99999", "--dev-broker-addr", other}, nil, "--http"},
@@ -661,7 +661,7 @@ func TestLifecycle_ConfigMistakes(t *testing.T) {
 		startFailure
 		env []string
 	}{
-		{startFailure: startFailure{"DirectoryAsInput", []string{"--feed", "a=file:" + dir}, nil, dir + " is a directory"}},
+		{startFailure: startFailure{"DirectoryAsInput", []string{"--feed", "a=file:" + dir}, nil, dir + ": is a directory"}},
 		{startFailure: startFailure{"UnreadableInput", []string{"--feed", "a=file:" + unreadable}, runAsOther(), unreadable}},
 		{startFailure: startFailure{"DatabaseDirectoryNotWritable",
 			[]string{"--feed", "a=file:" + input, "--db", filepath.Join(locked, "outboxd.db")}, runAsOther(), locked}},

@@ -10,10 +10,10 @@ import (
 
 // statement is one SQL statement of a configuration, as SQLite will see it.
 type statement struct {
-	text   string   // from its first token to its last, without the ";"
-	params []string // the names of its parameters (":name", "@name", "$name"), first use first, without the prefix
+	text   string     // from its first token to its last, without the ";"
+	params []string   // the names of its parameters (":name", "@name", "$name"), first use first, without the prefix
 	uses   []paramUse // where the parameters are, in text order
-	first  string   // its first keyword, upper case ("INSERT", "WITH", "CREATE", ...)
+	first  string     // its first keyword, upper case ("INSERT", "WITH", "CREATE", ...)
 	// refused is the first token a configuration may not use, "" if none:
 	// a positional parameter, or ROLLBACK (a conflict resolution that would
 	// end the engine's transaction, not just the statement).

@@ -232,7 +232,7 @@ func (g *guard) allowUser(r outbox.AuthRequest) bool {
 	case sqlite.AuthCreateTable, sqlite.AuthCreateView, sqlite.AuthCreateVTable, sqlite.AuthDropTable,
 		sqlite.AuthDropView, sqlite.AuthDropVTable, sqlite.AuthDropTempTable, sqlite.AuthDropTempView:
 		if g.set.has(r.Arg1) {
-			return g.refuse("%s outboxd's %s", verb(r.Action), r.Arg1)
+			return g.refuse("%s %s, which is outboxd's", verb(r.Action), r.Arg1)
 		}
 		if r.Action == sqlite.AuthDropTable {
 			g.setDDL()

@@ -91,12 +91,12 @@ func (p *Processor) Setup(ctx context.Context, tx *outbox.Tx) error {
 	}
 	for i, s := range p.plan.setup {
 		if _, err := tx.Exec(ctx, s.text); err != nil {
-			return fmt.Errorf("sqlproc %s: %s: %w", p.Name(), stmtName("setup", i, len(p.plan.setup), s.text), err)
+			return fmt.Errorf("sqlproc %s: %s: %s", p.Name(), stmtName("setup", i, len(p.plan.setup), s.text), sqliteMessage(err))
 		}
 	}
 	for _, r := range p.statements() {
 		if _, err := tx.Stmt(ctx, r.text); err != nil {
-			return fmt.Errorf("sqlproc %s: %s: %w", p.Name(), r.name, err)
+			return fmt.Errorf("sqlproc %s: %s: %s", p.Name(), r.name, sqliteMessage(err))
 		}
 	}
 	return nil

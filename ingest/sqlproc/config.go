@@ -43,6 +43,10 @@ type Config struct {
 	Quoting string `yaml:"quoting,omitempty"`
 	// Trim drops Unicode white space around each CSV field.
 	Trim bool `yaml:"trim,omitempty"`
+	// Text names the CSV columns bound as TEXT whatever they hold, so that
+	// an account "007" stays "007" (others that are integers bind as
+	// INTEGER).
+	Text []string `yaml:"text,omitempty"`
 
 	// Fields names values of a JSON document by path: "$.a.b[0]", "a.b"
 	// (the same), `$["odd key"]`. Each becomes the parameter :name.
@@ -174,8 +178,8 @@ func (c Config) decodedNames() ([]string, error) {
 	case InputJSON:
 		return c.jsonNames()
 	case InputRaw:
-		if len(c.Columns) > 0 || len(c.Fields) > 0 || len(c.Required) > 0 {
-			return nil, errors.New("input raw decodes nothing: columns, fields and required do not apply")
+		if len(c.Columns) > 0 || len(c.Fields) > 0 || len(c.Required) > 0 || len(c.Text) > 0 {
+			return nil, errors.New("input raw decodes nothing: columns, text, fields and required do not apply")
 		}
 		return nil, nil
 	case "":
@@ -202,6 +206,11 @@ func (c Config) csvNames() ([]string, error) {
 	if err := checkNames("column", c.Columns); err != nil {
 		return nil, err
 	}
+	for _, n := range c.Text {
+		if !slices.Contains(c.Columns, n) {
+			return nil, fmt.Errorf("text: %q is not one of the columns", n)
+		}
+	}
 	return slices.Clone(c.Columns), nil
 }
 
@@ -222,8 +231,8 @@ func (c Config) delimiter() (byte, error) {
 }
 
 func (c Config) jsonNames() ([]string, error) {
-	if len(c.Columns) > 0 || c.Delimiter != "" || c.Quoting != "" || c.Trim {
-		return nil, errors.New("input json: columns, delimiter, quoting and trim are for csv input (json has fields)")
+	if len(c.Columns) > 0 || c.Delimiter != "" || c.Quoting != "" || c.Trim || len(c.Text) > 0 {
+		return nil, errors.New("input json: columns, delimiter, quoting, trim and text are for csv input (json has fields)")
 	}
 	if len(c.Fields) == 0 {
 		return nil, errors.New("input json: fields: none named")

@@ -23,7 +23,11 @@ func newDecoder(c Config) decoder {
 	switch c.Input {
 	case InputCSV:
 		d, _ := c.delimiter()
-		return &csvDecoder{columns: len(c.Columns), delim: d, quotes: c.Quoting != QuotingNone, trim: c.Trim}
+		dec := &csvDecoder{columns: len(c.Columns), delim: d, quotes: c.Quoting != QuotingNone, trim: c.Trim}
+		for _, col := range c.Columns {
+			dec.text = append(dec.text, slices.Contains(c.Text, col))
+		}
+		return dec
 	case InputJSON:
 		names, _ := c.jsonNames()
 		j := &jsonDecoder{}
@@ -51,13 +55,15 @@ func textValue(b []byte) any {
 
 // csvDecoder reads one CSV record: unquoted fields that are base-10
 // integers (strconv.ParseInt's syntax) bind as INTEGER, other fields as TEXT
-// (a BLOB when not UTF-8); a quoted field is never a number.
+// (a BLOB when not UTF-8); a quoted field, or one of a Text column, is
+// never a number.
 type csvDecoder struct {
 	columns int
 	delim   byte
 	quotes  bool
 	trim    bool
-	buf     []byte // an unquoted field being assembled
+	text    []bool // per column: always TEXT
+	buf     []byte // a quoted field being assembled
 }
 
 func (d *csvDecoder) decode(line []byte, dst []any) error {
@@ -69,7 +75,7 @@ func (d *csvDecoder) decode(line []byte, dst []any) error {
 			return fmt.Errorf("field %d: %v", n+1, err)
 		}
 		if n < d.columns {
-			dst[n] = d.value(field, quoted)
+			dst[n] = d.value(field, quoted || d.text[n])
 		}
 		n++
 		if !more {
@@ -138,8 +144,8 @@ func (d *csvDecoder) quotedField(s []byte) ([]byte, bool, []byte, bool, error) {
 	return nil, false, nil, false, errors.New("text after a quoted field's closing quote")
 }
 
-func (d *csvDecoder) value(field []byte, quoted bool) any {
-	if !quoted && len(field) > 0 {
+func (d *csvDecoder) value(field []byte, text bool) any {
+	if !text && len(field) > 0 {
 		if c := field[0]; c >= '0' && c <= '9' || c == '-' || c == '+' {
 			if n, err := strconv.ParseInt(string(field), 10, 64); err == nil {
 				return n

@@ -17,6 +17,8 @@ func TestCSVDecoder(t *testing.T) {
 	tab.Delimiter = `\t`
 	semi := two
 	semi.Delimiter = ";"
+	text := two
+	text.Text = []string{"a"}
 
 	for _, c := range []struct {
 		name string
@@ -42,6 +44,7 @@ func TestCSVDecoder(t *testing.T) {
 		{"NoQuotingTrim", noneTrim, ` "a" , 5 `, []any{`"a"`, int64(5)}},
 		{"Tab", tab, "a,b\t1", []any{"a,b", int64(1)}},
 		{"Semicolon", semi, "a;1", []any{"a", int64(1)}},
+		{"TextColumn", text, "007,007", []any{"007", int64(7)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dst := make([]any, 2)

@@ -200,4 +200,3 @@ func sqlBalances(t *testing.T, s *outbox.Store) map[string]int64 {
 	}
 	return m
 }
-

@@ -3,6 +3,7 @@ package sqlproc_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,18 +20,26 @@ import (
 // holds it, refusing unknown keys.
 func loadConfig(tb testing.TB, name, path string) sqlproc.Config {
 	tb.Helper()
-	src, err := os.ReadFile(path)
+	c, err := readConfig(name, path)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return c
+}
+
+func readConfig(name, path string) (sqlproc.Config, error) {
+	var c sqlproc.Config
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return c, err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(src))
 	dec.KnownFields(true)
-	var c sqlproc.Config
 	if err := dec.Decode(&c); err != nil {
-		tb.Fatalf("%s: %v", path, err)
+		return c, fmt.Errorf("%s: %w", path, err)
 	}
 	c.Name = name
-	return c
+	return c, nil
 }
 
 // openStore opens a store in a new file, with the SQL guard unless

@@ -93,7 +93,7 @@ func BenchmarkIngest(b *testing.B) {
 	})
 	b.Run("SQLLedger", func(b *testing.B) {
 		benchIngest(b, func(b *testing.B, s *outbox.Store) ingest.Processor {
-			cfg := loadConfig(b, "ledger", os.Getenv("LEDGER_YAML"))
+			cfg := loadConfig(b, "ledger", "testdata/ledger.yaml")
 			p, err := sqlproc.New(cfg)
 			if err != nil {
 				b.Fatal(err)

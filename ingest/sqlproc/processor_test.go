@@ -295,6 +295,31 @@ func TestProcessor_Apply(t *testing.T) {
 		})
 	})
 
+	t.Run("EmitReturning", func(t *testing.T) {
+		// One statement both writes and emits; a failing row still undoes it.
+		s := openStore(t, nil)
+		cfg := csvConfig()
+		cfg.Apply = ""
+		cfg.Emit = `INSERT INTO t VALUES (:account, :amount) ON CONFLICT (account) DO UPDATE SET n = n + excluded.n
+			RETURNING account AS key, iif(n > 10, 1.5, CAST(n AS TEXT)) AS value`
+		p := newProc(t, cfg)
+		setup(t, s, p)
+		for i, l := range []string{"a,5", "a,2"} {
+			if err := applyItem(t, s, p, at(int64(i+1)), line(l)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		permanent(t, applyItem(t, s, p, at(3), line("a,4")), sqlproc.ReasonBadOutput,
+			"emit (INSERT INTO t VALUES (:account, :amount) ON CONF ...): row 1: value: 1.5 is REAL: CAST it to TEXT or use printf()")
+		sameOutputs(t, outputs(t, s), []out{
+			{Position: 1, Topic: "p.out", Key: str("a"), Value: str("5")},
+			{Position: 2, Topic: "p.out", Key: str("a"), Value: str("7")},
+		})
+		if got := counts(t, s, "t"); !reflect.DeepEqual(got, map[string]int64{"a": 7}) {
+			t.Fatalf("state = %v", got)
+		}
+	})
+
 	t.Run("ErrBadOutput", func(t *testing.T) {
 		s := openStore(t, nil)
 		emit := func(row string) *sqlproc.Processor {

@@ -13,7 +13,6 @@ type statement struct {
 	text   string     // from its first token to its last, without the ";"
 	params []string   // the names of its parameters (":name", "@name", "$name"), first use first, without the prefix
 	uses   []paramUse // where the parameters are, in text order
-	first  string     // its first keyword, upper case ("INSERT", "WITH", "CREATE", ...)
 	// refused is the first token a configuration may not use, "" if none:
 	// a positional parameter, or ROLLBACK (a conflict resolution that would
 	// end the engine's transaction, not just the statement).
@@ -286,11 +285,7 @@ func split(src string) ([]statement, error) {
 func (s *statement) add(t token, at int) {
 	switch t.kind {
 	case tokWord:
-		w := strings.ToUpper(t.text)
-		if s.first == "" {
-			s.first = w
-		}
-		if w == "ROLLBACK" && s.refused == "" {
+		if strings.EqualFold(t.text, "ROLLBACK") && s.refused == "" {
 			s.refused = t.text
 		}
 	case tokVariable:

@@ -137,7 +137,7 @@ func TestCrash_SQLLedger(t *testing.T) {
 	goOut, sqlOut := ledgerOutputs(t, goStore), ledgerOutputs(t, s)
 	for i := range max(len(goOut), len(sqlOut)) {
 		if i >= len(goOut) || i >= len(sqlOut) || !reflect.DeepEqual(goOut[i], sqlOut[i]) {
-			t.Fatalf("output %d of %d/%d differs:\n Go:  %s\n SQL: %s", i, len(goOut), len(sqlOut), at_(goOut, i), at_(sqlOut, i))
+			t.Fatalf("output %d of %d/%d differs:\n Go:  %s\n SQL: %s", i, len(goOut), len(sqlOut), describe(goOut, i), describe(sqlOut, i))
 		}
 	}
 	if goDead, sqlDead := deadPlaces(t, goStore), deadPlaces(t, s); !reflect.DeepEqual(goDead, sqlDead) {

@@ -82,7 +82,7 @@ func TestGolden_Ledger(t *testing.T) {
 	}
 	for i := range max(len(goOut), len(sqlOut)) {
 		if i >= len(goOut) || i >= len(sqlOut) || !reflect.DeepEqual(goOut[i], sqlOut[i]) {
-			t.Fatalf("output %d of %d/%d differs:\n Go:  %s\n SQL: %s", i, len(goOut), len(sqlOut), at_(goOut, i), at_(sqlOut, i))
+			t.Fatalf("output %d of %d/%d differs:\n Go:  %s\n SQL: %s", i, len(goOut), len(sqlOut), describe(goOut, i), describe(sqlOut, i))
 		}
 	}
 	if !bytes.Contains(joinValues(goOut), []byte(`\u003cx\u003e`)) || !bytes.Contains(joinValues(goOut), []byte(`\u2028`)) {
@@ -135,7 +135,7 @@ func ledgerOutputs(t *testing.T, s *outbox.Store) []ledgerRow {
 	return out
 }
 
-func at_(rs []ledgerRow, i int) string {
+func describe(rs []ledgerRow, i int) string {
 	if i >= len(rs) {
 		return "(none)"
 	}

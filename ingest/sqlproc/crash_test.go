@@ -97,11 +97,15 @@ func TestCrash_SQLLedger(t *testing.T) {
 	}
 	appended := appendInChunks(t, input, data, rng)
 
-	kills, midway := 0, 0
+	kills, midway, stalled := 0, 0, 0
+	last := int64(-1)
 	for {
 		child := startChild(t, db, input)
+		// A loaded machine may start the child slowly: each kill that found
+		// no progress gives the next run more time.
+		window := time.Duration(30+rng.IntN(300)+200*stalled) * time.Millisecond
 		select {
-		case <-time.After(time.Duration(30+rng.IntN(300)) * time.Millisecond):
+		case <-time.After(window):
 		case err := <-child.exited:
 			t.Fatalf("the child exited by itself: %v\n%s", err, child.stderr())
 		}
@@ -115,6 +119,12 @@ func TestCrash_SQLLedger(t *testing.T) {
 		if pos > 0 {
 			midway++
 		}
+		if pos == last {
+			stalled++
+		} else {
+			stalled = 0
+		}
+		last = pos
 		if kills > 200 {
 			t.Fatal("200 kills and the input is still not applied")
 		}

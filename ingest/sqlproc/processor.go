@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/outbox"
@@ -122,8 +124,12 @@ func (p *Processor) checkGuard(ctx context.Context, tx *outbox.Tx) error {
 	if _, ok := p.guarded.Load(tx.Store()); ok {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, probeGuard); err == nil {
+	_, err := tx.Exec(ctx, probeGuard)
+	if err == nil {
 		return fmt.Errorf("sqlproc %s: %w", p.Name(), errNoGuard)
+	}
+	if perm, ok := ingest.IsPermanent(classify(err)); !ok || perm.Reason != ReasonForbidden {
+		return fmt.Errorf("sqlproc %s: look for the SQL guard: %w", p.Name(), err)
 	}
 	p.guarded.Store(tx.Store(), struct{}{})
 	return nil
@@ -198,19 +204,40 @@ func (p *Processor) runReject(ctx context.Context, tx *outbox.Tx, s *itemState) 
 	if err != nil {
 		return p.stmtError(p.reject, err)
 	}
-	dest := []any{&s.cells[0], &s.cells[1]}[:min(len(cols), 2)]
-	if err := rows.Scan(dest...); err != nil {
+	s.cells[1].v = nil
+	if err := rows.Scan(s.rejectScan[:min(len(cols), 2)]...); err != nil {
 		return p.stmtError(p.reject, err)
 	}
-	reason := s.cells[0].text()
+	reason := clip(s.cells[0].text(), maxReason)
 	if reason == "" {
 		reason = ReasonRejected
 	}
-	msg := "rejected by the reject statement"
-	if len(cols) > 1 && s.cells[1].text() != "" {
-		msg = s.cells[1].text()
+	msg := clip(s.cells[1].text(), maxRejectError)
+	if msg == "" {
+		msg = "rejected by the reject statement"
 	}
 	return ingest.Permanent(reason, rejection(msg))
+}
+
+// Bounds of what a reject row gives a dead letter: a reason is a short
+// machine-readable word, the error one line of text.
+const (
+	maxReason      = 64
+	maxRejectError = 1024
+)
+
+// clip cuts s to at most max bytes, at a character's start, on one line.
+func clip(s string, max int) string {
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) <= max {
+		return s
+	}
+	for max > 0 && !utf8.RuneStart(s[max]) {
+		max--
+	}
+	return s[:max]
 }
 
 // rejection is the error of an item a reject row refused.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,6 +216,10 @@ func TestProcessor_Apply(t *testing.T) {
 		cfg.Reject = "SELECT 'bad' WHERE :amount = 5"
 		p = newProc(t, cfg)
 		permanent(t, applyItem(t, s, p, at(4), line("a,5")), "bad", "rejected by the reject statement")
+		// A reason is cut to 64 bytes, an error to its first line.
+		cfg.Reject = "SELECT printf('%.70c', 'r'), 'first line' || char(10) || 'second' WHERE :amount = 6"
+		p = newProc(t, cfg)
+		permanent(t, applyItem(t, s, p, at(5), line("a,6")), strings.Repeat("r", 64), "first line")
 		sameOutputs(t, outputs(t, s), []out{{Position: 3, Topic: "p.out", Key: str("a"), Value: str("4")}})
 		if got := counts(t, s, "t"); !reflect.DeepEqual(got, map[string]int64{"a": 4}) {
 			t.Fatalf("state = %v", got)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 	"unsafe"
@@ -32,11 +33,12 @@ const (
 // rows are read into. A processor keeps a pool of them, one per Apply
 // running.
 type itemState struct {
-	p     *Processor
-	dec   decoder
-	vals  []any // per parameter slot
-	argv  []any
-	cells [4]cell // a row's columns: topic, key, value, headers (reject: reason, error)
+	p          *Processor
+	dec        decoder
+	vals       []any // per parameter slot
+	argv       []any
+	cells      [4]cell // a row's columns: topic, key, value, headers (reject: reason, error)
+	rejectScan [2]any  // &cells[0], &cells[1]
 
 	emitCols []string // the emit columns dest was made for
 	emitScan []any
@@ -45,7 +47,9 @@ type itemState struct {
 }
 
 func (p *Processor) newState() *itemState {
-	return &itemState{p: p, dec: newDecoder(p.plan.cfg), vals: make([]any, len(p.plan.params))}
+	s := &itemState{p: p, dec: newDecoder(p.plan.cfg), vals: make([]any, len(p.plan.params))}
+	s.rejectScan = [2]any{&s.cells[0], &s.cells[1]}
+	return s
 }
 
 // bind sets the parameters of item d: the delivery's, then the decoded ones
@@ -128,7 +132,7 @@ var outputCols = [4]string{ColTopic, ColKey, ColValue, ColHeaders}
 // emitDest is where a row of the emit statement with columns cols is
 // scanned to. Check made sure the columns are the output's.
 func (s *itemState) emitDest(cols []string) ([]any, error) {
-	if slicesEqual(cols, s.emitCols) {
+	if s.emitScan != nil && slices.Equal(cols, s.emitCols) {
 		return s.emitScan, nil
 	}
 	s.emitAt = [4]int{-1, -1, -1, -1}
@@ -151,18 +155,6 @@ func (s *itemState) emitDest(cols []string) ([]any, error) {
 	}
 	s.emitCols, s.emitScan = append([]string(nil), cols...), dest
 	return dest, nil
-}
-
-func slicesEqual(a, b []string) bool {
-	if len(a) != len(b) || a == nil || b == nil {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // output is the row just scanned as an output; its slices are valid until

@@ -273,7 +273,7 @@ func (p *Processor) balance(ctx context.Context, tx *outbox.Tx, k balanceKey) (i
 	if b, ok := p.committed.get(k); ok {
 		return b, nil
 	}
-	sel, err := tx.Stmt(ctx, selectBalance)
+	sel, err := tx.ReadStmt(ctx, selectBalance)
 	if err != nil {
 		return 0, err
 	}

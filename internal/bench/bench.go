@@ -24,16 +24,16 @@ import (
 
 // benchOptions are the settings of `server bench`, from its flags.
 type benchOptions struct {
-	GOGC            int // the garbage collector's target in effect, -1 for off
-	Processor       string
-	Lines           int64
-	Accounts        int
-	LineBytes       int
+	GOGC      int // the garbage collector's target in effect, -1 for off
+	Processor string
+	Lines     int64
+	Accounts  int
+	LineBytes int
 	// Sweep names what a sweep varies ("accounts"), "" for none;
 	// SweepSizes are its points and Chart the SVG it draws.
-	Sweep      string
-	SweepSizes []int
-	Chart      string
+	Sweep           string
+	SweepSizes      []int
+	Chart           string
 	Rate            int
 	LatencyDuration time.Duration
 	Brokers         []string

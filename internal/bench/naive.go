@@ -128,4 +128,3 @@ func (w *naiveWriter) line(ctx context.Context, l benchLine, text []byte, state,
 	}
 	return nil
 }
-

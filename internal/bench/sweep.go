@@ -195,4 +195,3 @@ func (s *sweepResult) table(w io.Writer) error {
 	}
 	return tw.Flush()
 }
-

@@ -83,6 +83,7 @@ type Processor struct {
 	topic string
 
 	mu        sync.Mutex
+	warmOnce  sync.Once
 	committed *balanceCache  // as of the last commit
 	tx        *outbox.Tx     // the batch in hand
 	pending   *batchBalances // its changes

@@ -64,4 +64,3 @@ func TestProcessor_Setup(t *testing.T) {
 		}
 	}
 }
-

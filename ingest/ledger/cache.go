@@ -7,9 +7,9 @@ import (
 )
 
 // CacheBytes bounds the memory of the committed balances a Processor keeps:
-// about a million accounts. Past it the oldest writes are overwritten and
+// about a million accounts (fastcache's smallest size). Past it the oldest writes are overwritten and
 // their balances read from SQLite again; the database holds them all.
-const CacheBytes = 48 << 20
+const CacheBytes = 32 << 20
 
 // balanceCache holds committed balances by (feed, account), in at most
 // CacheBytes. fastcache keeps its entries outside Go's heap, so the cache

@@ -230,3 +230,10 @@ func ledgerRecords(d lineData) []*kgo.Record {
 	}
 	return recs
 }
+
+func TestServerEnv(t *testing.T) {
+	got := serverEnv([]string{"PATH=/bin", "OUTBOXD_FEED=x=file:/y", "GOGC=100", "OUTBOXD_BATCH_MAX=5"})
+	if want := []string{"PATH=/bin", "GOGC=100"}; !slices.Equal(got, want) {
+		t.Errorf("serverEnv = %v, want %v", got, want)
+	}
+}

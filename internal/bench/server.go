@@ -79,7 +79,7 @@ func (b *bench) startServer(args []string) (*serverProc, error) {
 	}
 	p := &serverProc{done: make(chan struct{}), logs: &tailBuffer{max: 64 << 10}}
 	p.cmd = exec.Command(exe, append([]string{"bench"}, args...)...)
-	p.cmd.Env = append(os.Environ(), envBenchServer+"=1")
+	p.cmd.Env = append(serverEnv(os.Environ()), envBenchServer+"=1")
 	p.cmd.Stderr = p.logs
 	if b.o.Verbose {
 		p.cmd.Stderr = multiWriter{p.logs, os.Stderr}
@@ -140,6 +140,19 @@ func (p *serverProc) exitError() error {
 		return fmt.Errorf("the server: %w; its log ends with:\n%s", p.err, p.logs.String())
 	}
 	return nil
+}
+
+// serverEnv is env without OUTBOXD_ settings: the server reads them as
+// configuration, and the bench's flags must be all it runs with (a feed
+// set in the environment would be a second feed).
+func serverEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "OUTBOXD_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // tailBuffer keeps the last max bytes written to it.

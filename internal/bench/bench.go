@@ -79,7 +79,7 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Int64Var(&o.Lines, "lines", o.Lines, "lines of the generated ledger file (each phase handles them all)")
-	fs.StringVar(&o.Processor, "processor", o.Processor, "the processor the engine phases run: ledger or forward")
+	fs.StringVar(&o.Processor, "processor", o.Processor, "the processor the engine phases run: ledger, forward or orders (orders: --accounts open orders, --lines events on a Kafka topic; the ingest phase only)")
 	fs.IntVar(&o.Accounts, "accounts", o.Accounts, "distinct accounts (Kafka keys) in the generated file")
 	fs.IntVar(&o.LineBytes, "line-bytes", o.LineBytes, "pad each line with spaces to this many bytes, newline included (0: no padding)")
 	fs.StringVar(&o.Sweep, "sweep", o.Sweep, "accounts: measure raw_sqlite and ingest at each of --sweep-sizes accounts, the state written before each")
@@ -141,14 +141,14 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--lines: %d, want at least 1", o.Lines)
 	case o.Accounts < 1:
 		return fmt.Errorf("--accounts: %d, want at least 1", o.Accounts)
-	case o.Processor != "ledger" && o.Processor != "forward":
-		return fmt.Errorf("--processor: %q is not one of ledger, forward", o.Processor)
+	case o.Processor != "ledger" && o.Processor != "forward" && o.Processor != "orders":
+		return fmt.Errorf("--processor: %q is not one of ledger, forward, orders", o.Processor)
 	case o.LineBytes < 0 || o.LineBytes > server.DefaultConfig().MaxLine:
 		return fmt.Errorf("--line-bytes: %d, want 0 to %d", o.LineBytes, server.DefaultConfig().MaxLine)
 	case o.Sweep != "" && o.Sweep != "accounts":
 		return fmt.Errorf("--sweep: %q is not accounts", o.Sweep)
-	case o.Sweep != "" && o.Processor != "ledger":
-		return fmt.Errorf("--sweep accounts: the state is the ledger's, so --processor must be ledger")
+	case o.Sweep != "" && o.Processor == "forward":
+		return fmt.Errorf("--sweep accounts: forward keeps no state: give --processor ledger or orders")
 	case o.Chart != "" && o.Sweep == "":
 		return fmt.Errorf("--chart: draws a sweep: give --sweep accounts")
 	case len(o.SweepSizes) == 0:

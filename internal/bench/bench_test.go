@@ -137,9 +137,19 @@ func TestBenchCommand(t *testing.T) {
 		}
 	})
 
+	t.Run("Orders", func(t *testing.T) {
+		res := run(t, "--processor", "orders", "--accounts", "50", "--lines", "3000")
+		if got := res["ingest"]["count"]; got != 3000.0 {
+			t.Errorf("ingest.count = %v, want 3000 events", got)
+		}
+		if res["verify"]["failures"] != nil {
+			t.Errorf("verify = %v", res["verify"])
+		}
+	})
+
 	t.Run("ErrBadFlag", func(t *testing.T) {
 		for _, args := range [][]string{{"--lines", "0"}, {"--no-such-flag"}, {"--synchronous", "off"}, {"--relay-batch", "0"},
-			{"extra"}, {"--processor", "orders"}, {"--line-bytes", "-1"}, {"--sweep", "lines"}, {"--chart", "x.svg"},
+			{"extra"}, {"--processor", "sql"}, {"--line-bytes", "-1"}, {"--sweep", "lines"}, {"--chart", "x.svg"},
 			{"--sweep", "accounts", "--processor", "forward"}, {"--sweep-sizes", "10,x"}} {
 			var stdout, stderr bytes.Buffer
 			if code := Command(args, &stdout, &stderr); code != 2 {

@@ -22,10 +22,16 @@ func writeSweepChart(s *sweepResult, path string) error {
 	p.Y.Min = 0
 	raw, ing := make(plotter.XYs, 0, len(s.Points)), make(plotter.XYs, 0, len(s.Points))
 	for _, pt := range s.Points {
-		raw = append(raw, plotter.XY{X: float64(pt.Accounts), Y: pt.RawSQLite.PerSecond})
+		if pt.RawSQLite != nil {
+			raw = append(raw, plotter.XY{X: float64(pt.Accounts), Y: pt.RawSQLite.PerSecond})
+		}
 		ing = append(ing, plotter.XY{X: float64(pt.Accounts), Y: pt.Ingest.PerSecond})
 	}
-	if err := plotutil.AddLinePoints(p, "raw_sqlite (ceiling)", raw, "ingest (the server)", ing); err != nil {
+	lines := []any{"ingest (the server)", ing}
+	if len(raw) > 0 {
+		lines = append([]any{"raw_sqlite (ceiling)", raw}, lines...)
+	}
+	if err := plotutil.AddLinePoints(p, lines...); err != nil {
 		return fmt.Errorf("draw the sweep: %w", err)
 	}
 	p.Legend.Top = true

@@ -274,3 +274,9 @@ func blocking(ctx context.Context, f func() error) error {
 		return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
 	}
 }
+
+// ProducerConfig is the sarama configuration the relay's producer runs
+// with for c, transactional when txnID is not empty. A tool that must
+// produce exactly as the relay does (the bench's raw producer) starts from
+// it instead of a copy.
+func ProducerConfig(c Config, txnID string) *sarama.Config { return saramaConfig(c, txnID) }

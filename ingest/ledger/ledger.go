@@ -17,7 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -71,19 +74,20 @@ type Output struct {
 // Processor is the ledger processor. It is safe for use by several feeds:
 // balances are kept per feed.
 //
-// It keeps the balances it has committed in memory, so an account it knows
-// costs no read, and writes each account's balance once per batch, when the
-// batch commits (Tx.BeforeCommit). That is safe because one server owns the
-// database (outbox.Store.Claim) and the processor is its only writer of
-// ledger_balances.
+// It keeps the balances it has committed in a cache of at most CacheBytes,
+// so an account it knows costs no read, and writes each account's balance
+// once per batch, when the batch commits (Tx.BeforeCommit), in key order.
+// That is safe because one server owns the database (outbox.Store.Claim) and
+// the processor is its only writer of ledger_balances.
 type Processor struct {
 	topic string
 
 	mu        sync.Mutex
-	committed map[balanceKey]int64 // as of the last commit
-	tx        *outbox.Tx           // the batch in hand
-	pending   *batchBalances       // its changes
-	scratch   []byte               // the output being built (Emit copies it)
+	warmOnce  sync.Once
+	committed *balanceCache  // as of the last commit
+	tx        *outbox.Tx     // the batch in hand
+	pending   *batchBalances // its changes
+	scratch   []byte         // the output being built (Emit copies it)
 }
 
 type balanceKey struct{ feed, account string }
@@ -96,15 +100,16 @@ type batchBalances struct {
 
 type change struct{ balance, lines int64 }
 
-// maxCached bounds the balances kept in memory; past it the cache starts
-// over (the database has them all).
-const maxCached = 1 << 20
-
 var _ ingest.Processor = (*Processor)(nil)
 
 // New returns a ledger processor emitting to topic.
 func New(topic string) *Processor {
-	return &Processor{topic: topic, committed: map[balanceKey]int64{}}
+	c := newBalanceCache(CacheBytes)
+	p := &Processor{topic: topic, committed: c}
+	// The cache's memory is outside Go's heap: give it back to fastcache's
+	// pool once the processor is gone.
+	runtime.AddCleanup(p, func(c *balanceCache) { c.reset() }, c)
+	return p
 }
 
 const (
@@ -172,8 +177,13 @@ func (b *batchBalances) set(k balanceKey, balance int64) (undo func()) {
 }
 
 // write stores the batch's balances in statements of outbox.ChunkSize
-// accounts; a chunk of one feed binds the feed once.
+// accounts; a chunk of one feed binds the feed once. They are written in
+// key order: consecutive upserts then land on the same B-tree pages, which
+// at a large state halves the work of a batch (pages stay in the CPU's
+// caches and each is found once). No item of the batch is undone after
+// this, so the order the undo functions rely on is no longer needed.
 func (b *batchBalances) write(ctx context.Context, tx *outbox.Tx) error {
+	slices.SortFunc(b.order, compareKeys)
 	args := make([]any, 0, min(len(b.order), upsertChunk)*4)
 	for keys := b.order; len(keys) > 0; {
 		k := outbox.ChunkSize(len(keys), upsertChunk)
@@ -205,6 +215,15 @@ func (b *batchBalances) write(ctx context.Context, tx *outbox.Tx) error {
 	return nil
 }
 
+// compareKeys orders keys as ledger_balances' primary key does: by feed,
+// then account, bytewise (SQLite's BINARY collation).
+func compareKeys(a, b balanceKey) int {
+	if c := strings.Compare(a.feed, b.feed); c != 0 {
+		return c
+	}
+	return strings.Compare(a.account, b.account)
+}
+
 func oneFeed(keys []balanceKey) bool {
 	for _, k := range keys[1:] {
 		if k.feed != keys[0].feed {
@@ -233,15 +252,17 @@ func init() {
 	}
 }
 
+// UpsertSQL is the statement the processor stores n balances of one feed
+// with: the feed bound once, then account, balance and lines for each. n is
+// a chunk size (outbox.ChunkSize with at most 64).
+func UpsertSQL(n int) string { return upsertOneFeedBySize[n] }
+
 // commit makes a committed batch's balances the known ones.
 func (p *Processor) commit(b *batchBalances) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.committed)+len(b.order) > maxCached {
-		p.committed = map[balanceKey]int64{}
-	}
 	for _, k := range b.order {
-		p.committed[k] = b.m[k].balance
+		p.committed.set(k, b.m[k].balance)
 	}
 }
 
@@ -250,10 +271,10 @@ func (p *Processor) balance(ctx context.Context, tx *outbox.Tx, k balanceKey) (i
 	if c, ok := p.pending.m[k]; ok {
 		return c.balance, nil
 	}
-	if b, ok := p.committed[k]; ok {
+	if b, ok := p.committed.get(k); ok {
 		return b, nil
 	}
-	sel, err := tx.Stmt(ctx, selectBalance)
+	sel, err := tx.ReadStmt(ctx, selectBalance)
 	if err != nil {
 		return 0, err
 	}

@@ -13,6 +13,15 @@ import (
 // original place, so one that comes back (through the retry topic, or
 // redelivered) is stored once. Times are RFC 3339 in UTC with all nine
 // digits of nanoseconds, so they sort as text.
+//
+// A finished order (delivered or cancelled) is compacted: its events move
+// from orders_events, a row each plus an index entry by place, to one row
+// of orders_done holding them all. The tables an open order's events are
+// looked up in then hold only the open orders, however many finished ones
+// the feed has seen. The compacted history is read back whole, so a late
+// event still folds into it, and an event that comes back is still found:
+// by place while its order is open, as a duplicate (same type and time)
+// once it is finished.
 const schema = `
 CREATE TABLE IF NOT EXISTS orders_events (
     feed       TEXT NOT NULL,
@@ -26,6 +35,12 @@ CREATE TABLE IF NOT EXISTS orders_events (
     PRIMARY KEY (feed, order_id, epoch, src_offset)
 ) STRICT, WITHOUT ROWID;
 CREATE UNIQUE INDEX IF NOT EXISTS orders_events_place ON orders_events (feed, epoch, src_offset);
+CREATE TABLE IF NOT EXISTS orders_done (
+    feed     TEXT NOT NULL,
+    order_id TEXT NOT NULL,
+    history  TEXT NOT NULL, -- JSON: [[topic, partition, epoch, src_offset, type, at], ...]
+    PRIMARY KEY (feed, order_id)
+) STRICT, WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS orders_status (
     feed     TEXT NOT NULL,
     order_id TEXT NOT NULL,
@@ -38,9 +53,26 @@ CREATE TABLE IF NOT EXISTS orders_status (
 
 const (
 	selectApplied = `SELECT count(*) FROM orders_events WHERE feed = ? AND epoch = ? AND src_offset = ?`
+	// selectHistory binds feed and order twice: the open events, then the
+	// compacted ones.
 	selectHistory = `SELECT topic, partition, epoch, src_offset, type, at FROM orders_events
-WHERE feed = ? AND order_id = ?`
-	insertEvent = `INSERT INTO orders_events (feed, epoch, src_offset, topic, partition, order_id, type, at)
+WHERE feed = ? AND order_id = ?
+UNION ALL
+SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, e.value ->> 4, e.value ->> 5
+FROM orders_done AS d, json_each(d.history) AS e WHERE d.feed = ? AND d.order_id = ?`
+	// compactHistory folds an order's events, open and compacted, into its
+	// row of orders_done (binding feed and order three times); deleteEvents
+	// then removes the open ones.
+	compactHistory = `INSERT INTO orders_done (feed, order_id, history)
+SELECT ?, ?, json_group_array(json_array(topic, partition, epoch, src_offset, type, at)) FROM (
+SELECT topic, partition, epoch, src_offset, type, at FROM orders_events
+WHERE feed = ? AND order_id = ?
+UNION ALL
+SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, e.value ->> 4, e.value ->> 5
+FROM orders_done AS d, json_each(d.history) AS e WHERE d.feed = ? AND d.order_id = ?) WHERE true
+ON CONFLICT(feed, order_id) DO UPDATE SET history = excluded.history`
+	deleteEvents = `DELETE FROM orders_events WHERE feed = ? AND order_id = ?`
+	insertEvent  = `INSERT INTO orders_events (feed, epoch, src_offset, topic, partition, order_id, type, at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 	upsertStatus = `INSERT INTO orders_status (feed, order_id, status, at, events) VALUES (?, ?, ?, ?, 1)
 ON CONFLICT(feed, order_id) DO UPDATE SET status = excluded.status, at = excluded.at, events = events + 1`
@@ -80,7 +112,7 @@ func history(ctx context.Context, tx *outbox.Tx, feed, orderID string) ([]Event,
 		return nil, err
 	}
 	var rows []eventRow
-	if err := st.SelectContext(ctx, &rows, feed, orderID); err != nil {
+	if err := st.SelectContext(ctx, &rows, feed, orderID, feed, orderID); err != nil {
 		return nil, fmt.Errorf("read events of order %s: %w", orderID, err)
 	}
 	events := make([]Event, len(rows))
@@ -111,6 +143,31 @@ func store(ctx context.Context, tx *outbox.Tx, feed string, e Event, status Stat
 	}
 	if _, err := up.ExecContext(ctx, feed, e.OrderID, string(status), formatAt(statusAt)); err != nil {
 		return fmt.Errorf("store status of order %s: %w", e.OrderID, err)
+	}
+	if finished(status) {
+		return compact(ctx, tx, feed, e.OrderID)
+	}
+	return nil
+}
+
+// finished reports whether an order in status s is compacted.
+func finished(s Status) bool { return s == Delivered || s == Cancelled }
+
+// compact moves a finished order's events into its row of orders_done.
+func compact(ctx context.Context, tx *outbox.Tx, feed, orderID string) error {
+	st, err := tx.Stmt(ctx, compactHistory)
+	if err != nil {
+		return err
+	}
+	if _, err := st.ExecContext(ctx, feed, orderID, feed, orderID, feed, orderID); err != nil {
+		return fmt.Errorf("compact the history of order %s: %w", orderID, err)
+	}
+	del, err := tx.Stmt(ctx, deleteEvents)
+	if err != nil {
+		return err
+	}
+	if _, err := del.ExecContext(ctx, feed, orderID); err != nil {
+		return fmt.Errorf("compact the history of order %s: %w", orderID, err)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -23,9 +24,16 @@ import (
 
 // benchOptions are the settings of `server bench`, from its flags.
 type benchOptions struct {
-	GOGC            int // the garbage collector's target in effect, -1 for off
-	Lines           int64
-	Accounts        int
+	GOGC      int // the garbage collector's target in effect, -1 for off
+	Processor string
+	Lines     int64
+	Accounts  int
+	LineBytes int
+	// Sweep names what a sweep varies ("accounts"), "" for none;
+	// SweepSizes are its points and Chart the SVG it draws.
+	Sweep           string
+	SweepSizes      []int
+	Chart           string
 	Rate            int
 	LatencyDuration time.Duration
 	Brokers         []string
@@ -50,6 +58,8 @@ type benchOptions struct {
 func defaultBenchOptions() benchOptions {
 	d := server.DefaultConfig()
 	return benchOptions{
+		Processor:       "ledger",
+		SweepSizes:      []int{1000, 10_000, 100_000, 1_000_000, 10_000_000},
 		Lines:           1_000_000,
 		Accounts:        1000,
 		Rate:            10_000,
@@ -69,7 +79,22 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Int64Var(&o.Lines, "lines", o.Lines, "lines of the generated ledger file (each phase handles them all)")
-	fs.IntVar(&o.Accounts, "accounts", o.Accounts, "distinct accounts (Kafka keys) in the ledger file")
+	fs.StringVar(&o.Processor, "processor", o.Processor, "the processor the engine phases run: ledger, forward or orders (orders: --accounts open orders, --lines events on a Kafka topic; the ingest phase only)")
+	fs.IntVar(&o.Accounts, "accounts", o.Accounts, "distinct accounts (Kafka keys) in the generated file")
+	fs.IntVar(&o.LineBytes, "line-bytes", o.LineBytes, "pad each line with spaces to this many bytes, newline included (0: no padding)")
+	fs.StringVar(&o.Sweep, "sweep", o.Sweep, "accounts: measure raw_sqlite and ingest at each of --sweep-sizes accounts, the state written before each")
+	fs.Func("sweep-sizes", "comma-separated account counts of a sweep (default 1000,10000,100000,1000000,10000000)", func(v string) error {
+		o.SweepSizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("%q is not a positive count", f)
+			}
+			o.SweepSizes = append(o.SweepSizes, n)
+		}
+		return nil
+	})
+	fs.StringVar(&o.Chart, "chart", o.Chart, "with --sweep, write the curve as an SVG chart to this file")
 	fs.IntVar(&o.Rate, "rate", o.Rate, "offered load of the latency phase, in lines/s (0: skip the phase)")
 	fs.DurationVar(&o.LatencyDuration, "latency-duration", o.LatencyDuration, "how long the latency phase appends lines")
 	fs.Func("brokers", "Kafka brokers, comma-separated (none: a dev broker in a child process)", func(v string) error {
@@ -116,6 +141,18 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--lines: %d, want at least 1", o.Lines)
 	case o.Accounts < 1:
 		return fmt.Errorf("--accounts: %d, want at least 1", o.Accounts)
+	case o.Processor != "ledger" && o.Processor != "forward" && o.Processor != "orders":
+		return fmt.Errorf("--processor: %q is not one of ledger, forward, orders", o.Processor)
+	case o.LineBytes < 0 || o.LineBytes > server.DefaultConfig().MaxLine:
+		return fmt.Errorf("--line-bytes: %d, want 0 to %d", o.LineBytes, server.DefaultConfig().MaxLine)
+	case o.Sweep != "" && o.Sweep != "accounts":
+		return fmt.Errorf("--sweep: %q is not accounts", o.Sweep)
+	case o.Sweep != "" && o.Processor == "forward":
+		return fmt.Errorf("--sweep accounts: forward keeps no state: give --processor ledger or orders")
+	case o.Chart != "" && o.Sweep == "":
+		return fmt.Errorf("--chart: draws a sweep: give --sweep accounts")
+	case len(o.SweepSizes) == 0:
+		return fmt.Errorf("--sweep-sizes: none given")
 	case o.Rate < 0:
 		return fmt.Errorf("--rate: %d is negative", o.Rate)
 	case o.Rate > 0 && o.LatencyDuration < 100*time.Millisecond:
@@ -151,6 +188,9 @@ func (o benchOptions) latencyLines() int64 {
 func Command(args []string, stdout, stderr io.Writer) int {
 	if os.Getenv(envBenchBroker) != "" {
 		return benchBrokerChild(os.Stdin, stdout, stderr)
+	}
+	if os.Getenv(envBenchServer) != "" {
+		return server.Command(args, stdout, stderr)
 	}
 	o, err := parseBenchFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -192,12 +232,16 @@ func benchUsage(w io.Writer) {
 	fs.SetOutput(w)
 	fmt.Fprint(w, `Usage: server bench [flags]
 
-Measures, on this machine and disk, in one run: a bare SQLite loop writing the
-engine's rows (raw_sqlite) and a bare transactional producer sending its
-records (raw_produce), the ceilings; then file -> SQLite through the engine
-(ingest), the relay draining the resulting outbox (relay), file -> Kafka with
-both running (end_to_end), the append-to-visible latency at a fixed load, and
-the memory used. Progress goes to stderr, results to stdout.
+Measures, on this machine and disk, in one run: the floors (the file feed
+read with no store, a commit per batch), the ceilings (a plain SQLite loop
+writing exactly the engine's rows through the store's DSN and statements,
+raw_sqlite; the relay's producer sending its records, raw_produce) and the
+naive three-statements-per-line loop; then the server itself, in a child
+process: file -> SQLite (ingest), its relay draining that outbox (relay),
+file -> Kafka (end_to_end), and the append-to-visible latency at a fixed
+load, with the CPU time and memory of each. --sweep accounts measures
+raw_sqlite and ingest at growing state sizes instead. Progress goes to
+stderr, results to stdout.
 
 Flags:
 `)

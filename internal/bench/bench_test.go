@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,22 +16,25 @@ import (
 
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/relay"
-	"github.com/outboxd/outboxd/server"
 )
 
 // TestMain lets the test binary be the bench's child broker: the bench
 // starts its own executable as one.
+// TestMain lets the test binary be the bench's children: it starts its own
+// executable as the broker and as the server, "bench ARGS" with the child's
+// variable set.
 func TestMain(m *testing.M) {
-	if os.Getenv(envBenchBroker) != "" {
-		os.Exit(benchBrokerChild(os.Stdin, os.Stdout, os.Stderr))
+	if os.Getenv(envBenchBroker) != "" || os.Getenv(envBenchServer) != "" {
+		os.Exit(Command(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
 
 func TestBenchCommand(t *testing.T) {
-	t.Run("OK", func(t *testing.T) {
+	run := func(t *testing.T, args ...string) map[string]map[string]any {
+		t.Helper()
 		var stdout, stderr bytes.Buffer
-		args := []string{"--lines", "20000", "--json", "--rate", "2000", "--latency-duration", "1s", "--dir", t.TempDir()}
+		args = append(args, "--json", "--dir", t.TempDir())
 		if code := Command(args, &stdout, &stderr); code != 0 {
 			t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
 		}
@@ -38,15 +42,33 @@ func TestBenchCommand(t *testing.T) {
 		if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
 			t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout.String())
 		}
-		for _, phase := range []string{"raw_sqlite", "raw_produce", "ingest", "relay", "end_to_end"} {
+		return res
+	}
+	t.Run("OK", func(t *testing.T) {
+		res := run(t, "--lines", "20000", "--rate", "2000", "--latency-duration", "1s")
+		for _, phase := range []string{"read_floor", "commit_floor", "raw_sqlite", "naive_sqlite", "raw_produce", "ingest", "end_to_end"} {
 			if got := res[phase]["count"]; got != 20000.0 {
 				t.Errorf("%s.count = %v, want 20000", phase, got)
 			}
 			if got, _ := res[phase]["per_second"].(float64); got <= 0 {
 				t.Errorf("%s.per_second = %v, want more than 0", phase, res[phase]["per_second"])
 			}
+			cpu, _ := res[phase]["cpu"].(map[string]any)
+			if got, _ := cpu["per_item_us"].(float64); got <= 0 {
+				t.Errorf("%s.cpu.per_item_us = %v, want more than 0", phase, cpu["per_item_us"])
+			}
 		}
-		want := map[string]any{"ok": true, "outputs": 20000.0, "duplicates": 0.0, "missing": 0.0, "latency_duplicates": 0.0}
+		// The relay's count is the rows after its first transaction.
+		if got, _ := res["relay"]["count"].(float64); got <= 0 || got >= 20000 {
+			t.Errorf("relay.count = %v, want in (0, 20000)", res["relay"]["count"])
+		}
+		for _, phase := range []string{"ingest", "relay", "end_to_end"} {
+			if got, _ := res[phase]["peak_rss_mib"].(float64); got <= 0 {
+				t.Errorf("%s.peak_rss_mib = %v, want the server's", phase, res[phase]["peak_rss_mib"])
+			}
+		}
+		want := map[string]any{"ok": true, "outputs": 20000.0, "duplicates": 0.0, "missing": 0.0, "latency_duplicates": 0.0,
+			"balances_checked": 1000.0}
 		for k, v := range want {
 			if res["verify"][k] != v {
 				t.Errorf("verify.%s = %v, want %v (verify: %v)", k, res["verify"][k], v, res["verify"])
@@ -60,42 +82,75 @@ func TestBenchCommand(t *testing.T) {
 				t.Errorf("latency.%s missing: %v", k, res["latency"])
 			}
 		}
-		for _, k := range []string{"ingest_raw_sqlite", "relay_raw_produce"} {
+		for _, k := range []string{"ingest_raw_sqlite", "relay_raw_produce", "end_to_end_ceiling"} {
 			if got, _ := res["ratios"][k].(float64); got <= 0 {
 				t.Errorf("ratios.%s = %v, want more than 0", k, res["ratios"][k])
 			}
 		}
-		if res["settings"]["synchronous"] != "full" || res["settings"]["go_version"] == "" {
+		if res["settings"]["synchronous"] != "full" || res["settings"]["processor"] != "ledger" || res["settings"]["go_version"] == "" {
 			t.Errorf("settings = %v", res["settings"])
 		}
-		for _, k := range []string{"relay_drain_max_mib", "relay_drain_first_half_max_mib", "relay_drain_second_half_max_mib"} {
-			if got, _ := res["rss"][k].(float64); got <= 0 {
-				t.Errorf("rss.%s = %v, want more than 0", k, res["rss"][k])
-			}
-		}
-		if got, _ := res["settings"]["gogc"].(float64); got != float64(server.DefaultGOGC) && os.Getenv("GOGC") == "" {
-			t.Errorf("settings.gogc = %v, want %d", res["settings"]["gogc"], server.DefaultGOGC)
+		if got, _ := res["rss"]["peak_mib"].(float64); got <= 0 {
+			t.Errorf("rss.peak_mib = %v", res["rss"]["peak_mib"])
 		}
 	})
 
-	t.Run("HalfMaxima", func(t *testing.T) {
-		for _, c := range []struct {
-			samples       []float64
-			first, second float64
-		}{
-			{nil, 0, 0},
-			{[]float64{5}, 0, 5},
-			{[]float64{3, 9, 4, 4}, 9, 4},
-			{[]float64{3, 4, 8, 2, 7}, 4, 8},
-		} {
-			if f, s := halfMaxima(c.samples); f != c.first || s != c.second {
-				t.Errorf("halfMaxima(%v) = %v, %v, want %v, %v", c.samples, f, s, c.first, c.second)
+	t.Run("Forward", func(t *testing.T) {
+		res := run(t, "--processor", "forward", "--line-bytes", "300", "--lines", "5000", "--rate", "0")
+		if got := res["settings"]["file_bytes"]; got != 5000*300.0 {
+			t.Errorf("settings.file_bytes = %v, want %d", got, 5000*300)
+		}
+		want := map[string]any{"ok": true, "outputs": 5000.0, "duplicates": 0.0, "missing": 0.0, "balances_checked": 0.0}
+		for k, v := range want {
+			if res["verify"][k] != v {
+				t.Errorf("verify.%s = %v, want %v (verify: %v)", k, res["verify"][k], v, res["verify"])
 			}
+		}
+	})
+
+	t.Run("Sweep", func(t *testing.T) {
+		chart := filepath.Join(t.TempDir(), "sweep.svg")
+		res := run(t, "--sweep", "accounts", "--sweep-sizes", "10,3000", "--lines", "4000", "--chart", chart)
+		var sweep struct {
+			Points []struct {
+				Accounts  int
+				Ingest    struct{ Count int64 }
+				RawSQLite struct{ Count int64 } `json:"raw_sqlite"`
+			}
+		}
+		b, _ := json.Marshal(res["sweep"])
+		if err := json.Unmarshal(b, &sweep); err != nil || len(sweep.Points) != 2 {
+			t.Fatalf("sweep = %s (%v)", b, err)
+		}
+		for i, want := range []int{10, 3000} {
+			p := sweep.Points[i]
+			if p.Accounts != want || p.Ingest.Count != 4000 || p.RawSQLite.Count != 4000 {
+				t.Errorf("point %d = %+v, want %d accounts, 4000 lines each", i, p, want)
+			}
+		}
+		svg, err := os.ReadFile(chart)
+		if err != nil || !bytes.Contains(svg, []byte("<svg")) {
+			t.Errorf("chart: %v, %.80q", err, svg)
+		}
+		if res["verify"]["failures"] != nil {
+			t.Errorf("verify = %v", res["verify"])
+		}
+	})
+
+	t.Run("Orders", func(t *testing.T) {
+		res := run(t, "--processor", "orders", "--accounts", "50", "--lines", "3000")
+		if got := res["ingest"]["count"]; got != 3000.0 {
+			t.Errorf("ingest.count = %v, want 3000 events", got)
+		}
+		if res["verify"]["failures"] != nil {
+			t.Errorf("verify = %v", res["verify"])
 		}
 	})
 
 	t.Run("ErrBadFlag", func(t *testing.T) {
-		for _, args := range [][]string{{"--lines", "0"}, {"--no-such-flag"}, {"--synchronous", "off"}, {"--relay-batch", "0"}, {"extra"}} {
+		for _, args := range [][]string{{"--lines", "0"}, {"--no-such-flag"}, {"--synchronous", "off"}, {"--relay-batch", "0"},
+			{"extra"}, {"--processor", "sql"}, {"--line-bytes", "-1"}, {"--sweep", "lines"}, {"--chart", "x.svg"},
+			{"--sweep", "accounts", "--processor", "forward"}, {"--sweep-sizes", "10,x"}} {
 			var stdout, stderr bytes.Buffer
 			if code := Command(args, &stdout, &stderr); code != 2 {
 				t.Errorf("%v: exit %d, want 2", args, code)
@@ -110,16 +165,31 @@ func TestBenchCommand(t *testing.T) {
 	})
 }
 
+func TestLexOrder(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 9, 10, 11, 99, 100, 101, 1000, 12345} {
+		var got []string
+		lexOrder(n, func(i int) error { got = append(got, accountName(i)); return nil })
+		want := make([]string, n)
+		for i := range want {
+			want[i] = accountName(i)
+		}
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("lexOrder(%d) = %v, want %v", n, got[:min(len(got), 12)], want[:min(n, 12)])
+		}
+	}
+}
+
 // TestBenchOutputCheck shows the smoke test's check fails on each kind of wrong
 // output.
 func TestBenchOutputCheck(t *testing.T) {
-	d, err := writeLedger(context.Background(), filepath.Join(t.TempDir(), "l.csv"), 200, 7)
+	d, err := writeLines(context.Background(), filepath.Join(t.TempDir(), "l.csv"), 200, 7, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	check := func(t *testing.T, mutate func(recs []*kgo.Record) []*kgo.Record) verifyResult {
 		t.Helper()
-		c := newOutputCheck(d)
+		c := newOutputCheck(d, "ledger")
 		for _, r := range mutate(ledgerRecords(d)) {
 			c.add(r, time.Now())
 		}
@@ -157,15 +227,23 @@ func TestBenchOutputCheck(t *testing.T) {
 }
 
 // ledgerRecords are the records a correct run publishes for d.
-func ledgerRecords(d ledgerData) []*kgo.Record {
-	g, bal := newLedgerGen(d.Names), make([]int64, len(d.Names))
+func ledgerRecords(d lineData) []*kgo.Record {
+	g, bal := d.gen(), make([]int64, d.Accounts)
 	var recs []*kgo.Record
 	for range d.Lines {
 		l, _ := g.next()
 		bal[l.Account] += l.Amount
-		v, _ := json.Marshal(ledger.Output{Account: d.Names[l.Account], Amount: l.Amount, Balance: bal[l.Account], Position: l.Position})
-		recs = append(recs, &kgo.Record{Key: []byte(d.Names[l.Account]), Value: v,
+		name := accountName(l.Account)
+		v, _ := json.Marshal(ledger.Output{Account: name, Amount: l.Amount, Balance: bal[l.Account], Position: l.Position})
+		recs = append(recs, &kgo.Record{Key: []byte(name), Value: v,
 			Headers: []kgo.RecordHeader{{Key: relay.HeaderPosition, Value: []byte(strconv.FormatInt(l.Position, 10))}}})
 	}
 	return recs
+}
+
+func TestServerEnv(t *testing.T) {
+	got := serverEnv([]string{"PATH=/bin", "OUTBOXD_FEED=x=file:/y", "GOGC=100", "OUTBOXD_BATCH_MAX=5"})
+	if want := []string{"PATH=/bin", "GOGC=100"}; !slices.Equal(got, want) {
+		t.Errorf("serverEnv = %v, want %v", got, want)
+	}
 }

@@ -110,6 +110,15 @@ func readAddr(ctx context.Context, r io.Reader) (string, error) {
 	}
 }
 
+// brokerPID is the broker child's process id, 0 when there is none (a
+// given cluster, or a broker in this process).
+func (b *bench) brokerPID() int {
+	if b.broker == nil || b.broker.cmd == nil || b.broker.cmd.Process == nil {
+		return 0
+	}
+	return b.broker.cmd.Process.Pid
+}
+
 // peakMiB is the child's peak resident memory (0 when unknown or in-process).
 func (br *benchBroker) peakMiB() float64 {
 	if br.cmd == nil || br.cmd.Process == nil {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"hash/fnv"
 	"strconv"
 	"sync"
 	"time"
@@ -34,17 +35,20 @@ type lastOutput struct {
 	value    []byte
 }
 
-// outputCheck follows what a consumer sees of the ledger file's outputs:
-// which line positions arrived (a bitset over the file's bytes: memory
-// is an eighth of the file's size) and how often, and each account's
-// latest output. add runs on the consumer's goroutine; the other methods
-// that read the counts run after the consumer has stopped, except the
-// is* and channel ones, which are safe at any time.
+// outputCheck follows what a consumer sees of the file's outputs: which
+// line positions arrived (a bitset over the file's bytes: memory is an
+// eighth of the file's size) and how often; for the ledger each account's
+// latest output, for forward a checksum of the values (the sum of their
+// hashes, which any changed byte changes). add runs on the consumer's
+// goroutine; the other methods that read the counts run after the consumer
+// has stopped, except the is* and channel ones, which are safe at any time.
 type outputCheck struct {
-	want  int64
-	seen  bitset
-	last  map[string]lastOutput
-	stats checkStats
+	want      int64
+	ledger    bool
+	seen      bitset
+	last      map[string]lastOutput
+	valueHash uint64
+	stats     checkStats
 
 	mu       sync.Mutex
 	distinct int64
@@ -59,10 +63,17 @@ type checkStats struct {
 	foreign    int64 // no position header, or one past the file
 }
 
-// newOutputCheck expects one output per line of d.
-func newOutputCheck(d ledgerData) *outputCheck {
-	return &outputCheck{want: d.Lines, seen: newBitset(d.Size + 1), last: map[string]lastOutput{},
-		complete: make(chan struct{}), ended: make(chan struct{})}
+// newOutputCheck expects one output per line of d, made by processor.
+func newOutputCheck(d lineData, processor string) *outputCheck {
+	return &outputCheck{want: d.Lines, ledger: processor == "ledger", seen: newBitset(d.Size + 1),
+		last: map[string]lastOutput{}, complete: make(chan struct{}), ended: make(chan struct{})}
+}
+
+// valueHash is the hash the forward check sums.
+func valueHash(v []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(v)
+	return h.Sum64()
 }
 
 // add takes one consumed record.
@@ -80,7 +91,9 @@ func (c *outputCheck) add(r *kgo.Record, _ time.Time) {
 		c.stats.duplicates++
 		return
 	}
-	if l, ok := c.last[string(r.Key)]; !ok || pos > l.position {
+	if !c.ledger {
+		c.valueHash += valueHash(r.Value)
+	} else if l, ok := c.last[string(r.Key)]; !ok || pos > l.position {
 		// Copied into the account's own buffer: the record's bytes belong
 		// to a whole fetch, which keeping them would pin.
 		c.last[string(r.Key)] = lastOutput{position: pos, value: append(l.value[:0], r.Value...)}
@@ -126,32 +139,45 @@ func recordPosition(r *kgo.Record) (int64, bool) {
 	return 0, false
 }
 
-// verify records in v whether each line of d was seen exactly once and
-// each account's last output carries its expected balance. Call it once
-// the consumer has stopped.
-func (c *outputCheck) verify(d ledgerData, v *verifyResult) {
+// verify records in v whether each line of d was seen exactly once and,
+// for the ledger, each account's last output carries its expected balance,
+// for forward, the values are the lines. Call it once the consumer has
+// stopped.
+func (c *outputCheck) verify(d lineData, v *verifyResult) {
 	v.Outputs, v.Duplicates, v.Foreign = c.distinct, c.stats.duplicates, c.stats.foreign
-	g := newLedgerGen(d.Names)
+	g := d.gen()
+	var want uint64
 	for range d.Lines {
-		if l, _ := g.next(); !c.seen.has(l.Position) {
+		l, text := g.next()
+		if !c.seen.has(l.Position) {
 			v.Missing++
 		}
+		want += valueHash(text[:len(text)-1])
 	}
 	if v.Missing > 0 || v.Duplicates > 0 || v.Foreign > 0 {
 		v.fail("end_to_end: %d lines without an output, %d duplicate outputs, %d outputs of no line",
 			v.Missing, v.Duplicates, v.Foreign)
 	}
-	c.verifyLastBalances(d, v)
+	if !c.ledger {
+		if v.Missing == 0 && c.valueHash != want {
+			v.fail("end_to_end: the outputs' values are not the lines (checksum %x, want %x)", c.valueHash, want)
+		}
+		return
+	}
+	if d.Sums != nil {
+		c.verifyLastBalances(d, v)
+	}
 }
 
 // verifyLastBalances checks each account's latest output against the sum
 // of its lines.
-func (c *outputCheck) verifyLastBalances(d ledgerData, v *verifyResult) {
+func (c *outputCheck) verifyLastBalances(d lineData, v *verifyResult) {
 	bad := 0
-	for i, name := range d.Names {
+	for i := range d.Accounts {
 		if d.Counts[i] == 0 {
 			continue
 		}
+		name := accountName(i)
 		var out ledger.Output
 		l, ok := c.last[name]
 		if !ok || json.Unmarshal(l.value, &out) != nil || out.Balance != d.Sums[i] {
@@ -166,16 +192,17 @@ func (c *outputCheck) verifyLastBalances(d ledgerData, v *verifyResult) {
 }
 
 // verifyBalances checks the balances the engine stored.
-func (b *bench) verifyBalances(ctx context.Context, e *benchEngine) error {
-	got, err := ledger.Balances(ctx, e.store, benchFeed)
+func (b *bench) verifyBalances(ctx context.Context, w *watcher) error {
+	got, err := ledger.Balances(ctx, w.store, benchFeed)
 	if err != nil {
 		return err
 	}
 	v, bad := &b.res.Verify, 0
-	for i, name := range b.data.Names {
+	for i := range b.data.Accounts {
 		if b.data.Counts[i] == 0 {
 			continue
 		}
+		name := accountName(i)
 		v.BalancesChecked++
 		if got[name] != b.data.Sums[i] {
 			if bad++; bad <= 3 {

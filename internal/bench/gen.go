@@ -8,43 +8,58 @@ import (
 	"strconv"
 )
 
-// benchLine is one generated ledger line.
+// benchLine is one generated line.
 type benchLine struct {
 	Index    int64 // 0-based
-	Account  int   // index into the account names
+	Account  int   // the account's number: its name is "acct-<Account>"
 	Amount   int64
 	Position int64 // the byte offset after the line: the file feed's position of it
 }
 
-// ledgerGen yields the bench's ledger lines "acct-N,AMOUNT" in order. They
+// lineGen yields the bench's lines "acct-N,AMOUNT" in order, padded with
+// spaces to lineBytes (the ledger ignores them; forward ships them). They
 // are a pure function of the line index, so every phase and the verifier
-// regenerate them instead of keeping them in memory.
-type ledgerGen struct {
-	names []string
-	i     int64
-	pos   int64
-	buf   []byte
+// regenerate them instead of keeping them in memory; an account's name is
+// made from its number on the fly, so a state of ten million accounts
+// costs the bench no memory.
+type lineGen struct {
+	accounts  int
+	lineBytes int // 0: no padding
+	i         int64
+	pos       int64
+	buf       []byte
 }
 
-// newLedgerGen starts at the first line.
-func newLedgerGen(names []string) *ledgerGen {
-	return &ledgerGen{names: names, buf: make([]byte, 0, 64)}
+// newLineGen starts at the first line.
+func newLineGen(accounts, lineBytes int) *lineGen {
+	return &lineGen{accounts: accounts, lineBytes: lineBytes, buf: make([]byte, 0, max(64, lineBytes))}
 }
 
 // next returns the next line and its text, "\n" included. The text is
 // valid until the following call.
-func (g *ledgerGen) next() (benchLine, []byte) {
+func (g *lineGen) next() (benchLine, []byte) {
 	h := mix64(uint64(g.i))
-	l := benchLine{Index: g.i, Account: int(h % uint64(len(g.names))), Amount: int64((h>>32)%2001) - 1000}
-	g.buf = append(g.buf[:0], g.names[l.Account]...)
+	l := benchLine{Index: g.i, Account: int(h % uint64(g.accounts)), Amount: int64((h>>32)%2001) - 1000}
+	g.buf = appendAccount(g.buf[:0], l.Account)
 	g.buf = append(g.buf, ',')
 	g.buf = strconv.AppendInt(g.buf, l.Amount, 10)
+	for len(g.buf) < g.lineBytes-1 {
+		g.buf = append(g.buf, ' ')
+	}
 	g.buf = append(g.buf, '\n')
 	g.pos += int64(len(g.buf))
 	g.i++
 	l.Position = g.pos
 	return l, g.buf
 }
+
+// appendAccount appends account i's name.
+func appendAccount(b []byte, i int) []byte {
+	return strconv.AppendInt(append(b, "acct-"...), int64(i), 10)
+}
+
+// accountName is account i's name.
+func accountName(i int) string { return string(appendAccount(nil, i)) }
 
 // mix64 is SplitMix64's finalizer: well-spread accounts and amounts from a
 // counter, the same on every run.
@@ -55,67 +70,100 @@ func mix64(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-// accountNames are the accounts "acct-0" ... "acct-<n-1>".
-func accountNames(n int) []string {
-	names := make([]string, n)
-	for i := range names {
-		names[i] = "acct-" + strconv.Itoa(i)
-	}
-	return names
-}
+// maxVerifyAccounts bounds the accounts whose expected balances a run keeps
+// (16 bytes each) to check the end-to-end outputs.
+const maxVerifyAccounts = 2_000_000
 
-// ledgerData describes the generated ledger file and what applying it must
-// give.
-type ledgerData struct {
-	Path  string
-	Lines int64
-	Size  int64
-	Names []string
-	// Sums and Counts are each account's expected balance and line count.
+// lineData describes a generated file and what applying it must give.
+type lineData struct {
+	Path      string
+	Lines     int64
+	Size      int64
+	Accounts  int
+	LineBytes int
+	// Sums and Counts are each account's expected balance change and line
+	// count; nil past maxVerifyAccounts.
 	Sums   []int64
 	Counts []int64
 }
 
-// writeLedger writes lines generated lines to path, streaming, and returns
+// gen starts a generator of d's lines.
+func (d lineData) gen() *lineGen { return newLineGen(d.Accounts, d.LineBytes) }
+
+// writeLines writes lines generated lines to path, streaming, and returns
 // what they hold.
-func writeLedger(ctx context.Context, path string, lines int64, accounts int) (ledgerData, error) {
-	d := ledgerData{Path: path, Lines: lines, Names: accountNames(accounts),
-		Sums: make([]int64, accounts), Counts: make([]int64, accounts)}
+func writeLines(ctx context.Context, path string, lines int64, accounts, lineBytes int) (lineData, error) {
+	d := lineData{Path: path, Lines: lines, Accounts: accounts, LineBytes: lineBytes}
+	if accounts <= maxVerifyAccounts {
+		d.Sums, d.Counts = make([]int64, accounts), make([]int64, accounts)
+	}
 	f, err := os.Create(path)
 	if err != nil {
-		return d, fmt.Errorf("create ledger file: %w", err)
+		return d, fmt.Errorf("create line file: %w", err)
 	}
 	defer f.Close()
 	w := bufio.NewWriterSize(f, 1<<20)
-	g := newLedgerGen(d.Names)
+	g := d.gen()
 	for i := range lines {
 		if i%65536 == 0 && ctx.Err() != nil {
 			return d, ctx.Err()
 		}
 		l, text := g.next()
 		if _, err := w.Write(text); err != nil {
-			return d, fmt.Errorf("write ledger file: %w", err)
+			return d, fmt.Errorf("write line file: %w", err)
 		}
-		d.Sums[l.Account] += l.Amount
-		d.Counts[l.Account]++
+		if d.Sums != nil {
+			d.Sums[l.Account] += l.Amount
+			d.Counts[l.Account]++
+		}
 	}
 	if err := w.Flush(); err != nil {
-		return d, fmt.Errorf("write ledger file: %w", err)
+		return d, fmt.Errorf("write line file: %w", err)
 	}
 	if err := f.Close(); err != nil {
-		return d, fmt.Errorf("close ledger file: %w", err)
+		return d, fmt.Errorf("close line file: %w", err)
 	}
 	d.Size = g.pos
 	return d, nil
 }
 
-// generate is the first phase: the ledger file every other phase reads.
+// generate is the first phase: the file every other phase reads.
 func (b *bench) generate(ctx context.Context) error {
-	d, err := writeLedger(ctx, b.path("ledger.csv"), b.o.Lines, b.o.Accounts)
+	d, err := writeLines(ctx, b.path("lines.txt"), b.o.Lines, b.o.Accounts, b.o.LineBytes)
 	if err != nil {
 		return err
 	}
 	b.data = d
 	b.res.Settings.FileBytes = d.Size
+	return nil
+}
+
+// lexOrder calls f with 0 .. n-1 in the order of their decimal strings
+// ("0", "1", "10", "100", ..., "2", ...), the order of the accounts' names,
+// without holding them.
+func lexOrder(n int, f func(int) error) error {
+	if n <= 0 {
+		return nil
+	}
+	if err := f(0); err != nil {
+		return err
+	}
+	m, cur := n-1, 1
+	for range m {
+		if err := f(cur); err != nil {
+			return err
+		}
+		if cur*10 <= m {
+			cur *= 10
+			continue
+		}
+		if cur >= m {
+			cur /= 10
+		}
+		cur++
+		for cur%10 == 0 {
+			cur /= 10
+		}
+	}
 	return nil
 }

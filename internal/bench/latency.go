@@ -18,7 +18,8 @@ import (
 // the write that appends it; the consumer reads it when the line's output
 // arrives.
 type latencyRun struct {
-	names     []string
+	accounts  int
+	lineBytes int
 	positions []int64        // each line's position, ascending
 	appended  []atomic.Int64 // each line's append time, unix nanoseconds
 
@@ -30,13 +31,17 @@ type latencyRun struct {
 	mu       sync.Mutex
 	distinct int64
 	complete chan struct{} // closed once every line's output was seen
+	warm     chan struct{} // closed once the warm-up line's output was seen
 }
 
-// newLatencyRun prepares n lines.
-func newLatencyRun(names []string, n int64) *latencyRun {
-	lr := &latencyRun{names: names, positions: make([]int64, n), appended: make([]atomic.Int64, n),
-		seen: newBitset(n), latencies: make([]time.Duration, 0, n), complete: make(chan struct{})}
-	g := newLedgerGen(names)
+// newLatencyRun prepares n lines. The first is a warm-up: it is appended
+// alone, and the measured lines follow once its output was seen, so the
+// server's start-up is not counted as latency.
+func newLatencyRun(accounts, lineBytes int, n int64) *latencyRun {
+	n++ // the warm-up line
+	lr := &latencyRun{accounts: accounts, lineBytes: lineBytes, positions: make([]int64, n), appended: make([]atomic.Int64, n),
+		seen: newBitset(n), latencies: make([]time.Duration, 0, n), complete: make(chan struct{}), warm: make(chan struct{})}
+	g := newLineGen(accounts, lineBytes)
 	for i := range lr.positions {
 		l, _ := g.next()
 		lr.positions[i] = l.Position
@@ -61,13 +66,8 @@ func (b *bench) runLatency(ctx context.Context) error {
 	if err := os.WriteFile(path, nil, 0o644); err != nil {
 		return fmt.Errorf("create latency file: %w", err)
 	}
-	e, err := b.openEngine(ctx, "latency")
-	if err != nil {
-		return err
-	}
-	defer e.close()
-	lr := newLatencyRun(b.data.Names, n)
-	if err := b.measureLatency(ctx, e, lr, path, topic); err != nil {
+	lr := newLatencyRun(b.o.Accounts, b.o.LineBytes, n)
+	if err := b.measureLatency(ctx, lr, path, topic); err != nil {
 		return err
 	}
 	b.res.Latency = lr.result(b.o)
@@ -78,52 +78,64 @@ func (b *bench) runLatency(ctx context.Context) error {
 	return nil
 }
 
-// measureLatency runs the engine and a consumer while the writer appends,
+// measureLatency runs the server and a consumer while the writer appends,
 // until every line's output has been seen.
-func (b *bench) measureLatency(ctx context.Context, e *benchEngine, lr *latencyRun, path, topic string) error {
-	cons, err := b.startConsumer(ctx, topic, e.failed, lr.add)
+func (b *bench) measureLatency(ctx context.Context, lr *latencyRun, path, topic string) error {
+	failed := make(chan error, 1)
+	cons, err := b.startConsumer(ctx, topic, failed, lr.add)
 	if err != nil {
 		return err
 	}
-	loop, err := e.startLoop(ctx, path, topic)
+	defer cons.stop()
+	e, err := b.startEngine(ctx, engineSpec{db: b.path("latency.db"), source: "file:" + path, topic: topic, relay: "exactly-once"})
 	if err != nil {
-		cons.stop()
 		return err
 	}
-	r, rt, err := e.startRelay(ctx)
+	err = lr.write(ctx, path, b.o.Rate, func() error {
+		return waitFor(ctx, failed, lr.warm, pollEvery, func() (bool, error) { return lr.isWarm(), e.srv.exited() })
+	})
 	if err == nil {
-		err = e.waitConnected(ctx, r)
+		err = waitFor(ctx, failed, lr.complete, pollEvery, func() (bool, error) {
+			ok, _ := lr.isComplete()
+			return ok, e.srv.exited()
+		})
 	}
-	if err == nil {
-		err = lr.write(ctx, path, b.o.Rate)
+	if ferr := e.finish("latency", nil); err == nil {
+		err = ferr
 	}
-	if err == nil {
-		err = waitFor(ctx, e.failed, lr.complete, time.Second, lr.isComplete)
-	}
-	if serr := stopAll(loop, rt, cons); err == nil {
+	if serr := cons.stop(); err == nil {
 		err = serr
 	}
 	return err
 }
 
-// write appends the lines at rate lines/s: each line when it is due, those
-// that fell due together in one write.
-func (lr *latencyRun) write(ctx context.Context, path string, rate int) error {
+// write appends the warm-up line, calls warmed (which returns once its
+// output was seen), then appends the other lines at rate lines/s: each line
+// when it is due, those that fell due together in one write.
+func (lr *latencyRun) write(ctx context.Context, path string, rate int, warmed func() error) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return fmt.Errorf("open latency file: %w", err)
 	}
 	defer f.Close()
-	g, n := newLedgerGen(lr.names), int64(len(lr.positions))
+	g, n := newLineGen(lr.accounts, lr.lineBytes), int64(len(lr.positions))
+	_, text := g.next()
+	lr.appended[0].Store(time.Now().UnixNano())
+	if _, err := f.Write(text); err != nil {
+		return fmt.Errorf("append to latency file: %w", err)
+	}
+	if err := warmed(); err != nil {
+		return fmt.Errorf("wait for the first line's output: %w", err)
+	}
 	buf := make([]byte, 0, 64<<10)
 	start := time.Now()
-	for i := int64(0); i < n; {
+	for i := int64(1); i < n; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		due := min(n, int64(time.Since(start).Seconds()*float64(rate))+1)
+		due := min(n, int64(time.Since(start).Seconds()*float64(rate))+2)
 		if due <= i {
-			time.Sleep(time.Until(start.Add(time.Duration(float64(i) / float64(rate) * float64(time.Second)))))
+			time.Sleep(time.Until(start.Add(time.Duration(float64(i-1) / float64(rate) * float64(time.Second)))))
 			continue
 		}
 		buf = buf[:0]
@@ -155,11 +167,25 @@ func (lr *latencyRun) add(r *kgo.Record, at time.Time) {
 		lr.stats.duplicates++
 		return
 	}
-	lr.latencies = append(lr.latencies, at.Sub(time.Unix(0, lr.appended[i].Load())))
 	lr.mu.Lock()
 	defer lr.mu.Unlock()
+	if i == 0 {
+		close(lr.warm)
+	} else {
+		lr.latencies = append(lr.latencies, at.Sub(time.Unix(0, lr.appended[i].Load())))
+	}
 	if lr.distinct++; lr.distinct == int64(len(lr.positions)) {
 		close(lr.complete)
+	}
+}
+
+// isWarm reports whether the warm-up line's output was seen.
+func (lr *latencyRun) isWarm() bool {
+	select {
+	case <-lr.warm:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -170,7 +196,8 @@ func (lr *latencyRun) isComplete() (bool, error) {
 	return lr.distinct >= int64(len(lr.positions)), nil
 }
 
-// result is the latency percentiles. Call it once the consumer has stopped.
+// result is the latency percentiles of the measured lines. Call it once the
+// consumer has stopped.
 func (lr *latencyRun) result(o benchOptions) *latencyResult {
 	slices.Sort(lr.latencies)
 	return &latencyResult{

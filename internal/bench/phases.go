@@ -6,97 +6,134 @@ import (
 	"time"
 )
 
-// runIngest measures file -> SQLite through the engine, the relay off. Its
-// database, a full outbox, is what the relay phase drains.
-func (b *bench) runIngest(ctx context.Context) error {
-	e, err := b.openEngine(ctx, "ingest")
-	if err != nil {
-		return err
-	}
-	b.backlog = e
-	start := time.Now()
-	loop, err := e.startLoop(ctx, b.data.Path, b.topic("relay"))
-	if err != nil {
-		return err
-	}
-	err = e.waitIngested(ctx, b.data.Size)
-	elapsed := time.Since(start)
-	if serr := loop.stop(); err == nil {
-		err = serr
-	}
-	if err != nil {
-		return err
-	}
-	b.res.Ingest = newPhaseResult(b.data.Lines, elapsed)
-	return b.checkOutbox(ctx, e)
+// engineRun is one engine phase's server and the database it writes.
+type engineRun struct {
+	b   *bench
+	w   *watcher
+	srv *serverProc
 }
 
-// checkOutbox checks the ingest phase wrote one output row per line.
-func (b *bench) checkOutbox(ctx context.Context, e *benchEngine) error {
-	last, err := e.store.LastOutboxID(ctx)
+// startEngine creates the database at db (so the server finds it up to
+// date), then starts the server on it.
+func (b *bench) startEngine(ctx context.Context, s engineSpec) (*engineRun, error) {
+	w, err := b.openWatcher(ctx, s.db)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := b.startServer(b.serverArgs(s))
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	return &engineRun{b: b, w: w, srv: srv}, nil
+}
+
+// finish reads the server's CPU time and peak memory into res (and the
+// phase's memory under name), then stops it and closes the watcher.
+func (e *engineRun) finish(name string, res *phaseResult) error {
+	proc, brok, peak := e.srv.usage()
+	if res != nil {
+		res.CPU = newCPUResult(proc, brok, res.Count)
+		res.PeakRSSMiB = peak
+	}
+	e.b.res.RSS.notePeak(name, peak)
+	return e.close()
+}
+
+// close stops the server and closes the watcher.
+func (e *engineRun) close() error {
+	err := e.srv.stop()
+	if cerr := e.w.close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// runIngest measures file -> SQLite through the server, the relay off:
+// from the server's start until the feed's stored position is the file's
+// end. Its database, a full outbox, is what the relay phase drains.
+func (b *bench) runIngest(ctx context.Context) error {
+	b.backlog = b.path("ingest.db")
+	res, err := b.ingestFile(ctx, "ingest", b.backlog, b.data)
 	if err != nil {
 		return err
 	}
-	if last != b.data.Lines {
-		b.res.Verify.fail("ingest wrote %d outbox rows for %d lines", last, b.data.Lines)
-	}
+	b.res.Ingest = res
 	return nil
 }
 
-// runRelay measures the relay draining the ingest phase's outbox, from
-// the moment it is connected (its start-up is reported apart) until Kafka
-// has committed the last row. It also samples the memory the drain takes.
-func (b *bench) runRelay(ctx context.Context) error {
-	e := b.backlog
-	defer func() {
-		b.backlog = nil
+// ingestFile runs the server over d into the database at db, relay off,
+// and checks it wrote one outbox row per line.
+func (b *bench) ingestFile(ctx context.Context, name, db string, d lineData) (*phaseResult, error) {
+	e, err := b.startEngine(ctx, engineSpec{db: db, source: "file:" + d.Path, topic: b.topic("relay"), relay: "none"})
+	if err != nil {
+		return nil, err
+	}
+	err = waitUntil(ctx, e.srv, fmt.Sprintf("the feed to reach %d", d.Size), func() (bool, error) {
+		pos, err := e.w.position(ctx)
+		return pos >= d.Size, err
+	})
+	res := newPhaseResult(d.Lines, time.Since(e.srv.start))
+	if err != nil {
 		e.close()
-	}()
+		return nil, err
+	}
+	last, err := e.w.store.LastOutboxID(ctx)
+	if ferr := e.finish(name, res); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if last != d.Lines {
+		b.res.Verify.fail("%s wrote %d outbox rows for %d lines", name, last, d.Lines)
+	}
+	return res, nil
+}
+
+// runRelay measures the server's relay draining the ingest phase's outbox:
+// the rows published from its first progress until its last row, so the
+// start-up (connecting, fencing, reading the progress back) is reported
+// apart.
+func (b *bench) runRelay(ctx context.Context) error {
 	topic := b.topic("relay")
 	if err := b.createTopics(ctx, topic); err != nil {
 		return err
 	}
 	defer b.doneWithTopic(topic)
-	last, err := e.store.LastOutboxID(ctx)
+	e, err := b.startEngine(ctx, engineSpec{db: b.backlog, source: "file:" + b.data.Path, topic: topic, relay: "exactly-once"})
 	if err != nil {
 		return err
 	}
-	rss := startRSS(rssEvery)
-	res, err := b.drain(ctx, e, last)
-	b.res.RSS.setDrain(rss.finish(), last)
+	last, err := e.w.store.LastOutboxID(ctx)
 	if err != nil {
+		e.close()
+		return err
+	}
+	var first int64
+	var firstAt time.Time
+	err = waitUntil(ctx, e.srv, fmt.Sprintf("the relay to publish row %d", last), func() (bool, error) {
+		id, err := e.w.store.MaxRelayProgress(ctx)
+		if id > 0 && first == 0 {
+			first, firstAt = id, time.Now()
+		}
+		return id >= last, err
+	})
+	if err != nil {
+		e.close()
+		return err
+	}
+	res := newPhaseResult(last-first, time.Since(firstAt))
+	res.StartupSeconds = round3(firstAt.Sub(e.srv.start).Seconds())
+	if err := e.finish("relay", res); err != nil {
 		return err
 	}
 	b.res.Relay = res
 	return nil
 }
 
-// drain runs the relay until it has published row last.
-func (b *bench) drain(ctx context.Context, e *benchEngine, last int64) (*phaseResult, error) {
-	begin := time.Now()
-	r, rt, err := e.startRelay(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer rt.stop()
-	if err := e.waitConnected(ctx, r); err != nil {
-		return nil, err
-	}
-	start, before := time.Now(), r.Status().PublishedTotal
-	if err := e.waitPublished(ctx, r, last); err != nil {
-		return nil, err
-	}
-	elapsed := time.Since(start)
-	res := newPhaseResult(r.Status().PublishedTotal-before, elapsed)
-	res.StartupSeconds = round3(start.Sub(begin).Seconds())
-	if err := rt.stop(); err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-// runEndToEnd measures file -> Kafka: a fresh database, the ingest loop and
-// the relay started together, until a read_committed consumer has seen an
+// runEndToEnd measures file -> Kafka through the server, on a fresh
+// database: from its start until a read_committed consumer has seen an
 // output for every line. Then it verifies the outputs and the balances.
 func (b *bench) runEndToEnd(ctx context.Context) error {
 	topic := b.topic("e2e")
@@ -104,58 +141,44 @@ func (b *bench) runEndToEnd(ctx context.Context) error {
 		return err
 	}
 	defer b.doneWithTopic(topic)
-	e, err := b.openEngine(ctx, "e2e")
-	if err != nil {
-		return err
-	}
-	defer e.close()
-	chk := newOutputCheck(b.data)
-	cons, err := b.startConsumer(ctx, topic, e.failed, chk.add)
+	chk := newOutputCheck(b.data, b.o.Processor)
+	failed := make(chan error, 1)
+	cons, err := b.startConsumer(ctx, topic, failed, chk.add)
 	if err != nil {
 		return err
 	}
 	defer cons.stop()
-	start := time.Now()
-	if err := b.pipeline(ctx, e, topic, chk); err != nil {
+	db := b.path("e2e.db")
+	e, err := b.startEngine(ctx, engineSpec{db: db, source: "file:" + b.data.Path, topic: topic, relay: "exactly-once"})
+	if err != nil {
 		return err
 	}
-	b.res.EndToEnd = newPhaseResult(b.data.Lines, time.Since(start))
+	err = waitFor(ctx, failed, chk.complete, pollEvery, func() (bool, error) {
+		return chk.isComplete(), e.srv.exited()
+	})
+	res := newPhaseResult(b.data.Lines, time.Since(e.srv.start))
+	if err != nil {
+		e.close()
+		return fmt.Errorf("wait for %d outputs: %w", b.data.Lines, err)
+	}
+	if err := e.finish("end_to_end", res); err != nil {
+		return err
+	}
+	b.res.EndToEnd = res
 	if !b.o.Verify {
 		return nil
 	}
-	return b.verifyEndToEnd(ctx, e, topic, chk, cons)
+	return b.verifyEndToEnd(ctx, db, topic, chk, cons, failed)
 }
 
-// pipeline runs ingest and relay until chk has seen every line, then stops
-// them.
-func (b *bench) pipeline(ctx context.Context, e *benchEngine, topic string, chk *outputCheck) error {
-	loop, err := e.startLoop(ctx, b.data.Path, topic)
-	if err != nil {
-		return err
-	}
-	_, rt, err := e.startRelay(ctx)
-	if err != nil {
-		loop.stop()
-		return err
-	}
-	err = waitFor(ctx, e.failed, chk.complete, time.Second, func() (bool, error) { return chk.isComplete(), nil })
-	if serr := stopAll(loop, rt); err == nil {
-		err = serr
-	}
-	if err != nil {
-		return fmt.Errorf("wait for %d outputs: %w", b.data.Lines, err)
-	}
-	return nil
-}
-
-// verifyEndToEnd reads the topic to its end (the engine is stopped, so
+// verifyEndToEnd reads the topic to its end (the server is stopped, so
 // nothing more can come) and checks each line's output arrived exactly
 // once, the last balance of each account, and the balances in SQLite.
-func (b *bench) verifyEndToEnd(ctx context.Context, e *benchEngine, topic string, chk *outputCheck, cons *task) error {
+func (b *bench) verifyEndToEnd(ctx context.Context, db, topic string, chk *outputCheck, cons *task, failed chan error) error {
 	if err := b.markEnds(ctx, topic); err != nil {
 		return err
 	}
-	err := waitFor(ctx, e.failed, chk.ended, time.Second, func() (bool, error) { return chk.isEnded(), nil })
+	err := waitFor(ctx, failed, chk.ended, time.Second, func() (bool, error) { return chk.isEnded(), nil })
 	if err != nil {
 		return fmt.Errorf("read %s to its end: %w", topic, err)
 	}
@@ -164,5 +187,69 @@ func (b *bench) verifyEndToEnd(ctx context.Context, e *benchEngine, topic string
 	}
 	b.res.Verify.Enabled = true
 	chk.verify(b.data, &b.res.Verify)
-	return b.verifyBalances(ctx, e)
+	if b.o.Processor != "ledger" || b.data.Sums == nil {
+		return nil
+	}
+	w, err := b.openWatcher(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	return b.verifyBalances(ctx, w)
+}
+
+// task is a component (a consumer) running in the background until
+// stopped.
+type task struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+// startTask runs run on its own goroutine. An error run returns before the
+// task is stopped is also sent to failed (without blocking), so that a
+// phase waiting on something else learns of it at once.
+func startTask(ctx context.Context, name string, failed chan<- error, run func(context.Context) error) *task {
+	ctx, cancel := context.WithCancel(ctx)
+	t := &task{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		if err := run(ctx); err != nil {
+			t.err = fmt.Errorf("%s: %w", name, err)
+			select {
+			case failed <- t.err:
+			default:
+			}
+		}
+	}()
+	return t
+}
+
+// stop cancels the task, waits for it and returns its error.
+func (t *task) stop() error {
+	t.cancel()
+	<-t.done
+	return t.err
+}
+
+// waitFor returns once cond holds, testing it at every wake and at least
+// every interval; it returns early with ctx's error or a task's failure.
+func waitFor(ctx context.Context, failed <-chan error, wake <-chan struct{}, every time.Duration,
+	cond func() (bool, error)) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-failed:
+			return err
+		case <-wake:
+		case <-t.C:
+		}
+	}
 }

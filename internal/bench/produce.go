@@ -14,86 +14,98 @@ import (
 	"github.com/outboxd/outboxd/relay"
 )
 
-// rawProducerConfig is the relay's producer configuration (relay/producer.go):
-// idempotent, acks=all, one request in flight, murmur2 keys, transactional.
-// It is repeated here because the ceiling must not go through the relay.
-func rawProducerConfig(txnID string) *sarama.Config {
-	sc := sarama.NewConfig()
-	sc.ClientID = "outboxd-bench"
-	sc.Version = sarama.V3_6_0_0
-	sc.ChannelBufferSize = 1024
-	sc.Net.MaxOpenRequests = 1
-	sc.Metadata.AllowAutoTopicCreation = false
-	sc.Metadata.Full = false
-	sc.Producer.Idempotent = true
-	sc.Producer.RequiredAcks = sarama.WaitForAll
-	sc.Producer.Partitioner = sarama.NewMurmur2Partitioner
-	sc.Producer.Return.Successes = true
-	sc.Producer.Return.Errors = true
-	sc.Producer.Transaction.ID = txnID
-	sc.Producer.Transaction.Timeout = time.Minute
-	return sc
-}
+// produceWindow bounds what raw_produce builds, untimed, before sending
+// it: records and their bytes. A larger window would make the ceiling pay
+// for the collector scanning it (with 1 KiB lines, 256k prebuilt records
+// made raw_produce slower than the relay itself).
+const (
+	produceWindow      = 64 << 10
+	produceWindowBytes = 16 << 20
+)
 
-// rawProducer sends the ledger's records the plain way: per transaction,
-// begin, send every record, wait for each outcome, commit.
+// rawProducer sends the records the relay would publish for the file with
+// the relay's own sarama configuration (relay.ProducerConfig), in
+// transactions of --relay-batch: begin, send every record, wait for each
+// outcome, commit, with no SQLite and no progress record. The records are
+// built before the timer; while one transaction's records are in flight the
+// next one's are ready, as the relay's feeder has its next batch ready.
 type rawProducer struct {
-	ap       sarama.AsyncProducer
-	topic    string
-	balances []int64
-	feed     []byte
-	epoch    []byte
+	ap        sarama.AsyncProducer
+	topic     string
+	processor string
+	balances  []int64
+	feed      []byte
+	epoch     []byte
 }
 
-// runRawProduce measures the relay ceiling: the records the relay would
-// publish for the ledger file (key, JSON value, the relay's four headers),
-// in transactions of --relay-batch, with no SQLite and no progress record.
+// runRawProduce measures the relay ceiling.
 func (b *bench) runRawProduce(ctx context.Context) error {
 	topic := b.topic("raw")
 	if err := b.createTopics(ctx, topic); err != nil {
 		return err
 	}
 	defer b.doneWithTopic(topic)
-	ap, err := sarama.NewAsyncProducer(b.brokers, rawProducerConfig(b.prefix+"-raw"))
+	ap, err := sarama.NewAsyncProducer(b.brokers, relay.ProducerConfig(relay.DefaultConfig(), b.prefix+"-raw"))
 	if err != nil {
 		return fmt.Errorf("start transactional producer: %w", err)
 	}
-	p := &rawProducer{ap: ap, topic: topic, balances: make([]int64, len(b.data.Names)),
-		feed: []byte(rawFeed), epoch: []byte(rawEpoch)}
 	defer ap.Close()
-	g := newLedgerGen(b.data.Names)
-	start := time.Now()
-	for left := b.data.Lines; left > 0; left -= int64(b.o.RelayBatch) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := p.txn(p.messages(g, min(left, int64(b.o.RelayBatch)))); err != nil {
-			return err
-		}
+	p := &rawProducer{ap: ap, topic: topic, processor: b.o.Processor, feed: []byte(benchFeed), epoch: []byte(floorEpoch)}
+	if p.processor == "ledger" {
+		p.balances = make([]int64, b.data.Accounts)
 	}
-	b.res.RawProduce = newPhaseResult(b.data.Lines, time.Since(start))
+	g := b.data.gen()
+	m := b.startInProcess()
+	var timed, proc, brok time.Duration
+	for left := b.data.Lines; left > 0; {
+		window := p.messages(g, min(left, produceWindow, int64(produceWindowBytes/max(b.o.LineBytes, 64))))
+		left -= int64(len(window))
+		t0, span := time.Now(), cpuSpan{brokerPID: b.brokerPID()}
+		span.start()
+		for len(window) > 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			k := min(len(window), b.o.RelayBatch)
+			if err := p.txn(window[:k]); err != nil {
+				return err
+			}
+			window = window[k:]
+		}
+		timed += time.Since(t0)
+		dp, db := span.since()
+		proc, brok = proc+dp, brok+db
+	}
+	res := newPhaseResult(b.data.Lines, timed)
+	m.finish(b, "raw_produce", res)
+	res.CPU = newCPUResult(proc, brok, b.data.Lines) // the timed parts only
+	b.res.RawProduce = res
 	return nil
 }
 
-// messages builds the next n lines' records, as the relay builds them from
-// outbox rows.
-func (p *rawProducer) messages(g *ledgerGen, n int64) []*sarama.ProducerMessage {
+// messages builds the next n lines' records, as the relay builds them
+// from outbox rows.
+func (p *rawProducer) messages(g *lineGen, n int64) []*sarama.ProducerMessage {
 	msgs := make([]*sarama.ProducerMessage, 0, n)
 	for range n {
-		l, _ := g.next()
-		p.balances[l.Account] += l.Amount
-		account := g.names[l.Account]
-		v, _ := json.Marshal(ledger.Output{Account: account, Amount: l.Amount, Balance: p.balances[l.Account],
-			Feed: rawFeed, Epoch: rawEpoch, Position: l.Position}) // cannot fail: plain fields
-		msgs = append(msgs, &sarama.ProducerMessage{
-			Topic: p.topic, Key: sarama.StringEncoder(account), Value: sarama.ByteEncoder(v), Timestamp: time.Now(),
+		l, text := g.next()
+		m := &sarama.ProducerMessage{Topic: p.topic, Timestamp: time.Now(),
 			Headers: []sarama.RecordHeader{
 				{Key: []byte(relay.HeaderID), Value: strconv.AppendInt(nil, l.Index+1, 10)},
 				{Key: []byte(relay.HeaderFeed), Value: p.feed},
 				{Key: []byte(relay.HeaderEpoch), Value: p.epoch},
 				{Key: []byte(relay.HeaderPosition), Value: strconv.AppendInt(nil, l.Position, 10)},
-			},
-		})
+			}}
+		if p.processor == "ledger" {
+			p.balances[l.Account] += l.Amount
+			account := accountName(l.Account)
+			v, _ := json.Marshal(ledger.Output{Account: account, Amount: l.Amount, Balance: p.balances[l.Account],
+				Feed: benchFeed, Epoch: floorEpoch, Position: l.Position}) // plain fields: cannot fail
+			m.Key, m.Value = sarama.StringEncoder(account), sarama.ByteEncoder(v)
+		} else {
+			m.Value = sarama.ByteEncoder(append([]byte(nil), text[:len(text)-1]...))
+		}
+		msgs = append(msgs, m)
 	}
 	return msgs
 }

@@ -14,16 +14,20 @@ import (
 // benchResult is everything a run measured. Its JSON field names are
 // stable: scripts read them. A phase that did not run is null.
 type benchResult struct {
-	RawSQLite  *phaseResult   `json:"raw_sqlite"`
-	RawProduce *phaseResult   `json:"raw_produce"`
-	Ingest     *phaseResult   `json:"ingest"`
-	Relay      *phaseResult   `json:"relay"`
-	EndToEnd   *phaseResult   `json:"end_to_end"`
-	Ratios     benchRatios    `json:"ratios"`
-	Latency    *latencyResult `json:"latency"`
-	RSS        rssResult      `json:"rss"`
-	Verify     verifyResult   `json:"verify"`
-	Settings   benchSettings  `json:"settings"`
+	ReadFloor   *phaseResult   `json:"read_floor"`
+	CommitFloor *phaseResult   `json:"commit_floor"`
+	RawSQLite   *phaseResult   `json:"raw_sqlite"`
+	NaiveSQLite *phaseResult   `json:"naive_sqlite"`
+	RawProduce  *phaseResult   `json:"raw_produce"`
+	Ingest      *phaseResult   `json:"ingest"`
+	Relay       *phaseResult   `json:"relay"`
+	EndToEnd    *phaseResult   `json:"end_to_end"`
+	Ratios      benchRatios    `json:"ratios"`
+	Latency     *latencyResult `json:"latency"`
+	Sweep       *sweepResult   `json:"sweep,omitempty"`
+	RSS         rssResult      `json:"rss"`
+	Verify      verifyResult   `json:"verify"`
+	Settings    benchSettings  `json:"settings"`
 }
 
 // phaseResult is one throughput measurement.
@@ -31,9 +35,15 @@ type phaseResult struct {
 	Count     int64   `json:"count"`
 	Seconds   float64 `json:"seconds"`
 	PerSecond float64 `json:"per_second"`
-	// StartupSeconds (relay only) is the time from start to connected,
-	// not counted in Seconds.
+	// StartupSeconds (relay only) is the time from the server's start to
+	// its first published transaction, not counted in Seconds.
 	StartupSeconds float64 `json:"startup_seconds,omitempty"`
+	// CPU is the CPU time the phase took: the process doing the work (the
+	// server for the engine phases, the bench for the floors) and the
+	// broker child.
+	CPU *cpuResult `json:"cpu,omitempty"`
+	// PeakRSSMiB (engine phases) is the server's peak resident memory.
+	PeakRSSMiB float64 `json:"peak_rss_mib,omitempty"`
 }
 
 // newPhaseResult is n items in d.
@@ -45,11 +55,13 @@ func newPhaseResult(n int64, d time.Duration) *phaseResult {
 	return p
 }
 
-// benchRatios compare the engine's stages to their ceilings (1 = as fast).
+// benchRatios compare the engine's stages to their ceilings (1 = as fast):
+// ingest to raw_sqlite, the relay to raw_produce, end_to_end to the slower
+// of the two (a pipeline is no faster than its slowest stage alone).
 type benchRatios struct {
-	IngestRawSQLite   float64 `json:"ingest_raw_sqlite"`
-	RelayRawProduce   float64 `json:"relay_raw_produce"`
-	EndToEndRawSQLite float64 `json:"end_to_end_raw_sqlite"`
+	IngestRawSQLite float64 `json:"ingest_raw_sqlite"`
+	RelayRawProduce float64 `json:"relay_raw_produce"`
+	EndToEndCeiling float64 `json:"end_to_end_ceiling"`
 }
 
 // latencyResult is the append-to-visible latency at a fixed offered load.
@@ -65,28 +77,22 @@ type latencyResult struct {
 // rssResult is the bench process's resident memory, in MiB. With the dev
 // broker in a child process, the broker's is apart (BrokerPeakMiB).
 type rssResult struct {
+	// PeakMiB is the server's largest peak resident memory over the
+	// engine phases: outboxd's own (the broker runs apart).
 	PeakMiB float64 `json:"peak_mib"`
-	// RelayDrain*: sampled every 50ms while the relay drained the ingest
-	// phase's outbox of RelayDrainRows rows.
-	RelayDrainRows     int64   `json:"relay_drain_rows"`
-	RelayDrainStartMiB float64 `json:"relay_drain_start_mib"`
-	RelayDrainMaxMiB   float64 `json:"relay_drain_max_mib"`
-	RelayDrainEndMiB   float64 `json:"relay_drain_end_mib"`
-	// The largest sample of each half of the drain: equal when the
-	// memory stays flat as the backlog shrinks.
-	RelayDrainFirstHalfMaxMiB  float64 `json:"relay_drain_first_half_max_mib"`
-	RelayDrainSecondHalfMaxMiB float64 `json:"relay_drain_second_half_max_mib"`
-	RelayDrainSamples          int     `json:"relay_drain_samples"`
-	// Phases is each phase's largest sample.
+	// Phases is each phase's peak: the server's for the engine phases,
+	// the bench's own for the floors.
 	Phases        map[string]float64 `json:"phases"`
 	BrokerPeakMiB float64            `json:"broker_peak_mib,omitempty"`
 }
 
-// setDrain records the relay drain's samples.
-func (r *rssResult) setDrain(w rssWindow, rows int64) {
-	r.RelayDrainRows, r.RelayDrainSamples = rows, w.Samples
-	r.RelayDrainStartMiB, r.RelayDrainMaxMiB, r.RelayDrainEndMiB = w.StartMiB, w.MaxMiB, w.EndMiB
-	r.RelayDrainFirstHalfMaxMiB, r.RelayDrainSecondHalfMaxMiB = w.FirstHalfMaxMiB, w.SecondHalfMaxMiB
+// notePeak records an engine phase's server peak.
+func (r *rssResult) notePeak(phase string, mib float64) {
+	if mib <= 0 {
+		return
+	}
+	r.Phases[phase] = mib
+	r.PeakMiB = max(r.PeakMiB, mib)
 }
 
 // verifyResult is the correctness check of the end-to-end (and latency)
@@ -118,8 +124,10 @@ func (v *verifyResult) summary() string {
 
 // benchSettings are the settings a run used.
 type benchSettings struct {
+	Processor     string `json:"processor"`
 	Lines         int64  `json:"lines"`
 	Accounts      int    `json:"accounts"`
+	LineBytes     int    `json:"line_bytes"`
 	FileBytes     int64  `json:"file_bytes"`
 	Synchronous   string `json:"synchronous"`
 	BatchMax      int    `json:"batch_max"`
@@ -143,7 +151,7 @@ func newBenchResult(o benchOptions) *benchResult {
 	return &benchResult{
 		RSS: rssResult{Phases: map[string]float64{}},
 		Settings: benchSettings{
-			Lines: o.Lines, Accounts: o.Accounts, Synchronous: o.Synchronous,
+			Processor: o.Processor, Lines: o.Lines, Accounts: o.Accounts, LineBytes: o.LineBytes, Synchronous: o.Synchronous,
 			BatchMax: o.BatchMax, BatchWait: o.BatchWait.String(), RelayBatch: o.RelayBatch, RelayWait: o.RelayWait.String(),
 			Partitions: topicPartitions, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 			GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: o.GOGC, OS: runtime.GOOS, Arch: runtime.GOARCH,
@@ -156,8 +164,19 @@ func newBenchResult(o benchOptions) *benchResult {
 func (r *benchResult) fillRatios() {
 	r.Ratios.IngestRawSQLite = ratio(r.Ingest, r.RawSQLite)
 	r.Ratios.RelayRawProduce = ratio(r.Relay, r.RawProduce)
-	r.Ratios.EndToEndRawSQLite = ratio(r.EndToEnd, r.RawSQLite)
+	r.Ratios.EndToEndCeiling = ratio(r.EndToEnd, slower(r.RawSQLite, r.RawProduce))
 	r.Verify.OK = r.Verify.Enabled && len(r.Verify.Failures) == 0
+}
+
+// slower is the slower of two measured phases (nil if either is missing).
+func slower(a, b *phaseResult) *phaseResult {
+	if a == nil || b == nil {
+		return nil
+	}
+	if a.PerSecond < b.PerSecond {
+		return a
+	}
+	return b
 }
 
 func ratio(a, b *phaseResult) float64 {
@@ -183,26 +202,43 @@ func (r *benchResult) print(w io.Writer, asJSON bool) error {
 // table writes the result for people.
 func (r *benchResult) table(w io.Writer) error {
 	s := r.Settings
-	fmt.Fprintf(w, "outboxd bench: %d lines (%.1f MiB), %d accounts, %s\n\n",
-		s.Lines, float64(s.FileBytes)/(1<<20), s.Accounts, s.Broker)
+	if r.Sweep != nil {
+		fmt.Fprintf(w, "outboxd bench: %s, sweep of %s, %d lines per point\n\n", s.Processor, r.Sweep.Of, s.Lines)
+		if err := r.Sweep.table(w); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+		r.settingsLines(w)
+		return nil
+	}
+	fmt.Fprintf(w, "outboxd bench: %s, %d lines (%.1f MiB), %d accounts, %s\n\n",
+		s.Processor, s.Lines, float64(s.FileBytes)/(1<<20), s.Accounts, s.Broker)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\tcount\tseconds\tper second\tratio\t")
+	fmt.Fprintln(tw, "phase\tcount\tseconds\tper second\tCPU/item\tpeak RSS\tratio\t")
 	rows := []struct {
 		name, unit, ratio string
 		p                 *phaseResult
 	}{
+		{"read_floor", "lines/s", "", r.ReadFloor},
+		{"commit_floor", "lines/s", "", r.CommitFloor},
 		{"raw_sqlite", "lines/s", "", r.RawSQLite},
+		{"naive_sqlite", "lines/s", "", r.NaiveSQLite},
 		{"raw_produce", "records/s", "", r.RawProduce},
 		{"ingest", "lines/s", ratioText(r.Ratios.IngestRawSQLite, "raw_sqlite"), r.Ingest},
 		{"relay", "records/s", ratioText(r.Ratios.RelayRawProduce, "raw_produce"), r.Relay},
-		{"end_to_end", "lines/s", ratioText(r.Ratios.EndToEndRawSQLite, "raw_sqlite"), r.EndToEnd},
+		{"end_to_end", "lines/s", ratioText(r.Ratios.EndToEndCeiling, "the slower of raw_sqlite, raw_produce"), r.EndToEnd},
 	}
 	for _, row := range rows {
 		if row.p == nil {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t\t\n", row.name)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t\t\t\t\n", row.name)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.0f %s\t%s\t\n", row.name, row.p.Count, row.p.Seconds, row.p.PerSecond, row.unit, row.ratio)
+		rss := ""
+		if v := r.RSS.Phases[row.name]; v > 0 {
+			rss = fmt.Sprintf("%.1f MiB", v)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.0f %s\t%s\t%s\t%s\t\n", row.name, row.p.Count, row.p.Seconds, row.p.PerSecond, row.unit,
+			row.p.CPU.String(), rss, row.ratio)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -212,13 +248,6 @@ func (r *benchResult) table(w io.Writer) error {
 	return nil
 }
 
-func ratioText(f float64, of string) string {
-	if f == 0 {
-		return ""
-	}
-	return fmt.Sprintf("%.2f of %s", f, of)
-}
-
 // tail writes the latency, memory, verification and settings lines.
 func (r *benchResult) tail(w io.Writer) {
 	if l := r.Latency; l != nil {
@@ -226,19 +255,21 @@ func (r *benchResult) tail(w io.Writer) {
 			l.Lines, l.Rate, l.Seconds, l.P50Ms, l.P99Ms, l.MaxMs)
 	}
 	m := r.RSS
-	fmt.Fprintf(w, "memory    peak RSS %.1f MiB", m.PeakMiB)
-	if m.RelayDrainSamples > 0 {
-		fmt.Fprintf(w, "; while the relay drained %d rows: %.1f at the start, max %.1f in the first half, %.1f in the second (%d samples)",
-			m.RelayDrainRows, m.RelayDrainStartMiB, m.RelayDrainFirstHalfMaxMiB, m.RelayDrainSecondHalfMaxMiB, m.RelayDrainSamples)
-	}
+	fmt.Fprintf(w, "memory    the server's peak RSS %.1f MiB", m.PeakMiB)
 	if m.BrokerPeakMiB > 0 {
 		fmt.Fprintf(w, "; broker process peak %.1f MiB", m.BrokerPeakMiB)
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "cpu       CPU/item is user+sys of the process doing the work and of the broker child, per line or record\n")
 	fmt.Fprintf(w, "verify    %s\n", r.verifyText())
+	r.settingsLines(w)
+}
+
+// settingsLines writes the settings a run used.
+func (r *benchResult) settingsLines(w io.Writer) {
 	s := r.Settings
-	fmt.Fprintf(w, "settings  synchronous=%s batch_max=%d batch_wait=%s relay_batch=%d relay_wait=%s partitions=%d\n",
-		s.Synchronous, s.BatchMax, s.BatchWait, s.RelayBatch, s.RelayWait, s.Partitions)
+	fmt.Fprintf(w, "settings  processor=%s line_bytes=%d synchronous=%s batch_max=%d batch_wait=%s relay_batch=%d relay_wait=%s partitions=%d\n",
+		s.Processor, s.LineBytes, s.Synchronous, s.BatchMax, s.BatchWait, s.RelayBatch, s.RelayWait, s.Partitions)
 	fmt.Fprintf(w, "          %s cpus=%d gomaxprocs=%d gogc=%d %s/%s sqlite=%s dir=%s\n",
 		s.GoVersion, s.CPUs, s.GOMAXPROCS, s.GOGC, s.OS, s.Arch, s.SQLiteVersion, s.Dir)
 }
@@ -252,6 +283,16 @@ func (r *benchResult) verifyText() string {
 	case !v.OK:
 		return "FAILED: " + v.summary()
 	}
+	if r.Settings.Processor != "ledger" {
+		return fmt.Sprintf("ok: each of %d lines has exactly one output (read_committed), and the values are the lines", v.Outputs)
+	}
 	return fmt.Sprintf("ok: each of %d lines has exactly one output (read_committed), %d balances match in SQLite and Kafka",
 		v.Outputs, v.BalancesChecked)
+}
+
+func ratioText(f float64, of string) string {
+	if f == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f of %s", f, of)
 }

@@ -11,11 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"time"
 )
 
 // bench is one run of `server bench`: its settings, working directory,
-// broker, generated ledger file and the results so far.
+// broker, generated file and the results so far.
 type bench struct {
 	o      benchOptions
 	log    *slog.Logger
@@ -27,8 +28,8 @@ type bench struct {
 	brokers []string
 	broker  *benchBroker // nil with --brokers
 
-	data    ledgerData
-	backlog *benchEngine // the ingest phase's database, drained by the relay phase
+	data    lineData
+	backlog string // the ingest phase's database, drained by the relay phase
 	res     *benchResult
 }
 
@@ -38,20 +39,27 @@ type benchPhase struct {
 	run  func(ctx context.Context) error
 }
 
-// runBench runs every phase in order and returns the results gathered, also
-// when a phase fails (then with its error).
+// runBench runs every phase in order (or the sweep) and returns the
+// results gathered, also when a phase fails (then with its error).
 func runBench(ctx context.Context, o benchOptions, log *slog.Logger, status io.Writer) (*benchResult, error) {
 	b, err := newBench(ctx, o, log, status)
 	if err != nil {
 		return nil, err
 	}
-	err = b.runPhases(ctx)
+	if o.Sweep != "" {
+		err = b.runSweep(ctx)
+	} else {
+		err = b.runPhases(ctx)
+	}
 	b.finish()
 	if cerr := b.close(); err == nil {
 		err = cerr
 	}
-	if err == nil && o.Verify && !b.res.Verify.OK {
+	if err == nil && o.Verify && o.Sweep == "" && o.Processor != "orders" && !b.res.Verify.OK {
 		err = fmt.Errorf("verification failed: %s", b.res.Verify.summary())
+	}
+	if err == nil && len(b.res.Verify.Failures) > 0 {
+		err = fmt.Errorf("verification failed: %s", strings.Join(b.res.Verify.Failures, "; "))
 	}
 	return b.res, err
 }
@@ -60,7 +68,7 @@ func runBench(ctx context.Context, o benchOptions, log *slog.Logger, status io.W
 func newBench(ctx context.Context, o benchOptions, log *slog.Logger, status io.Writer) (*bench, error) {
 	b := &bench{o: o, log: log, status: status, prefix: "outboxd-bench-" + runID()}
 	// The relays create these if they need them.
-	b.topics = []string{b.topic("progress"), b.topic("dlq")}
+	b.topics = []string{b.topic("progress"), benchFeed + ".dlq"}
 	b.res = newBenchResult(o)
 	dir, err := os.MkdirTemp(o.Dir, "outboxd-bench-*")
 	if err != nil {
@@ -86,9 +94,15 @@ func runID() string {
 }
 
 func (b *bench) runPhases(ctx context.Context) error {
+	if b.o.Processor == "orders" {
+		return b.runPhase(ctx, benchPhase{"ingest", b.runOrders})
+	}
 	phases := []benchPhase{
 		{"generate", b.generate},
+		{"read_floor", b.runReadFloor},
+		{"commit_floor", b.runCommitFloor},
 		{"raw_sqlite", b.runRawSQLite},
+		{"naive_sqlite", b.runNaiveSQLite},
 		{"raw_produce", b.runRawProduce},
 		{"ingest", b.runIngest},
 		{"relay", b.runRelay},
@@ -103,14 +117,13 @@ func (b *bench) runPhases(ctx context.Context) error {
 	return nil
 }
 
-// runPhase runs one phase within --timeout, sampling the memory it uses.
+// runPhase runs one phase within --timeout.
 func (b *bench) runPhase(ctx context.Context, p benchPhase) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: %w", p.name, err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
 	defer cancel()
-	rss := startRSS(rssEvery)
 	b.say("%s ...", p.name)
 	stopProfile, err := b.startProfile(p.name)
 	if err != nil {
@@ -119,10 +132,6 @@ func (b *bench) runPhase(ctx context.Context, p benchPhase) error {
 	start := time.Now()
 	err = p.run(pctx)
 	stopProfile()
-	w := rss.finish()
-	if w.Samples > 0 {
-		b.res.RSS.Phases[p.name] = w.MaxMiB
-	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", p.name, err)
 	}
@@ -130,8 +139,33 @@ func (b *bench) runPhase(ctx context.Context, p benchPhase) error {
 	return nil
 }
 
+// inProcess measures a phase that runs in the bench's own process (a
+// floor): its CPU time with the broker's, and its peak memory.
+type inProcess struct {
+	cpu       cpuSpan
+	peakReset bool
+}
+
+func (b *bench) startInProcess() *inProcess {
+	m := &inProcess{cpu: cpuSpan{brokerPID: b.brokerPID()}, peakReset: resetSelfPeak()}
+	m.cpu.start()
+	return m
+}
+
+// finish fills res's CPU and records the phase's peak memory.
+func (m *inProcess) finish(b *bench, name string, res *phaseResult) {
+	proc, brok := m.cpu.since()
+	res.CPU = newCPUResult(proc, brok, res.Count)
+	if m.peakReset {
+		if v, err := readStatusMiB("/proc/self/status", "VmHWM"); err == nil {
+			b.res.RSS.Phases[name] = v
+		}
+	}
+}
+
 // startProfile starts a CPU profile of a phase when --cpuprofile asks for
-// one; the returned function stops it.
+// one; the returned function stops it. Engine phases run in the server's
+// process, so their profile shows only the bench's side.
 func (b *bench) startProfile(phase string) (stop func(), err error) {
 	if b.o.CPUProfile == "" {
 		return func() {}, nil
@@ -161,22 +195,15 @@ func (b *bench) topic(phase string) string { return b.prefix + "." + phase }
 // finish records what is known only at the end: peak memory, ratios.
 func (b *bench) finish() {
 	b.res.fillRatios()
-	if peak, err := readStatusMiB("/proc/self/status", "VmHWM"); err == nil {
-		b.res.RSS.PeakMiB = peak
-	}
 	if b.broker != nil {
 		b.res.RSS.BrokerPeakMiB = b.broker.peakMiB()
 	}
 }
 
-// close releases everything the run made: the databases, the topics, the
-// broker and, unless --keep, the working directory.
+// close releases everything the run made: the topics, the broker and,
+// unless --keep, the working directory.
 func (b *bench) close() error {
 	var errs []error
-	if b.backlog != nil {
-		errs = append(errs, b.backlog.close())
-		b.backlog = nil
-	}
 	if !b.o.Keep && len(b.topics) > 0 && b.broker == nil {
 		errs = append(errs, b.deleteTopics(b.topics...))
 	}

@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// orderSteps are the events every generated order goes through, in order.
+var orderSteps = []string{"placed", "paid", "shipped", "delivered"}
+
+// orderGen yields order events over a fixed number of open orders (the
+// state's size): each event takes the next step of a pseudo-random one of
+// them, and an order that is delivered is replaced by a new one. Times grow
+// with the event's index, so every order's events come in order and none is
+// refused.
+type orderGen struct {
+	orders int
+	i      int64
+	step   []uint8  // each slot's next step
+	gen    []uint32 // each slot's order generation
+	base   time.Time
+	buf    []byte
+}
+
+func newOrderGen(orders int) *orderGen {
+	return &orderGen{orders: orders, step: make([]uint8, orders), gen: make([]uint32, orders),
+		base: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+// next returns the next event's key (the order id) and value; both are
+// valid until the following call. finished is set when it delivers its
+// order.
+func (g *orderGen) next() (key, value []byte, finished bool) {
+	s := int(mix64(uint64(g.i)) % uint64(g.orders))
+	typ := orderSteps[g.step[s]]
+	g.buf = append(g.buf[:0], "o-"...)
+	g.buf = strconv.AppendInt(g.buf, int64(s), 10)
+	g.buf = append(g.buf, '-')
+	g.buf = strconv.AppendUint(g.buf, uint64(g.gen[s]), 10)
+	k := len(g.buf)
+	g.buf = append(g.buf, `{"type":"`...)
+	g.buf = append(g.buf, typ...)
+	g.buf = append(g.buf, `","at":"`...)
+	g.buf = g.base.Add(time.Duration(g.i)*time.Millisecond).AppendFormat(g.buf, time.RFC3339Nano)
+	g.buf = append(g.buf, `"}`...)
+	if g.step[s]++; int(g.step[s]) == len(orderSteps) {
+		g.step[s], finished = 0, true
+		g.gen[s]++
+	}
+	g.i++
+	return g.buf[:k], g.buf[k:], finished
+}
+
+// orderData describes the events put on a topic.
+type orderData struct {
+	Topic    string
+	Events   int64
+	Orders   int   // open orders at any time
+	Finished int64 // orders delivered
+}
+
+// produceOrders puts n events over orders open orders on topic, keyed by
+// order id (so one order's events share a partition and keep their order),
+// before any phase reads them.
+func (b *bench) produceOrders(ctx context.Context, topic string, n int64, orders int) (orderData, error) {
+	d := orderData{Topic: topic, Events: n, Orders: orders}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.DefaultProduceTopic(topic),
+		kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(1<<16))
+	if err != nil {
+		return d, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	g := newOrderGen(orders)
+	errc := make(chan error, 1)
+	for range n {
+		key, value, finished := g.next()
+		if finished {
+			d.Finished++
+		}
+		r := &kgo.Record{Key: append([]byte(nil), key...), Value: append([]byte(nil), value...)}
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return d, fmt.Errorf("produce order events: %w", err)
+	}
+	select {
+	case err := <-errc:
+		return d, fmt.Errorf("produce order events: %w", err)
+	default:
+	}
+	return d, nil
+}
+
+// runOrders measures the orders processor: the events on a topic read by
+// the server's Kafka feed, relay off, from its start until the feed's
+// positions cover every event. There is no ceiling: the processor's
+// reads (the event's place, its order's history) are its own.
+func (b *bench) runOrders(ctx context.Context) error {
+	res, err := b.ordersAt(ctx, "ingest", b.o.Accounts)
+	if err != nil {
+		return err
+	}
+	b.res.Ingest = res
+	return nil
+}
+
+// ordersAt produces --lines events over orders open orders and runs the
+// server over them into a fresh database.
+func (b *bench) ordersAt(ctx context.Context, name string, orders int) (*phaseResult, error) {
+	topic := b.topic("orders-" + strconv.Itoa(orders))
+	if err := b.createTopics(ctx, topic); err != nil {
+		return nil, err
+	}
+	defer b.doneWithTopic(topic)
+	d, err := b.produceOrders(ctx, topic, b.o.Lines, orders)
+	if err != nil {
+		return nil, err
+	}
+	db := b.path(name + "-orders.db")
+	defer removeDB(db)
+	e, err := b.startEngine(ctx, engineSpec{db: db, source: "kafka:" + topic, topic: b.topic("status"), relay: "none"})
+	if err != nil {
+		return nil, err
+	}
+	err = waitUntil(ctx, e.srv, fmt.Sprintf("the feed to apply %d events", d.Events), func() (bool, error) {
+		n, err := e.w.applied(ctx)
+		return n >= d.Events, err
+	})
+	res := newPhaseResult(d.Events, time.Since(e.srv.start))
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	last, err := e.w.store.LastOutboxID(ctx)
+	if ferr := e.finish(name, res); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Every event changes its order's status once, and none is refused.
+	if last != d.Events {
+		b.res.Verify.fail("%s: %d status changes for %d events", name, last, d.Events)
+	}
+	return res, nil
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -363,15 +362,14 @@ func TestLoop_Fails(t *testing.T) {
 	})
 
 	t.Run("FileFeedOpenFailsNoLeak", func(t *testing.T) {
+		// A real file feed whose Open has started its watcher, then fails
+		// (a read error on resume, say): the loop must close it.
 		s := openStore(t)
-		dir := filepath.Join(t.TempDir(), "a-directory")
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
 		before := runtime.NumGoroutine()
-		l, _ := ingest.NewLoop(s, filefeed.New(dir, filefeed.Options{}), newCounter(), testConfig())
-		if err := l.Run(context.Background()); err == nil {
-			t.Fatal("Run of a feed on a directory succeeded")
+		feed := &failingOpen{Feed: filefeed.New(filepath.Join(t.TempDir(), "in.log"), filefeed.Options{})}
+		l, _ := ingest.NewLoop(s, feed, newCounter(), testConfig())
+		if err := l.Run(context.Background()); err == nil || !feed.opened {
+			t.Fatalf("Run of a feed whose Open fails = %v (opened %v), want its error", err, feed.opened)
 		}
 		// The feed's watcher goroutine is gone with the feed.
 		wait(t, 5*time.Second, func() error {
@@ -523,4 +521,19 @@ func TestLoop_RequeueWhileStalled(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// failingOpen is a real feed whose Open succeeds, watcher and all, and then
+// reports a failure.
+type failingOpen struct {
+	*filefeed.Feed
+	opened bool
+}
+
+func (f *failingOpen) Open(ctx context.Context, from map[int32]outbox.Checkpoint) error {
+	if err := f.Feed.Open(ctx, from); err != nil {
+		return err
+	}
+	f.opened = true
+	return errors.New("open: a read error after the watcher started")
 }

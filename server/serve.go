@@ -239,9 +239,9 @@ func (m *Main) resolveBrokers() error {
 	if len(m.Config.Brokers) > 0 || !m.needsKafka() {
 		return nil
 	}
-	dir := m.Config.Relay.devBrokerDir(m.Config.DB)
+	dir := m.Config.DevBroker.dir(m.Config.DB)
 	b, err := devkafka.StartWith(devkafka.Options{
-		Addr: m.Config.Relay.DevBrokerAddr, DataDir: dir, AutoCreateTopics: true,
+		Addr: m.Config.DevBroker.Addr, DataDir: dir, AutoCreateTopics: true,
 		Partitions: m.Config.Relay.TopicPartitions, Logger: m.Logger,
 	})
 	if err != nil {

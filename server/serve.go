@@ -319,7 +319,7 @@ func (m *Main) serve(ctx context.Context) error {
 			fatal <- err
 		}
 	}()
-	m.Logger.Info("outboxd running", "db", m.Config.DB, "feeds", len(m.Loops), "http", m.URL())
+	m.logSummary(ctx)
 	close(m.ready)
 	var err error
 	select {

@@ -33,7 +33,7 @@ func (a apiRelay) Status() api.RelayStatus {
 	return api.RelayStatus{
 		Mode: s.Mode, State: s.State, Connected: s.Connected, LastPublishedID: s.LastPublishedID,
 		Pending: s.Pending, OldestPendingAge: s.OldestPendingAge, PublishedTotal: s.PublishedTotal,
-		LastError: s.LastError, Fenced: s.Fenced,
+		LastError: s.LastError, Fenced: s.Fenced, Errors: s.Errors,
 	}
 }
 
@@ -41,6 +41,7 @@ func (a apiRelay) Status() api.RelayStatus {
 func (m *Main) newAPI() error {
 	cfg := api.DefaultConfig()
 	cfg.Addr, cfg.AdminToken = m.Config.HTTP, m.Config.AdminToken
+	cfg.BatchMax, cfg.RelayBatchMax = m.Config.BatchMax, m.Config.Relay.Batch
 	feeds := make([]api.Feed, 0, len(m.Loops))
 	for _, l := range m.Loops {
 		feeds = append(feeds, apiFeed{l})

@@ -319,6 +319,8 @@ func (m *Main) serve(ctx context.Context) error {
 			fatal <- err
 		}
 	}()
+	var checkpoints sync.WaitGroup
+	checkpoints.Go(func() { m.checkpoints(watchCtx, checkpointEvery) })
 	m.logSummary(ctx)
 	close(m.ready)
 	var err error
@@ -327,6 +329,7 @@ func (m *Main) serve(ctx context.Context) error {
 	case err = <-fatal:
 	}
 	stopWatch()
+	checkpoints.Wait()
 	stopLoops()
 	loops.Wait() // every loop has committed its batch in hand
 	stopRelay()

@@ -602,3 +602,13 @@ Flags:
 `)
 	fs.PrintDefaults()
 }
+
+// topics are the Kafka topics the feed named name writes: its outputs,
+// its dead letters and, for orders, its retry topic.
+func (f *FeedConfig) topics(name string) []string {
+	t := []string{f.Topic, name + ".dlq"}
+	if f.Processor == orders.Name {
+		t = append(t, name+".retry")
+	}
+	return t
+}

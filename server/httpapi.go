@@ -11,9 +11,18 @@ import (
 )
 
 // apiFeed adapts an ingest loop to api.Feed.
-type apiFeed struct{ l *ingest.Loop }
+type apiFeed struct {
+	l      *ingest.Loop
+	topics []string
+}
 
-var _ api.Feed = apiFeed{}
+var (
+	_ api.Feed       = apiFeed{}
+	_ api.FeedTopics = apiFeed{}
+)
+
+// Topics are the feed's output topics.
+func (f apiFeed) Topics() []string { return f.topics }
 
 func (f apiFeed) Name() string                      { return f.l.Name() }
 func (f apiFeed) Kind() string                      { return f.l.Feed().Kind() }
@@ -44,7 +53,7 @@ func (m *Main) newAPI() error {
 	cfg.BatchMax, cfg.RelayBatchMax = m.Config.BatchMax, m.Config.Relay.Batch
 	feeds := make([]api.Feed, 0, len(m.Loops))
 	for _, l := range m.Loops {
-		feeds = append(feeds, apiFeed{l})
+		feeds = append(feeds, apiFeed{l: l, topics: m.Config.Feeds[l.Name()].topics(l.Name())})
 	}
 	var r api.Relay // a nil interface when the relay is off, not a nil *relay.Relay
 	if m.Relay != nil {

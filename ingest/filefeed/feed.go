@@ -121,6 +121,7 @@ type Feed struct {
 	failed  error           // an error to return from the next Poll
 
 	end        atomic.Int64
+	found      atomic.Bool // a file was found at the path since Open
 	watcher    *fsnotify.Watcher
 	dirWatched bool
 	wake       chan struct{}
@@ -128,7 +129,20 @@ type Feed struct {
 	wg         sync.WaitGroup
 }
 
-var _ ingest.Feed = (*Feed)(nil)
+var (
+	_ ingest.Feed   = (*Feed)(nil)
+	_ ingest.Waiter = (*Feed)(nil)
+)
+
+// Waiting says, until a file first appears at the path, that the feed
+// waits for it (a path mistyped, or a file its writer has not created
+// yet); "" once it has one. It does not block.
+func (f *Feed) Waiting() string {
+	if f.found.Load() {
+		return ""
+	}
+	return "waiting for " + f.path + " to be created"
+}
 
 // New returns a feed on the file at path. The file need not exist
 // yet. Nothing is opened before Open.
@@ -339,6 +353,7 @@ func (f *Feed) openPath() error {
 // use makes s the current file and watches it.
 func (f *Feed) use(s *fileSource) {
 	f.cur = s
+	f.found.Store(true)
 	f.watchFile(s.file.Name())
 }
 

@@ -854,3 +854,23 @@ func TestFileEpoch(t *testing.T) {
 		}
 	}
 }
+
+// TestFeed_Waiting: the feed says it waits for its file until one appears,
+// and not after, also once the file is gone again.
+func TestFeed_Waiting(t *testing.T) {
+	ff := ffNewFile(t)
+	f := ff.open(outbox.Checkpoint{}, Options{})
+	if got, want := f.Waiting(), "waiting for "+ff.path+" to be created"; got != want {
+		t.Fatalf("Waiting() = %q, want %q", got, want)
+	}
+	ff.write("a\n")
+	e := ff.epoch()
+	ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+	if got := f.Waiting(); got != "" {
+		t.Fatalf("Waiting() = %q with the file read", got)
+	}
+	ff.rename(".1")
+	if got := f.Waiting(); got != "" {
+		t.Fatalf("Waiting() = %q after a rotation: the old file is still read", got)
+	}
+}

@@ -39,7 +39,10 @@ func TestBrowser_Dashboard(t *testing.T) {
 	input, stuck := filepath.Join(dir, "ledger.csv"), filepath.Join(dir, "stuck.csv")
 	failFlag, tokenFile := filepath.Join(dir, "fail-commits"), filepath.Join(dir, "token")
 	const token = "dashboard-test-token-0123456789"
-	const longLine = "acct-with-a-long-name,7\n" // over --max-line 16: a dead letter, which the ledger applies once requeued
+	// A line over --max-line 16 is a dead letter keeping the line's first 16
+	// bytes: here a ledger line of its own, which the ledger applies once
+	// requeued.
+	const longLine, kept = "acct-9,100000000777\n", "acct-9,100000000"
 	lines := "acct-1,10\nacct-2,5\njunk\n" + longLine
 	for path, body := range map[string]string{input: lines, stuck: "", tokenFile: token} {
 		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
@@ -101,7 +104,7 @@ func TestBrowser_Dashboard(t *testing.T) {
 	waitText(t, ctx, row+" ul.losses li", "completion failure skipped")
 	waitText(t, ctx, row+" ul.losses li", fmt.Sprintf("partition 0, %d–%d", lostFrom, lostTo))
 
-	requeueFromPage(t, ctx, base, token, strings.TrimSuffix(longLine, "\n"))
+	requeueFromPage(t, ctx, base, token, kept)
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"reflect"
-	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -256,14 +255,4 @@ func (d *fileDecoder) listItems(n *yaml.Node, v reflect.Value, key string) error
 	}
 	v.Set(out)
 	return nil
-}
-
-// knownKeys lists every YAML key path, for messages.
-func knownKeys() []string {
-	var out []string
-	for _, l := range leaves() {
-		out = append(out, l.key)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -129,3 +129,9 @@ DROP INDEX IF EXISTS outbox_feed;
 ALTER TABLE dead_letters ADD COLUMN outbox_id INTEGER;
 ALTER TABLE dead_letters ADD COLUMN topic TEXT NOT NULL DEFAULT '';
 CREATE UNIQUE INDEX dead_letters_outbox_id ON dead_letters (outbox_id);
+
+-- migration: 4
+
+-- The metrics count a feed's dead letters by reason at every scrape; the
+-- index lets SQLite count them without reading the rows (payloads).
+CREATE INDEX dead_letters_reason ON dead_letters (feed, reason);

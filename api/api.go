@@ -81,6 +81,9 @@ type RelayStatus struct {
 	// Fenced is true once another producer took over the relay's
 	// transactional id.
 	Fenced bool
+	// Errors counts the relay's failures by class (retryable, ambiguous,
+	// fenced, fatal), exported as a counter.
+	Errors map[string]int64
 }
 
 // Config configures the HTTP server.
@@ -97,7 +100,14 @@ type Config struct {
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// MaxBody caps a request body in bytes; a larger body is answered 413.
 	MaxBody int64
+	// BatchMax and RelayBatchMax are the largest ingest batch and relay
+	// transaction configured (default 4000): the last buckets of the
+	// batch-size histograms.
+	BatchMax, RelayBatchMax int
 }
+
+// defaultBatchMax is the size histograms' top bucket when none is configured.
+const defaultBatchMax = 4000
 
 // MinAdminTokenLen is the shortest admin token Validate accepts.
 const MinAdminTokenLen = 16
@@ -113,6 +123,8 @@ func DefaultConfig() Config {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxBody:           64 << 10,
+		BatchMax:          defaultBatchMax,
+		RelayBatchMax:     defaultBatchMax,
 	}
 }
 
@@ -135,6 +147,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBody <= 0 {
 		errs = append(errs, fmt.Errorf("http max body: %d, want more than 0", c.MaxBody))
+	}
+	if c.BatchMax < 1 || c.RelayBatchMax < 1 {
+		errs = append(errs, fmt.Errorf("batch maxima %d and %d: want at least 1", c.BatchMax, c.RelayBatchMax))
 	}
 	if c.AdminToken != "" {
 		if err := checkToken(c.AdminToken); err != nil {

@@ -2,6 +2,9 @@ package api
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +25,7 @@ const (
 	MetricFeedEpochChanges       = "outboxd_feed_epoch_changes_total"
 	MetricFeedLosses             = "outboxd_feed_losses_total"
 	MetricFeedLossless           = "outboxd_feed_lossless"
+	MetricFeedDeadLetters        = "outboxd_feed_dead_letters_total"
 	MetricFeedPosition           = "outboxd_feed_position"
 	MetricFeedEnd                = "outboxd_feed_end"
 	MetricFeedLag                = "outboxd_feed_lag"
@@ -41,29 +45,47 @@ const (
 	MetricRelayState      = "outboxd_relay_state"
 	MetricRelayTxnSeconds = "outboxd_relay_transaction_duration_seconds"
 	MetricRelayTxnRecords = "outboxd_relay_transaction_records"
+	MetricRelayErrors     = "outboxd_relay_errors_total"
 
-	MetricIngestBatchSize     = "outboxd_ingest_batch_size"
+	MetricIngestBatchItems    = "outboxd_ingest_batch_items"
 	MetricIngestCommitSeconds = "outboxd_ingest_commit_duration_seconds"
+
+	MetricSQLiteWALBytes          = "outboxd_sqlite_wal_bytes"
+	MetricSQLiteCheckpointSeconds = "outboxd_sqlite_checkpoint_duration_seconds"
+	MetricSQLiteCheckpointsBusy   = "outboxd_sqlite_checkpoints_busy_total"
 
 	MetricAPIDeadLetterRequests = "outboxd_api_dead_letter_requests"
 )
 
 // Metrics takes the measurements the store does not keep: batch sizes and
 // commit latencies of the ingest loops, durations and sizes of the relay's
-// transactions. Its methods are safe for concurrent use, cheap, and do
-// nothing on a nil *Metrics.
+// transactions, durations of WAL checkpoints. Its methods are safe for
+// concurrent use, cheap, and do nothing on a nil *Metrics.
 type Metrics struct {
-	batchSize  *prometheus.HistogramVec
-	commit     *prometheus.HistogramVec
-	relayTxn   prometheus.Histogram
-	relayBatch prometheus.Histogram
+	batchSize      *prometheus.HistogramVec
+	commit         *prometheus.HistogramVec
+	relayTxn       prometheus.Histogram
+	relayBatch     prometheus.Histogram
+	checkpoint     prometheus.Histogram
+	checkpointBusy prometheus.Counter
 }
 
-func newMetrics() *Metrics {
+// SizeBuckets are the buckets of a histogram of sizes up to max: the
+// powers of two below it, then max itself, so that a full batch is
+// counted as one, not as "more than the largest bucket".
+func SizeBuckets(max int) []float64 {
+	var b []float64
+	for v := 1; v < max; v *= 2 {
+		b = append(b, float64(v))
+	}
+	return append(b, float64(max))
+}
+
+func newMetrics(cfg Config) *Metrics {
 	return &Metrics{
 		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: MetricIngestBatchSize, Help: "Items per ingest batch (one transaction).",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+			Name: MetricIngestBatchItems, Help: "Items per ingest batch (one transaction); the last bucket is the configured --batch-max.",
+			Buckets: SizeBuckets(cfg.BatchMax),
 		}, []string{"feed"}),
 		commit: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: MetricIngestCommitSeconds, Help: "Time to commit an ingest batch's transaction.",
@@ -74,9 +96,27 @@ func newMetrics() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
 		relayBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: MetricRelayTxnRecords, Help: "Outbox rows per relay transaction (or acked batch).",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+			Name: MetricRelayTxnRecords, Help: "Outbox rows per relay transaction (or acked batch); the last bucket is the configured --relay-batch.",
+			Buckets: SizeBuckets(cfg.RelayBatchMax),
 		}),
+		checkpoint: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: MetricSQLiteCheckpointSeconds, Help: "Time of a periodic passive checkpoint of the SQLite write-ahead log.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		checkpointBusy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricSQLiteCheckpointsBusy, Help: "Checkpoints that could not copy the whole write-ahead log (a reader held it).",
+		}),
+	}
+}
+
+// ObserveCheckpoint records one checkpoint of the write-ahead log.
+func (m *Metrics) ObserveCheckpoint(r outbox.CheckpointResult) {
+	if m == nil {
+		return
+	}
+	m.checkpoint.Observe(r.Duration.Seconds())
+	if r.Busy {
+		m.checkpointBusy.Inc()
 	}
 }
 
@@ -113,6 +153,7 @@ func (s *Server) newRegistry() (*prometheus.Registry, error) {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		s.metrics.batchSize, s.metrics.commit, s.metrics.relayTxn, s.metrics.relayBatch,
+		s.metrics.checkpoint, s.metrics.checkpointBusy,
 		newStatusCollector(s),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: MetricAPIDeadLetterRequests,
@@ -132,8 +173,13 @@ const scrapeTimeout = 5 * time.Second
 // statusCollector reads the feeds' and the outbox's status at scrape time.
 type statusCollector struct {
 	s     *Server
-	feed  map[string]*prometheus.Desc
-	glob  map[string]*prometheus.Desc
+	feed  map[string]*prometheus.Desc // labels feed
+	part  map[string]*prometheus.Desc // labels feed, partition
+	glob  map[string]*prometheus.Desc // no labels
+	state *prometheus.Desc            // feed, state
+	relay *prometheus.Desc            // mode, state
+	dead  *prometheus.Desc            // feed, reason
+	errs  *prometheus.Desc            // class
 	error *prometheus.Desc
 }
 
@@ -149,12 +195,14 @@ var (
 	}
 	feedGauges = map[string]string{
 		MetricFeedLossless:        "1 while the feed is lossless, 0 once it moved past input whose effects were not kept.",
-		MetricFeedPosition:        "Stored position, summed over partitions.",
-		MetricFeedEnd:             "Source end (file size, high watermark), summed over partitions.",
-		MetricFeedLag:             "End minus position (bytes or records), summed over partitions.",
 		MetricFeedLastApplied:     "Time of the last applied item, unix seconds (0: never).",
 		MetricFeedOutboxPending:   "Outbox rows of the feed waiting to be published.",
 		MetricFeedOutboxOldestAge: "Age of the feed's oldest unpublished outbox row, seconds.",
+	}
+	partitionGauges = map[string]string{
+		MetricFeedPosition: "Stored position of the partition (a file's byte offset, a Kafka offset + 1).",
+		MetricFeedEnd:      "Source end of the partition as last seen (file size, high watermark).",
+		MetricFeedLag:      "End minus position of the partition (bytes for a file, records for Kafka).",
 	}
 	globalMetrics = map[string]string{
 		MetricOutboxPending:         "Outbox rows waiting to be published.",
@@ -164,37 +212,48 @@ var (
 		MetricRelayPublished:        "Rows the relay published since it started.",
 		MetricRelayConnected:        "1 while the relay's producer is connected.",
 		MetricRelayFenced:           "1 once another producer took over the relay's transactional id.",
+		MetricSQLiteWALBytes:        "Size of the SQLite write-ahead log file, bytes.",
 	}
 )
 
 func newStatusCollector(s *Server) *statusCollector {
-	c := &statusCollector{s: s, feed: map[string]*prometheus.Desc{}, glob: map[string]*prometheus.Desc{}}
+	c := &statusCollector{s: s, feed: map[string]*prometheus.Desc{}, part: map[string]*prometheus.Desc{}, glob: map[string]*prometheus.Desc{}}
 	for name, help := range feedCounters {
 		c.feed[name] = prometheus.NewDesc(name, help, []string{"feed"}, nil)
 	}
 	for name, help := range feedGauges {
 		c.feed[name] = prometheus.NewDesc(name, help, []string{"feed"}, nil)
 	}
-	c.feed[MetricFeedState] = prometheus.NewDesc(MetricFeedState,
-		"1 for the feed's current state (running, caught-up, waiting, stalled, failed, stopped), 0 for the others.", []string{"feed", "state"}, nil)
+	for name, help := range partitionGauges {
+		c.part[name] = prometheus.NewDesc(name, help, []string{"feed", "partition"}, nil)
+	}
 	for name, help := range globalMetrics {
 		c.glob[name] = prometheus.NewDesc(name, help, nil, nil)
 	}
-	c.glob[MetricRelayState] = prometheus.NewDesc(MetricRelayState,
+	c.state = prometheus.NewDesc(MetricFeedState,
+		"1 for the feed's current state (running, caught-up, waiting, stalled, failed, stopped, ...), 0 for the others.", []string{"feed", "state"}, nil)
+	c.relay = prometheus.NewDesc(MetricRelayState,
 		"1 for the relay's current mode and state (mode none, state off: the relay is off).", []string{"mode", "state"}, nil)
+	c.dead = prometheus.NewDesc(MetricFeedDeadLetters,
+		"Dead letters stored, by reason (malformed, line-too-long, retries-exhausted, constraint, output-too-large, ...); requeued ones included.",
+		[]string{"feed", "reason"}, nil)
+	c.errs = prometheus.NewDesc(MetricRelayErrors,
+		"Relay failures by class: retryable (backs off), ambiguous (starts over from Kafka's progress), fenced, fatal (needs an operator).",
+		[]string{"class"}, nil)
 	c.error = prometheus.NewDesc("outboxd_api_scrape_error", "Reading the status for a scrape failed.", nil, nil)
 	return c
 }
 
 // Describe sends every descriptor.
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.feed {
+	for _, m := range []map[string]*prometheus.Desc{c.feed, c.part, c.glob} {
+		for _, d := range m {
+			ch <- d
+		}
+	}
+	for _, d := range []*prometheus.Desc{c.state, c.relay, c.dead, c.errs, c.error} {
 		ch <- d
 	}
-	for _, d := range c.glob {
-		ch <- d
-	}
-	ch <- c.error
 }
 
 // Collect reads the status; a failed read makes the scrape fail.
@@ -220,6 +279,18 @@ func (c *statusCollector) collect(ctx context.Context, ch chan<- prometheus.Metr
 	for _, fs := range statuses {
 		c.collectFeed(ch, fs)
 	}
+	reasons, err := c.s.store.DeadLetterReasons(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range reasons {
+		ch <- prometheus.MustNewConstMetric(c.dead, prometheus.CounterValue, float64(r.N), r.Feed, r.Reason)
+	}
+	wal, err := c.s.store.WALBytes()
+	if err != nil {
+		return err
+	}
+	ch <- prometheus.MustNewConstMetric(c.glob[MetricSQLiteWALBytes], prometheus.GaugeValue, float64(wal))
 	return nil
 }
 
@@ -234,7 +305,14 @@ func (c *statusCollector) collectOutbox(ch chan<- prometheus.Metric, os OutboxSt
 	ch <- prometheus.MustNewConstMetric(c.glob[MetricRelayPublished], prometheus.CounterValue, float64(os.Published))
 	g(MetricRelayConnected, bool01(os.Relay.Connected))
 	g(MetricRelayFenced, bool01(os.Relay.Fenced))
-	ch <- prometheus.MustNewConstMetric(c.glob[MetricRelayState], prometheus.GaugeValue, 1, os.Relay.Mode, os.Relay.State)
+	ch <- prometheus.MustNewConstMetric(c.relay, prometheus.GaugeValue, 1, os.Relay.Mode, os.Relay.State)
+	if c.s.relay == nil {
+		return
+	}
+	errs := c.s.relay.Status().Errors
+	for _, class := range slices.Sorted(maps.Keys(errs)) {
+		ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(errs[class]), class)
+	}
 }
 
 func (c *statusCollector) collectFeed(ch chan<- prometheus.Metric, fs FeedStatus) {
@@ -252,9 +330,12 @@ func (c *statusCollector) collectFeed(ch chan<- prometheus.Metric, fs FeedStatus
 	counter(MetricFeedEpochChanges, fs.EpochChanges)
 	counter(MetricFeedLosses, fs.LossCount)
 	gauge(MetricFeedLossless, bool01(fs.Lossless))
-	gauge(MetricFeedPosition, float64(fs.Position))
-	gauge(MetricFeedEnd, float64(fs.End))
-	gauge(MetricFeedLag, float64(fs.Lag))
+	for _, p := range fs.Partitions {
+		part := strconv.Itoa(int(p.Partition))
+		for name, v := range map[string]int64{MetricFeedPosition: p.Position, MetricFeedEnd: p.End, MetricFeedLag: p.Lag} {
+			ch <- prometheus.MustNewConstMetric(c.part[name], prometheus.GaugeValue, float64(v), fs.Feed, part)
+		}
+	}
 	var last float64
 	if fs.LastAppliedAt != nil {
 		last = float64(fs.LastAppliedAt.UnixNano()) / 1e9
@@ -263,11 +344,7 @@ func (c *statusCollector) collectFeed(ch chan<- prometheus.Metric, fs FeedStatus
 	gauge(MetricFeedOutboxPending, float64(fs.Outbox.Pending))
 	gauge(MetricFeedOutboxOldestAge, fs.Outbox.OldestPendingAge)
 	for _, st := range outbox.FeedStates {
-		v := 0.0
-		if st == fs.State {
-			v = 1
-		}
-		ch <- prometheus.MustNewConstMetric(c.feed[MetricFeedState], prometheus.GaugeValue, v, fs.Feed, string(st))
+		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, bool01(st == fs.State), fs.Feed, string(st))
 	}
 }
 

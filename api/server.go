@@ -59,7 +59,7 @@ func New(cfg Config, store *outbox.Store, feeds []Feed, relay Relay, logger *slo
 	}
 	s := &Server{
 		cfg: cfg, store: store, feeds: make(map[string]Feed, len(feeds)), relay: relay,
-		log: logger.With("component", "api"), metrics: newMetrics(),
+		log: logger.With("component", "api"), metrics: newMetrics(cfg),
 		deadLetterTurns: make(chan []byte, DeadLetterConcurrency), deadLetterWait: deadLetterWait,
 	}
 	for range DeadLetterConcurrency {
@@ -113,6 +113,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBody == 0 {
 		c.MaxBody = d.MaxBody
+	}
+	if c.BatchMax == 0 {
+		c.BatchMax = d.BatchMax
+	}
+	if c.RelayBatchMax == 0 {
+		c.RelayBatchMax = d.RelayBatchMax
 	}
 	return c
 }

@@ -49,6 +49,15 @@ type FeedStatus struct {
 	LastAppliedAt *time.Time `json:"lastAppliedAt"`
 
 	Outbox Backlog `json:"outbox"`
+	// Topics are the Kafka topics the feed's outputs go to (empty for a
+	// feed that is not configured, or whose Feed does not say).
+	Topics []string `json:"topics"`
+}
+
+// FeedTopics is implemented by a Feed that knows the topics its outputs
+// go to (outputs, dead letters, retries); the status lists them.
+type FeedTopics interface {
+	Topics() []string
 }
 
 // PartitionStatus is where one partition of a feed stands.
@@ -169,6 +178,10 @@ func newFeedStatus(name string, st outbox.FeedStats, f Feed) FeedStatus {
 		DeadLettered: st.DeadLettered, CompletionFailures: st.CompletionFailures,
 		EpochChanges: st.EpochChanges, Lossless: st.Lossless, LastError: st.LastError,
 		LastAppliedAt: unixTime(st.LastAppliedAt),
+	}
+	fs.Topics = []string{}
+	if ft, ok := f.(FeedTopics); ok && f != nil {
+		fs.Topics = append(fs.Topics, ft.Topics()...)
 	}
 	if f != nil {
 		fs.Configured = true

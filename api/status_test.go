@@ -32,7 +32,7 @@ func (h *harness) wantStatus() api.FeedStatus {
 		LastError: "", LastAppliedAt: &at,
 		// a, b, d and f's outputs and the two dead letters; nothing is
 		// published (no relay) and the clock stands still.
-		Outbox: api.Backlog{Pending: 6, OldestPendingAge: 0},
+		Outbox: api.Backlog{Pending: 6, OldestPendingAge: 0}, Topics: []string{},
 	}
 }
 

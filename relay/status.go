@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"maps"
 	"sync"
 	"time"
 )
@@ -64,7 +65,13 @@ type Status struct {
 	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
 	// Fenced is true once another producer took over the transactional id.
 	Fenced bool `json:"fenced"`
+	// Errors counts the relay's failures by Class (its String) since it
+	// was made, across Runs; every class is present from the start.
+	Errors map[string]int64 `json:"errors"`
 }
+
+// errorClasses are the classes Status.Errors counts.
+var errorClasses = []Class{Retryable, Ambiguous, Fenced, Fatal}
 
 // tracker holds the live status. It is safe for concurrent use.
 type tracker struct {
@@ -75,13 +82,18 @@ type tracker struct {
 }
 
 func newTracker(mode string, now func() time.Time) *tracker {
-	return &tracker{s: Status{Mode: mode, State: StateStopped}, now: now}
+	errs := make(map[string]int64, len(errorClasses))
+	for _, c := range errorClasses {
+		errs[c.String()] = 0
+	}
+	return &tracker{s: Status{Mode: mode, State: StateStopped, Errors: errs}, now: now}
 }
 
 func (t *tracker) snapshot() Status {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.s
+	s.Errors = maps.Clone(t.s.Errors)
 	if t.oldestAt > 0 && s.Pending > 0 {
 		s.OldestPendingAge = max(t.now().Sub(time.Unix(0, t.oldestAt)), 0)
 	}
@@ -109,6 +121,7 @@ func (t *tracker) failed(state string, err error) {
 	t.update(func(s *Status) {
 		s.State, s.Connected = state, false
 		s.LastError, s.LastErrorAt = err.Error(), t.now()
+		s.Errors[Classify(err).String()]++
 	})
 }
 

@@ -60,6 +60,8 @@ func CommandSignals(args []string, stdout, stderr io.Writer, sigs <-chan os.Sign
 		switch args[0] {
 		case "consume":
 			return consumeCommand(sd.ctx, args[1:], stdout, stderr)
+		case "config":
+			return configCommand(args[1:], stdout, stderr)
 		case "produce":
 			return produceCommand(sd.ctx, args[1:], os.Stdin, stdout, stderr)
 		case "version", "--version", "-version":
@@ -82,6 +84,9 @@ func CommandSignals(args []string, stdout, stderr io.Writer, sigs <-chan os.Sign
 	// The first line the server writes (at debug level, so that a bad
 	// configuration found next still prints a single line).
 	logger.Debug("outboxd starting", "pid", os.Getpid())
+	for _, w := range cfg.Warnings() {
+		logger.Warn(w)
+	}
 	warnUnknownEnv(logger, os.Environ())
 	sd.arm(logger, cfg.Grace)
 	TuneGC()

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest"
@@ -60,7 +58,8 @@ type Config struct {
 	LogFormat       string                 `yaml:"logFormat"`
 	Feeds           map[string]*FeedConfig `yaml:"feeds"`
 
-	Relay RelayConfig `yaml:"relay"`
+	Relay     RelayConfig     `yaml:"relay"`
+	DevBroker DevBrokerConfig `yaml:"devBroker"`
 
 	RetryDelay    time.Duration `yaml:"retryDelay"`
 	RetryAttempts int           `yaml:"retryAttempts"`
@@ -70,7 +69,36 @@ type Config struct {
 	// (relay.Config.NewDatabase). A decision for one start, so it is a
 	// command-line flag only: neither the environment nor the file sets it.
 	NewDatabase bool `yaml:"-"`
+
+	// origins says where each value set by the file, the environment or a
+	// flag came from, by key path ("feeds.ledger.topic"); the others are
+	// defaults.
+	origins map[string]string
+	// warnings are what the parse found worth saying but not fatal (a
+	// deprecated key), logged once the logger exists.
+	warnings []string
 }
+
+// setOrigin records where the value at key came from.
+func (c *Config) setOrigin(key, origin string) {
+	if c.origins == nil {
+		c.origins = map[string]string{}
+	}
+	c.origins[key] = origin
+}
+
+// Origin says where the value at key (a key path such as "batchMax" or
+// "feeds.ledger.topic") came from: "--FLAG", "OUTBOXD_VAR", "FILE:LINE",
+// or "default".
+func (c *Config) Origin(key string) string {
+	if o, ok := c.origins[key]; ok {
+		return o
+	}
+	return "default"
+}
+
+// Warnings are the parse's warnings (deprecated keys), one line each.
+func (c *Config) Warnings() []string { return c.warnings }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
@@ -89,6 +117,7 @@ func DefaultConfig() Config {
 		LogFormat:       "text",
 		Feeds:           map[string]*FeedConfig{},
 		Relay:           DefaultRelayConfig(),
+		DevBroker:       DefaultDevBrokerConfig(),
 
 		RetryDelay:    orders.DefaultRetryDelay,
 		RetryAttempts: orders.DefaultRetryAttempts,
@@ -180,7 +209,7 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
-	if err := checkAddr("--dev-broker-addr", c.Relay.DevBrokerAddr, true); err != nil {
+	if err := checkAddr("--dev-broker-addr", c.DevBroker.Addr, true); err != nil {
 		return err
 	}
 	for _, name := range c.FeedNames() {
@@ -257,15 +286,18 @@ func validName(s string) bool {
 	return true
 }
 
-// perFeed is a repeatable flag NAME=VALUE that sets one field of a feed.
+// perFeed is a repeatable flag NAME=VALUE that sets the field of a feed's
+// settings whose YAML key is key, parsed as the file's value would be.
 type perFeed struct {
 	cfg   *Config
 	flag  string
+	key   string // the FeedConfig field's YAML key
+	def   string // the default, as help shows it
 	given *givenSettings
-	set   func(f *FeedConfig, v string) error
 }
 
-func (p perFeed) String() string { return "" }
+// String is the documented default (the flag package shows it as such).
+func (p perFeed) String() string { return p.def }
 
 func (p perFeed) Set(s string) error {
 	name, v, ok := strings.Cut(s, "=")
@@ -275,7 +307,17 @@ func (p perFeed) Set(s string) error {
 	if err := p.given.give(p.flag, name, v); err != nil {
 		return err
 	}
-	return p.set(p.cfg.feed(name), v)
+	f := fieldAt(reflect.ValueOf(p.cfg.feed(name)).Elem(), p.key)
+	if !f.IsValid() {
+		return fmt.Errorf("feeds have no setting %q", p.key)
+	}
+	return setText(f, v)
+}
+
+// feedName is the feed a NAME=VALUE setting names.
+func (p perFeed) feedName(s string) string {
+	name, _, _ := strings.Cut(s, "=")
+	return name
 }
 
 // givenSettings remembers the per-feed settings one source (the
@@ -324,50 +366,50 @@ func (l list) Set(s string) error {
 	return nil
 }
 
-// flagSet binds every flag to c; given tracks the per-feed settings.
+// flagSet binds every flag to c; given tracks the per-feed settings. A
+// flag bound to a field of Config (fs.IntVar(&c.X, ...)) is that field's
+// flag everywhere: in the file (by the field's yaml tag), the environment,
+// the help, the README's table and `server config`. Back-quoted words in
+// the help name the flag's value.
 func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet {
-	feedFlag := func(name string, set func(f *FeedConfig, v string) error) perFeed {
-		return perFeed{cfg: c, flag: name, given: given, set: set}
-	}
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(configPath, "config", "", "YAML configuration file (flags and OUTBOXD_* variables override it)")
-	fs.StringVar(&c.DB, "db", c.DB, "SQLite database file (its directory is created)")
-	fs.StringVar(&c.HTTP, "http", c.HTTP, "HTTP API listen address")
+	perFeedFlag := func(name, key, def, usage string) {
+		fs.Var(perFeed{cfg: c, flag: name, key: key, def: def, given: given}, name, usage)
+	}
+	fs.StringVar(configPath, "config", "", "YAML configuration `FILE` (flags and OUTBOXD_* variables override it)")
+	fs.StringVar(&c.DB, "db", c.DB, "SQLite database `PATH`; its directory is created")
+	fs.StringVar(&c.HTTP, "http", c.HTTP, "listen address (`ADDR`) of the HTTP API")
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", c.AdminTokenFile,
-		"file holding the bearer token of the HTTP admin endpoints (or set "+api.EnvAdminToken+"); none: they are disabled")
-	fs.Var(list{&c.Brokers}, "brokers", "Kafka brokers, comma-separated (none: an in-process dev broker, in memory only)")
-	fs.StringVar(&c.Synchronous, "synchronous", c.Synchronous, "SQLite synchronous mode: full (survives power loss) or normal (survives a crash)")
-	fs.IntVar(&c.BatchMax, "batch-max", c.BatchMax, "close an ingest batch (one transaction) at this many items")
-	fs.IntVar(&c.BatchBytes, "batch-bytes", c.BatchBytes, "close an ingest batch once its items hold this many bytes")
-	fs.DurationVar(&c.BatchWait, "batch-wait", c.BatchWait, "close an ingest batch this long after its first item")
-	fs.IntVar(&c.MaxLine, "max-line", c.MaxLine, "longest file line in bytes; longer lines are dead letters")
+		"`FILE` holding the bearer token of the HTTP admin endpoints (or set "+api.EnvAdminToken+"); none: they answer 403")
+	fs.Var(list{&c.Brokers}, "brokers", "Kafka brokers, a comma-separated `LIST` of HOST:PORT (none: an in-process dev broker)")
+	fs.StringVar(&c.Synchronous, "synchronous", c.Synchronous, "SQLite synchronous `MODE`: full (a commit survives power loss) or normal (survives a process crash only)")
+	fs.IntVar(&c.BatchMax, "batch-max", c.BatchMax, "close an ingest batch (one transaction) at `N` items")
+	fs.IntVar(&c.BatchBytes, "batch-bytes", c.BatchBytes, "... or once its items hold `N` bytes (for a file feed, at most N plus one line)")
+	fs.DurationVar(&c.BatchWait, "batch-wait", c.BatchWait, "... or this long (`D`) after its first item")
+	fs.IntVar(&c.MaxLine, "max-line", c.MaxLine, "longest file line in bytes (`N`); longer lines are dead letters")
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", c.MaxMessageBytes,
-		"largest Kafka record batch the relay sends (keep it at or below the brokers' message.max.bytes); "+
-			"a larger output is a dead letter, a dead letter's copy is cut to fit")
-	fs.DurationVar(&c.Grace, "shutdown-grace", c.Grace, "on SIGTERM, exit within this long")
-	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
-	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
-	fs.Var(feedFlag("feed", func(f *FeedConfig, v string) error { f.Source = v; return nil }),
-		"feed", "NAME=file:PATH or NAME=kafka:TOPIC: a feed to read (repeatable)")
-	fs.Var(feedFlag("processor", func(f *FeedConfig, v string) error { f.Processor = v; return nil }),
-		"processor", "NAME=forward|ledger|orders: the feed's processor (default forward)")
-	fs.Var(feedFlag("topic", func(f *FeedConfig, v string) error { f.Topic = v; return nil }),
-		"topic", "NAME=TOPIC: the topic of the feed's outputs (default NAME.out; NAME.status for orders)")
-	fs.Var(feedFlag("on-failure", func(f *FeedConfig, v string) error { f.OnFailure = v; return nil }),
-		"on-failure", "NAME=dead-letter|stop: what to do with an item whose retries are spent")
-	fs.Var(feedFlag("on-completion-failure", func(f *FeedConfig, v string) error { f.OnCompletionFailure = v; return nil }),
-		"on-completion-failure", "NAME=stop|skip: what to do with a batch whose commit keeps failing")
-	fs.Var(feedFlag("key-field", func(f *FeedConfig, v string) (err error) { f.KeyField, err = strconv.Atoi(v); return err }),
-		"key-field", "NAME=N: forward keys each output by the line's N-th CSV field")
-	fs.DurationVar(&c.RetryDelay, "retry-delay", c.RetryDelay, "orders: wait before a refused event is tried again (doubles per attempt)")
-	fs.IntVar(&c.RetryAttempts, "retry-attempts", c.RetryAttempts, "orders: tries of a refused event before it is dead-lettered")
-	fs.Var(feedFlag("group", func(f *FeedConfig, v string) error { f.Group = v; return nil }),
-		"group", "NAME=GROUP: a Kafka feed's consumer group (default outboxd-NAME)")
+		"largest Kafka record batch the relay sends, `N` bytes from 4096 to 67108864 (keep it at or below the brokers' message.max.bytes): "+
+			"a larger output is a dead letter output-too-large, a dead letter's copy is cut to fit")
+	fs.DurationVar(&c.Grace, "shutdown-grace", c.Grace, "on SIGTERM, exit within this long (`D`; more than a record's 15s work deadline)")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log `LEVEL`: debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log `FORMAT`: text or json")
+	perFeedFlag("feed", "source", "", "a feed to read (repeatable): `NAME=file:PATH`, or NAME=kafka:TOPIC for every partition of TOPIC")
+	perFeedFlag("processor", "processor", "forward", "the feed's processor, `NAME=P` with P one of ledger, forward, orders")
+	perFeedFlag("topic", "topic", "NAME.out", "the topic of the feed's outputs, `NAME=TOPIC` (NAME.status for orders)")
+	perFeedFlag("on-failure", "onFailure", ingest.OnFailureDeadLetter,
+		"an item whose retries are spent, `NAME=P`: dead-letter, or stop (the feed stalls and retries it)")
+	perFeedFlag("on-completion-failure", "onCompletionFailure", ingest.OnCompletionStop,
+		"a batch whose commit keeps failing, `NAME=P`: stop (the feed stalls and retries) or skip (only what cannot commit alone is skipped)")
+	perFeedFlag("key-field", "keyField", "0", "forward keys each output by the line's N-th CSV field, `NAME=N` (0: no key)")
+	fs.DurationVar(&c.RetryDelay, "retry-delay", c.RetryDelay, "orders: wait (`D`) before a refused event comes back (doubles per attempt)")
+	fs.IntVar(&c.RetryAttempts, "retry-attempts", c.RetryAttempts, "orders: tries (`N`) of a refused event before it is a dead letter")
+	perFeedFlag("group", "group", "outboxd-NAME", "a Kafka feed's consumer group, `NAME=G`, where its offsets are committed for Kafka's tools")
 	c.Relay.flags(fs)
+	c.DevBroker.flags(fs)
 	fs.BoolVar(&c.NewDatabase, "new-database", c.NewDatabase,
-		"start afresh although the progress topic shows that an earlier database at this --db path published: "+
-			"every output is published again (command line only; recorded in the database, so needed once)")
+		"start afresh although an earlier database at this --db path published: every output is published again "+
+			"(see Guarantees; command line only, recorded in the database, so needed once)")
 	return fs
 }
 
@@ -376,12 +418,17 @@ var cmdlineOnly = map[string]bool{"new-database": true}
 
 // ParseConfig reads the configuration from a YAML file, the environment
 // (OUTBOXD_ plus the flag's name in capitals, '-' as '_'; repeatable flags
-// take comma-separated values) and the command line, in that order.
+// take comma-separated values) and the command line, in that order, and
+// remembers where each value came from (Config.Origin). A mistake in any
+// of them is an error naming it: the file's errors name the line and the
+// key, and an unknown key or flag names the closest known one.
 func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	c := DefaultConfig()
+	c.origins = map[string]string{}
 	var configPath string
 	var given givenSettings
 	fs := flagSet(&c, &configPath, &given)
+	src := trackOrigins(&c, fs)
 	configPath = findConfigPath(args, getenv)
 	if configPath != "" {
 		if err := loadYAML(configPath, &c); err != nil {
@@ -389,12 +436,13 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		}
 	}
 	given.begin("the environment")
-	if err := applyEnv(fs, getenv); err != nil {
+	if err := applyEnv(fs, getenv, src); err != nil {
 		return c, err
 	}
 	given.begin("the command line")
+	src.fromEnv = false
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		return c, flagError(fs, err)
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -406,6 +454,71 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	}
 	c.AdminToken = tok
 	return c, c.Validate()
+}
+
+// flagError adds to the flag package's "flag provided but not defined"
+// the closest flag there is.
+func flagError(fs *flag.FlagSet, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	if !ok {
+		return err
+	}
+	known := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { known["--"+f.Name] = true })
+	return fmt.Errorf("unknown flag --%s (the closest is %s)", name, closest("--"+name, known))
+}
+
+// origins tracks which source the flags are being set from.
+type origins struct{ fromEnv bool }
+
+// trackOrigins wraps every flag of fs so that setting it records, in
+// c.origins, the key it set and from where; and so that a value that does
+// not parse says what was expected.
+func trackOrigins(c *Config, fs *flag.FlagSet) *origins {
+	src := &origins{fromEnv: true}
+	bound := bindings(c, fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		f.Value = &tracked{Value: f.Value, name: f.Name, leaf: bound[f.Name], c: c, src: src}
+	})
+	return src
+}
+
+// tracked is a flag.Value that records where its setting came from.
+type tracked struct {
+	flag.Value
+	name string
+	leaf *leaf // nil for a flag that sets no key
+	c    *Config
+	src  *origins
+}
+
+// IsBoolFlag keeps a boolean flag usable without a value.
+func (t *tracked) IsBoolFlag() bool {
+	b, ok := t.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+func (t *tracked) Set(s string) error {
+	if err := t.Value.Set(s); err != nil {
+		var ve *valueError
+		if t.leaf != nil && !errors.As(err, &ve) && strings.Contains(err.Error(), "parse error") {
+			return &valueError{text: s, want: wantOf(t.leaf.typ)}
+		}
+		return err
+	}
+	if t.leaf == nil {
+		return nil
+	}
+	key := t.leaf.key
+	if pf, ok := t.Value.(perFeed); ok {
+		key = strings.Replace(key, nameHolder, pf.feedName(s), 1)
+	}
+	origin := "--" + t.name
+	if t.src.fromEnv {
+		origin = envName(t.name)
+	}
+	t.c.setOrigin(key, origin)
+	return nil
 }
 
 func findConfigPath(args []string, getenv func(string) string) string {
@@ -421,27 +534,19 @@ func findConfigPath(args []string, getenv func(string) string) string {
 	return path
 }
 
-func loadYAML(path string, c *Config) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("--config: %w", err)
+// repeatable reports whether a flag's environment value is a
+// comma-separated list of NAME=VALUE settings.
+func repeatable(f *flag.Flag) bool {
+	v := f.Value
+	if t, ok := v.(*tracked); ok {
+		v = t.Value
 	}
-	dec := yaml.NewDecoder(strings.NewReader(string(b)))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("--config %s: %w", path, err)
-	}
-	return nil
+	_, ok := v.(perFeed)
+	return ok
 }
 
-// repeatable names the flags whose environment value is a comma-separated
-// list of NAME=VALUE settings.
-var repeatable = map[string]bool{
-	"feed": true, "processor": true, "topic": true, "on-failure": true,
-	"on-completion-failure": true, "key-field": true, "group": true,
-}
-
-func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+func applyEnv(fs *flag.FlagSet, getenv func(string) string, src *origins) error {
+	src.fromEnv = true
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if err != nil || f.Name == "config" || cmdlineOnly[f.Name] {
@@ -453,7 +558,7 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 			return
 		}
 		vals := []string{v}
-		if repeatable[f.Name] {
+		if repeatable(f) {
 			vals = strings.Split(v, ",")
 		}
 		for _, s := range vals {
@@ -486,6 +591,7 @@ Usage:
                                       print a topic's records (read_committed)
   server produce --topic T [--key-field N | --json] < FILE
                                       put a record per line on a topic
+  server config [flags]               print the effective configuration as YAML (for --config)
   server --version                    the build: module version, revision, Go
   server bench [--lines N] [--json]   measure this machine: ingest, relay, latency (bench -h)
 
@@ -495,4 +601,14 @@ repeatable flags take comma-separated values) or in the YAML file of --config.
 Flags:
 `)
 	fs.PrintDefaults()
+}
+
+// topics are the Kafka topics the feed named name writes: its outputs,
+// its dead letters and, for orders, its retry topic.
+func (f *FeedConfig) topics(name string) []string {
+	t := []string{f.Topic, name + ".dlq"}
+	if f.Processor == orders.Name {
+		t = append(t, name+".retry")
+	}
+	return t
 }

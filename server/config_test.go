@@ -77,7 +77,7 @@ func TestParseConfig(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"UnknownFlag", []string{"--bogus"}, "flag provided but not defined: -bogus"},
+		{"UnknownFlag", []string{"--batch-maxx"}, "unknown flag --batch-maxx (the closest is --batch-max)"},
 		{"BadKind", []string{"--feed", "x=ftp:/a"}, `unknown feed kind "ftp"`},
 		{"NoSource", []string{"--processor", "x=ledger"}, "feed x: no source"},
 		{"BadProcessor", []string{"--feed", "x=file:/a", "--processor", "x=nope"}, "unknown processor"},
@@ -121,7 +121,7 @@ func TestRun_BadUsage(t *testing.T) {
 		t.Fatalf("stderr %q, want one line", errOut.String())
 	}
 	out.Reset()
-	if code := Command([]string{"-h"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "-feed value") {
+	if code := Command([]string{"-h"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "-feed NAME=file:PATH") {
 		t.Fatalf("-h: exit %d, usage %q", code, out.String())
 	}
 }
@@ -162,7 +162,7 @@ func TestParseConfig_GivenTwice(t *testing.T) {
 	t.Run("YAML", func(t *testing.T) {
 		yml := filepath.Join(t.TempDir(), "c.yaml")
 		os.WriteFile(yml, []byte("feeds:\n  a:\n    source: file:/x\n  a:\n    source: file:/y\n"), 0o644)
-		if _, err := ParseConfig([]string{"--config", yml}, env(nil)); err == nil || !strings.Contains(err.Error(), `"a" already defined`) {
+		if _, err := ParseConfig([]string{"--config", yml}, env(nil)); err == nil || !strings.Contains(err.Error(), "line 4: feeds.a: given twice (first on line 2)") {
 			t.Fatalf("err = %v, want the duplicate key named", err)
 		}
 	})

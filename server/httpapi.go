@@ -11,9 +11,18 @@ import (
 )
 
 // apiFeed adapts an ingest loop to api.Feed.
-type apiFeed struct{ l *ingest.Loop }
+type apiFeed struct {
+	l      *ingest.Loop
+	topics []string
+}
 
-var _ api.Feed = apiFeed{}
+var (
+	_ api.Feed       = apiFeed{}
+	_ api.FeedTopics = apiFeed{}
+)
+
+// Topics are the feed's output topics.
+func (f apiFeed) Topics() []string { return f.topics }
 
 func (f apiFeed) Name() string                      { return f.l.Name() }
 func (f apiFeed) Kind() string                      { return f.l.Feed().Kind() }
@@ -33,7 +42,7 @@ func (a apiRelay) Status() api.RelayStatus {
 	return api.RelayStatus{
 		Mode: s.Mode, State: s.State, Connected: s.Connected, LastPublishedID: s.LastPublishedID,
 		Pending: s.Pending, OldestPendingAge: s.OldestPendingAge, PublishedTotal: s.PublishedTotal,
-		LastError: s.LastError, Fenced: s.Fenced,
+		LastError: s.LastError, Fenced: s.Fenced, Errors: s.Errors,
 	}
 }
 
@@ -41,9 +50,10 @@ func (a apiRelay) Status() api.RelayStatus {
 func (m *Main) newAPI() error {
 	cfg := api.DefaultConfig()
 	cfg.Addr, cfg.AdminToken = m.Config.HTTP, m.Config.AdminToken
+	cfg.BatchMax, cfg.RelayBatchMax = m.Config.BatchMax, m.Config.Relay.Batch
 	feeds := make([]api.Feed, 0, len(m.Loops))
 	for _, l := range m.Loops {
-		feeds = append(feeds, apiFeed{l})
+		feeds = append(feeds, apiFeed{l: l, topics: m.Config.Feeds[l.Name()].topics(l.Name())})
 	}
 	var r api.Relay // a nil interface when the relay is off, not a nil *relay.Relay
 	if m.Relay != nil {

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -175,6 +176,16 @@ func TestMain_Run(t *testing.T) {
 	}
 	waitPosition(t, db, int64(len("a,1\nb,2\n")))
 	waitPosition(t, db, appendLine(t, input, "c,3\n"))
+	var st struct{ Topics []string }
+	res, err = http.Get(r.m.URL() + "/feeds/l/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(res.Body).Decode(&st)
+	res.Body.Close()
+	if err != nil || strings.Join(st.Topics, " ") != "l.out l.dlq" {
+		t.Fatalf("topics %q (%v), want l.out l.dlq", st.Topics, err)
+	}
 	if err := r.stop(t); err != nil {
 		t.Fatalf("Run = %v after cancel, want nil", err)
 	}

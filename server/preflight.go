@@ -55,7 +55,7 @@ func (m *Main) preflight() error {
 	}
 	m.listener = ln
 	if err := m.resolveBrokers(); err != nil {
-		return configErr("--dev-broker-addr %s: %w", m.Config.Relay.DevBrokerAddr, err)
+		return configErr("--dev-broker-addr %s: %w", m.Config.DevBroker.Addr, err)
 	}
 	return nil
 }

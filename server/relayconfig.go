@@ -3,7 +3,6 @@ package server
 import (
 	"flag"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/outboxd/outboxd/relay"
@@ -23,23 +22,6 @@ type RelayConfig struct {
 	TopicPartitions  int           `yaml:"topicPartitions"`
 	TopicReplication int           `yaml:"topicReplication"`
 	Retention        time.Duration `yaml:"outboxRetention"`
-	DevBrokerAddr    string        `yaml:"devBrokerAddr"`
-	// DevBrokerData is the dev broker's data directory: DevBrokerDataAuto
-	// for "devbroker" beside the database, "" for memory only.
-	DevBrokerData string `yaml:"devBrokerData"`
-}
-
-// DevBrokerDataAuto, as --dev-broker-data, keeps the dev broker's log in
-// the directory "devbroker" beside the database.
-const DevBrokerDataAuto = "auto"
-
-// devBrokerDir is the dev broker's data directory for a database at db, ""
-// for memory only.
-func (r RelayConfig) devBrokerDir(db string) string {
-	if r.DevBrokerData == DevBrokerDataAuto {
-		return filepath.Join(filepath.Dir(db), "devbroker")
-	}
-	return r.DevBrokerData
 }
 
 // DefaultRelayConfig returns the relay defaults.
@@ -54,23 +36,19 @@ func DefaultRelayConfig() RelayConfig {
 		TopicPartitions:  int(d.TopicPartitions),
 		TopicReplication: int(d.TopicReplication),
 		Retention:        d.Retention,
-		DevBrokerAddr:    "127.0.0.1:9092",
-		DevBrokerData:    DevBrokerDataAuto,
 	}
 }
 
 func (r *RelayConfig) flags(fs *flag.FlagSet) {
-	fs.StringVar(&r.Mode, "relay", r.Mode, "exactly-once, at-least-once, or none (keep the outbox, publish nothing)")
-	fs.StringVar(&r.TransactionalID, "transactional-id", r.TransactionalID, "Kafka transactional id of the relay (default: outboxd-<id kept in the database>)")
-	fs.StringVar(&r.ProgressTopic, "progress-topic", r.ProgressTopic, "compacted topic of the relay's exactly-once progress")
-	fs.IntVar(&r.Batch, "relay-batch", r.Batch, "most outbox rows per Kafka transaction")
-	fs.DurationVar(&r.Wait, "relay-wait", r.Wait, "how long a short batch waits for more rows before it is published")
+	fs.StringVar(&r.Mode, "relay", r.Mode, "relay `MODE`: exactly-once, at-least-once, or none (keep the outbox, publish nothing)")
+	fs.StringVar(&r.TransactionalID, "transactional-id", r.TransactionalID, "the relay's Kafka transactional `ID` (none: outboxd-<an id kept in the database>)")
+	fs.StringVar(&r.ProgressTopic, "progress-topic", r.ProgressTopic, "compacted topic (`T`) of the relay's exactly-once progress")
+	fs.IntVar(&r.Batch, "relay-batch", r.Batch, "most outbox rows (`N`) per Kafka transaction")
+	fs.DurationVar(&r.Wait, "relay-wait", r.Wait, "how long (`D`) a short batch waits for more rows before it is published")
 	fs.BoolVar(&r.CreateTopics, "create-topics", r.CreateTopics, "create missing output topics (false: a missing topic is an error)")
-	fs.IntVar(&r.TopicPartitions, "topic-partitions", r.TopicPartitions, "partitions of topics the relay creates")
-	fs.IntVar(&r.TopicReplication, "topic-replication", r.TopicReplication, "replication factor of topics the relay creates")
-	fs.DurationVar(&r.Retention, "outbox-retention", r.Retention, "keep published outbox rows this long (0: prune at once)")
-	fs.StringVar(&r.DevBrokerAddr, "dev-broker-addr", r.DevBrokerAddr, "listen address of the in-process dev broker started when --brokers is empty")
-	fs.StringVar(&r.DevBrokerData, "dev-broker-data", r.DevBrokerData, "the dev broker's data directory: auto for devbroker/ beside --db, '' for memory only")
+	fs.IntVar(&r.TopicPartitions, "topic-partitions", r.TopicPartitions, "partitions (`N`) of the topics the relay (or the dev broker) creates")
+	fs.IntVar(&r.TopicReplication, "topic-replication", r.TopicReplication, "replication factor (`N`) of the topics the relay creates")
+	fs.DurationVar(&r.Retention, "outbox-retention", r.Retention, "keep published outbox rows this long (`D`; 0: prune at once)")
 }
 
 // Validate reports an invalid relay setting.

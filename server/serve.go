@@ -257,9 +257,9 @@ func (m *Main) resolveBrokers() error {
 	if len(m.Config.Brokers) > 0 || !m.needsKafka() {
 		return nil
 	}
-	dir := m.Config.Relay.devBrokerDir(m.Config.DB)
+	dir := m.Config.DevBroker.dir(m.Config.DB)
 	b, err := devkafka.StartWith(devkafka.Options{
-		Addr: m.Config.Relay.DevBrokerAddr, DataDir: dir, AutoCreateTopics: true,
+		Addr: m.Config.DevBroker.Addr, DataDir: dir, AutoCreateTopics: true,
 		Partitions: m.Config.Relay.TopicPartitions, Logger: m.Logger,
 	})
 	if err != nil {
@@ -337,7 +337,9 @@ func (m *Main) serve(ctx context.Context) error {
 			fatal <- err
 		}
 	}()
-	m.Logger.Info("outboxd running", "db", m.Config.DB, "feeds", len(m.Loops), "http", m.URL())
+	var checkpoints sync.WaitGroup
+	checkpoints.Go(func() { m.checkpoints(watchCtx, checkpointEvery) })
+	m.logSummary(ctx)
 	close(m.ready)
 	var err error
 	select {
@@ -345,6 +347,7 @@ func (m *Main) serve(ctx context.Context) error {
 	case err = <-fatal:
 	}
 	stopWatch()
+	checkpoints.Wait()
 	stopLoops()
 	loops.Wait() // every loop has committed its batch in hand
 	stopRelay()

@@ -1,0 +1,51 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// logSummary writes the one line that says what runs: the feeds with
+// their sources, processors and topics, the database, the relay and its
+// brokers, and the HTTP address. It is a warning, saying why, when the
+// dev broker or synchronous=normal is in use.
+func (m *Main) logSummary(ctx context.Context) {
+	level, attrs := summary(m.Config, m.Broker != nil, m.URL())
+	m.Logger.LogAttrs(ctx, level, "outboxd running", attrs...)
+}
+
+// summary is the start-up line's level and attributes for cfg.
+func summary(cfg Config, devBroker bool, url string) (slog.Level, []slog.Attr) {
+	feeds := make([]string, 0, len(cfg.Feeds))
+	for _, name := range cfg.FeedNames() {
+		f := cfg.Feeds[name]
+		feeds = append(feeds, fmt.Sprintf("%s: %s -> %s -> %s", name, f.Source, f.Processor, f.Topic))
+	}
+	brokers := strings.Join(cfg.Brokers, ",")
+	if devBroker {
+		brokers = "dev broker " + cfg.DevBroker.Addr
+	}
+	attrs := []slog.Attr{
+		slog.String("feeds", strings.Join(feeds, "; ")),
+		slog.String("db", cfg.DB),
+		slog.String("synchronous", cfg.Synchronous),
+		slog.String("relay", cfg.Relay.Mode),
+		slog.String("brokers", brokers),
+		slog.String("http", url),
+	}
+	var warnings []string
+	if devBroker {
+		warnings = append(warnings, "the in-process dev broker is for trying outboxd out, not for production: give --brokers")
+	}
+	if cfg.Synchronous == outbox.SyncNormal {
+		warnings = append(warnings, "synchronous=normal: a commit survives a process crash, not a power loss")
+	}
+	if len(warnings) == 0 {
+		return slog.LevelInfo, attrs
+	}
+	return slog.LevelWarn, append(attrs, slog.String("warning", strings.Join(warnings, "; ")))
+}

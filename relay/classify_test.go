@@ -72,7 +72,7 @@ func TestClassify(t *testing.T) {
 
 // denied names what the request asked for the kind of resource refused.
 func TestDenied(t *testing.T) {
-	asks := []ask{{"Write", ResourceTransactionalID, "tx"}, {"IdempotentWrite", ResourceCluster, clusterName}}
+	asks := []kafkasec.Ask{ask("Write", ResourceTransactionalID, "tx"), ask("IdempotentWrite", ResourceCluster, clusterName)}
 	cases := []struct {
 		err  error
 		want string

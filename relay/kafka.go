@@ -42,7 +42,7 @@ func newKafka(brokers []string, sec kafkasec.Settings) (*kafka, error) {
 func (k *kafka) close() { k.cl.Close() }
 
 // denied explains a refusal in err (see denied).
-func (k *kafka) denied(err error, asks ...ask) error { return denied(err, k.principal, asks...) }
+func (k *kafka) denied(err error, asks ...kafkasec.Ask) error { return denied(err, k.principal, asks...) }
 
 // topicSpec is how a topic the relay creates is made.
 type topicSpec struct {
@@ -68,7 +68,7 @@ func (k *kafka) ensureTopics(ctx context.Context, topics []string, create bool, 
 	resps, err := k.adm.CreateTopics(ctx, spec.partitions, spec.replication, spec.configs, missing...)
 	if err != nil {
 		return k.denied(fmt.Errorf("create topics %v: %w", missing, err),
-			ask{"Create", ResourceTopic, missing[0]}, ask{"Create", ResourceCluster, clusterName})
+			ask("Create", ResourceTopic, missing[0]), ask("Create", ResourceCluster, clusterName))
 	}
 	for _, t := range missing {
 		r, ok := resps[t]
@@ -77,7 +77,7 @@ func (k *kafka) ensureTopics(ctx context.Context, topics []string, create bool, 
 		}
 		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
 			return k.denied(fmt.Errorf("create topic %s: %w (%s)", t, r.Err, r.ErrMessage),
-				ask{"Create", ResourceTopic, t}, ask{"Create", ResourceCluster, clusterName})
+				ask("Create", ResourceTopic, t), ask("Create", ResourceCluster, clusterName))
 		}
 	}
 	return nil
@@ -97,7 +97,7 @@ func (k *kafka) missingTopics(ctx context.Context, topics []string, need string)
 		case !ok || errors.Is(err, kerr.UnknownTopicOrPartition):
 			missing = append(missing, t)
 		case err != nil:
-			return nil, k.denied(fmt.Errorf("describe topic %s: %w", t, err), ask{need, ResourceTopic, t})
+			return nil, k.denied(fmt.Errorf("describe topic %s: %w", t, err), ask(need, ResourceTopic, t))
 		}
 	}
 	return missing, nil

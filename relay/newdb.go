@@ -169,7 +169,7 @@ func (k *kafka) progressPartitions(ctx context.Context, topic string) ([]progres
 		return nil, nil
 	}
 	if err != nil {
-		return nil, k.denied(fmt.Errorf("progress topic %s: %w", topic, err), ask{"Describe", ResourceTopic, topic})
+		return nil, k.denied(fmt.Errorf("progress topic %s: %w", topic, err), ask("Describe", ResourceTopic, topic))
 	}
 	parts := make([]progressPartition, 0, len(td.Partitions))
 	for _, pd := range td.Partitions {

@@ -116,8 +116,8 @@ func newProducer(brokers []string, sc *sarama.Config, principal string) (*produc
 		// Initialising a producer id needs Write on the transactional id,
 		// or, for an idempotent producer, IdempotentWrite on the cluster
 		// (or Write on some topic).
-		return nil, denied(err, principal, ask{"Write", ResourceTransactionalID, txnID},
-			ask{"IdempotentWrite", ResourceCluster, clusterName})
+		return nil, denied(err, principal, ask("Write", ResourceTransactionalID, txnID),
+			ask("IdempotentWrite", ResourceCluster, clusterName))
 	}
 	p := &producer{ap: ap, idempotent: txnID == "", txnID: txnID, principal: principal}
 	p.collectors.Add(2)
@@ -143,7 +143,7 @@ func newProducer(brokers []string, sc *sarama.Config, principal string) (*produc
 // denied explains a refusal of a record to topic: Write on the topic, or
 // on the transactional id (adding a partition to the transaction).
 func (p *producer) denied(err error, topic string) error {
-	return denied(err, p.principal, ask{"Write", ResourceTopic, topic}, ask{"Write", ResourceTransactionalID, p.txnID})
+	return denied(err, p.principal, ask("Write", ResourceTopic, topic), ask("Write", ResourceTransactionalID, p.txnID))
 }
 
 // openProducer is newProducer bounded by ctx: sarama's own retries can
@@ -237,7 +237,7 @@ func (p *producer) settled(ctx context.Context, b *pending) error {
 // where an abort makes the coordinator say so.
 func (p *producer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMessage) error {
 	if err := p.ap.BeginTxn(); err != nil {
-		return denied(fmt.Errorf("begin transaction: %w", err), p.principal, ask{"Write", ResourceTransactionalID, p.txnID})
+		return denied(fmt.Errorf("begin transaction: %w", err), p.principal, ask("Write", ResourceTransactionalID, p.txnID))
 	}
 	if err := p.sendAll(ctx, msgs); err != nil {
 		err = fmt.Errorf("produce: %w", err)
@@ -251,7 +251,7 @@ func (p *producer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMessag
 		if isUnauthorized(err) {
 			// Refused: the transaction did not commit (the next producer's
 			// initialisation aborts it), and no retry commits it.
-			return denied(err, p.principal, ask{"Write", ResourceTransactionalID, p.txnID})
+			return denied(err, p.principal, ask("Write", ResourceTransactionalID, p.txnID))
 		}
 		return &ambiguousError{err}
 	}

@@ -211,12 +211,21 @@ func (l *Loop) Config() Config { return l.cfg }
 // moving feed is StateCaughtUp when every committed position is at or past
 // the source's end as the feed sees it now, StateRunning otherwise, and
 // StateWaiting, with the reason as its error, while its source is absent
-// (see Waiter) and nothing else is wrong. Safe for concurrent use; it does
-// not block.
+// (see Waiter) and nothing else is wrong, and StateStalled while the
+// source refuses the feed (see Troubler). Safe for concurrent use; it
+// does not block.
 func (l *Loop) State() (outbox.FeedState, string) {
 	phase, lastError, positions := l.status.get()
 	if phase != outbox.StateRunning {
 		return phase, lastError
+	}
+	if t, ok := l.feed.(Troubler); ok {
+		switch msg, stalls := t.Trouble(); {
+		case msg != "" && stalls:
+			return outbox.StateStalled, msg
+		case msg != "" && lastError == "":
+			lastError = msg
+		}
 	}
 	if w, ok := l.feed.(Waiter); ok && lastError == "" {
 		if why := w.Waiting(); why != "" {
@@ -314,6 +323,9 @@ func (l *Loop) start(ctx context.Context) error {
 	if l.cfg.DisableGuard {
 		l.log.Warn("the replay guard is disabled (test seam): re-delivered items will be applied again")
 	}
+	// Opening a Kafka feed waits for the brokers; meanwhile the state
+	// says what the feed meets (a refusal: see Troubler), not stopped.
+	l.status.move()
 	if err := l.feed.Open(ctx, from); err != nil {
 		return fmt.Errorf("open feed %s: %w", l.cfg.Name, err)
 	}

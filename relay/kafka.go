@@ -42,7 +42,9 @@ func newKafka(brokers []string, sec kafkasec.Settings) (*kafka, error) {
 func (k *kafka) close() { k.cl.Close() }
 
 // denied explains a refusal in err (see denied).
-func (k *kafka) denied(err error, asks ...kafkasec.Ask) error { return denied(err, k.principal, asks...) }
+func (k *kafka) denied(err error, asks ...kafkasec.Ask) error {
+	return denied(err, k.principal, asks...)
+}
 
 // topicSpec is how a topic the relay creates is made.
 type topicSpec struct {

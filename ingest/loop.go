@@ -46,6 +46,12 @@ type Config struct {
 	// is cut to fit (see HeaderTruncated); the dead letter in the store is
 	// whole. 0 means DefaultMaxMessageBytes.
 	MaxMessageBytes int
+	// MaxBacklog bounds the outbox backlog (the rows not yet published):
+	// past it, the loop reads and applies nothing more, its state says
+	// StateBackpressure, until the relay has published the backlog below
+	// nine tenths of the bound. The backlog may pass the bound by a batch
+	// per feed. The zero value sets no bound.
+	MaxBacklog outbox.BacklogLimit
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// OnBatch, if set, is told the size (records) and commit time of every
@@ -266,6 +272,9 @@ func (l *Loop) run(ctx context.Context) error {
 	l.status.move()
 	buf := make([]Record, 0, l.cfg.BatchMax)
 	for {
+		if l.holdForBacklog(ctx) != nil {
+			return nil // ctx is done, between batches: nothing in hand
+		}
 		batch, err := l.collect(ctx, buf[:0])
 		if len(batch) > 0 {
 			if err := l.process(ctx, batch); err != nil {

@@ -169,4 +169,3 @@ func TestStore_BacklogBytesOnDisk(t *testing.T) {
 		})
 	}
 }
-

@@ -230,3 +230,11 @@ FROM outbox WHERE id > ? AND id <= ? ORDER BY id`, rowOverhead), from, to)
 	}
 	return marks, nil
 }
+
+// FreeSpace is the space this process may still write on dir's file
+// system (root may use the blocks reserved for it); known is false where
+// it is not measured (off Linux).
+func FreeSpace(dir string) (n uint64, known bool, err error) {
+	n, err = freeBytes(dir)
+	return n, freeKnown, err
+}

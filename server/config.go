@@ -62,6 +62,12 @@ type Config struct {
 
 	Relay RelayConfig `yaml:"relay"`
 
+	// Kafka, HTTPTLS and Backlog are the production settings: see
+	// production_config.go.
+	Kafka   KafkaConfig   `yaml:"kafka"`
+	HTTPTLS HTTPTLSConfig `yaml:",inline"`
+	Backlog BacklogConfig `yaml:",inline"`
+
 	RetryDelay    time.Duration `yaml:"retryDelay"`
 	RetryAttempts int           `yaml:"retryAttempts"`
 
@@ -187,6 +193,9 @@ func (c *Config) Validate() error {
 		if err := c.Feeds[name].validate(name); err != nil {
 			return err
 		}
+	}
+	if err := c.validateProduction(); err != nil {
+		return err
 	}
 	return c.Relay.Validate()
 }
@@ -365,6 +374,7 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	fs.Var(feedFlag("group", func(f *FeedConfig, v string) error { f.Group = v; return nil }),
 		"group", "NAME=GROUP: a Kafka feed's consumer group (default outboxd-NAME)")
 	c.Relay.flags(fs)
+	addProductionFlags(fs, c)
 	fs.BoolVar(&c.NewDatabase, "new-database", c.NewDatabase,
 		"start afresh although the progress topic shows that an earlier database at this --db path published: "+
 			"every output is published again (command line only; recorded in the database, so needed once)")
@@ -405,7 +415,10 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	c.AdminToken = tok
-	return c, c.Validate()
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	return c, c.resolveProduction(getenv)
 }
 
 func findConfigPath(args []string, getenv func(string) string) string {

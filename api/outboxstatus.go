@@ -9,6 +9,9 @@ import (
 const (
 	RelayModeNone = "none"
 	RelayStateOff = "off"
+	// RelayStateUnauthorized is the relay's state while Kafka refuses it
+	// (relay.StateUnauthorized): /readyz fails.
+	RelayStateUnauthorized = "unauthorized"
 )
 
 // OutboxStatus is the body of GET /outbox/status.

@@ -6,9 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/internal/testcerts"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/relay"
 )
 
 func TestParseConfig_Kafka(t *testing.T) {
@@ -161,5 +163,12 @@ func TestBacklogConfig_Limit(t *testing.T) {
 	}
 	if lim, _, _ := c.Backlog.limit(dir, false); lim != (outbox.BacklogLimit{Bytes: 1 << 30, Rows: 7}) {
 		t.Fatalf("from YAML: %+v", lim)
+	}
+}
+
+// The API tells an unauthorized relay by the relay's own state name.
+func TestRelayStateUnauthorized(t *testing.T) {
+	if relay.StateUnauthorized != api.RelayStateUnauthorized {
+		t.Fatalf("relay says %q, the API looks for %q", relay.StateUnauthorized, api.RelayStateUnauthorized)
 	}
 }

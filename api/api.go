@@ -15,6 +15,7 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -89,7 +90,8 @@ type RelayStatus struct {
 // Config configures the HTTP server.
 type Config struct {
 	// Addr is the listen address (default 127.0.0.1:8080). Binding to
-	// anything but a loopback address without an AdminToken logs a warning.
+	// anything but a loopback address without an AdminToken, or without
+	// TLS, logs a warning.
 	Addr string
 	// AdminToken, when set, enables the mutating endpoints (requeue a dead
 	// letter, acknowledge losses) for requests carrying
@@ -104,6 +106,13 @@ type Config struct {
 	// transaction configured (default 4000): the last buckets of the
 	// batch-size histograms.
 	BatchMax, RelayBatchMax int
+	// MaxBacklog is the outbox backlog's bound, for the outbox status and
+	// the metrics (the ingest loops apply it).
+	MaxBacklog outbox.BacklogLimit
+	// TLS, when set, serves the API over TLS (HTTPS) with its
+	// certificates; nil serves plain HTTP. Binding to anything but a
+	// loopback address without it logs a warning.
+	TLS *tls.Config
 }
 
 // defaultBatchMax is the size histograms' top bucket when none is configured.

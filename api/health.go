@@ -95,6 +95,9 @@ func (s *Server) relayCheck() Check {
 	}
 	rs := s.relay.Status()
 	switch {
+	case rs.State == RelayStateUnauthorized:
+		// Connected or not, it publishes nothing until an operator acts.
+		return Check{Name: "relay", Message: fmt.Sprintf("unauthorized: %s", rs.LastError)}
 	case rs.Connected:
 		return Check{Name: "relay", OK: true, Message: "connected (" + rs.State + ")"}
 	case rs.LastError != "":

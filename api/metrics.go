@@ -38,6 +38,9 @@ const (
 	MetricOutboxOldestAge       = "outboxd_outbox_oldest_pending_age_seconds"
 	MetricOutboxLastPublishedID = "outboxd_outbox_last_published_id"
 	MetricOutboxLastID          = "outboxd_outbox_last_id"
+	MetricOutboxPendingBytes    = "outboxd_outbox_pending_bytes"
+	MetricOutboxMaxBacklogBytes = "outboxd_outbox_max_backlog_bytes"
+	MetricOutboxMaxBacklogRows  = "outboxd_outbox_max_backlog_rows"
 
 	MetricRelayPublished  = "outboxd_relay_published_total"
 	MetricRelayConnected  = "outboxd_relay_connected"
@@ -209,6 +212,9 @@ var (
 		MetricOutboxOldestAge:       "Age of the oldest unpublished outbox row, seconds.",
 		MetricOutboxLastPublishedID: "Last outbox id known published.",
 		MetricOutboxLastID:          "Last outbox id assigned.",
+		MetricOutboxPendingBytes:    "Bytes of the outbox rows waiting to be published (about what they take on disk).",
+		MetricOutboxMaxBacklogBytes: "Bound on the pending bytes: past it ingest pauses (feed state backpressure); 0: none.",
+		MetricOutboxMaxBacklogRows:  "Bound on the pending rows: past it ingest pauses (feed state backpressure); 0: none.",
 		MetricRelayPublished:        "Rows the relay published since it started.",
 		MetricRelayConnected:        "1 while the relay's producer is connected.",
 		MetricRelayFenced:           "1 once another producer took over the relay's transactional id.",
@@ -231,7 +237,7 @@ func newStatusCollector(s *Server) *statusCollector {
 		c.glob[name] = prometheus.NewDesc(name, help, nil, nil)
 	}
 	c.state = prometheus.NewDesc(MetricFeedState,
-		"1 for the feed's current state (running, caught-up, waiting, stalled, failed, stopped, ...), 0 for the others.", []string{"feed", "state"}, nil)
+		"1 for the feed's current state (running, caught-up, waiting, backpressure, stalled, failed, stopped), 0 for the others.", []string{"feed", "state"}, nil)
 	c.relay = prometheus.NewDesc(MetricRelayState,
 		"1 for the relay's current mode and state (mode none, state off: the relay is off).", []string{"mode", "state"}, nil)
 	c.dead = prometheus.NewDesc(MetricFeedDeadLetters,
@@ -302,6 +308,9 @@ func (c *statusCollector) collectOutbox(ch chan<- prometheus.Metric, os OutboxSt
 	g(MetricOutboxOldestAge, os.OldestPendingAge)
 	g(MetricOutboxLastPublishedID, float64(os.LastPublishedID))
 	g(MetricOutboxLastID, float64(os.LastOutboxID))
+	g(MetricOutboxPendingBytes, float64(os.PendingBytes))
+	g(MetricOutboxMaxBacklogBytes, float64(os.MaxBacklogBytes))
+	g(MetricOutboxMaxBacklogRows, float64(os.MaxBacklogRows))
 	ch <- prometheus.MustNewConstMetric(c.glob[MetricRelayPublished], prometheus.CounterValue, float64(os.Published))
 	g(MetricRelayConnected, bool01(os.Relay.Connected))
 	g(MetricRelayFenced, bool01(os.Relay.Fenced))

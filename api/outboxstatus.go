@@ -9,6 +9,9 @@ import (
 const (
 	RelayModeNone = "none"
 	RelayStateOff = "off"
+	// RelayStateUnauthorized is the relay's state while Kafka refuses it
+	// (relay.StateUnauthorized): /readyz fails.
+	RelayStateUnauthorized = "unauthorized"
 )
 
 // OutboxStatus is the body of GET /outbox/status.
@@ -17,6 +20,13 @@ type OutboxStatus struct {
 	// how long the oldest of them has waited, in seconds.
 	Pending          int64   `json:"pending"`
 	OldestPendingAge float64 `json:"oldestPendingAge"`
+	// PendingBytes is the bytes of the pending rows, about what they take
+	// on disk (outbox.RowBytes), never fewer.
+	PendingBytes int64 `json:"pendingBytes"`
+	// MaxBacklogBytes and MaxBacklogRows are the backlog's bound (0:
+	// none): past it ingest pauses, its feeds' state backpressure.
+	MaxBacklogBytes int64 `json:"maxBacklogBytes"`
+	MaxBacklogRows  int64 `json:"maxBacklogRows"`
 	// Published counts the rows the relay published since it started.
 	Published int64 `json:"published"`
 	// LastPublishedID is the last outbox id known published; LastOutboxID
@@ -43,9 +53,14 @@ func (s *Server) outboxStatus(ctx context.Context) (OutboxStatus, error) {
 	if err != nil {
 		return OutboxStatus{}, err
 	}
+	pending, err := s.store.PendingBacklog(ctx)
+	if err != nil {
+		return OutboxStatus{}, err
+	}
 	os := OutboxStatus{
 		Pending: snap.Backlog.Pending, OldestPendingAge: s.age(snap.Backlog.OldestAt), LastPublishedID: snap.Published,
 		LastOutboxID: snap.LastID, Relay: RelayStatusJSON{Mode: RelayModeNone, State: RelayStateOff},
+		PendingBytes: pending.Bytes, MaxBacklogBytes: s.cfg.MaxBacklog.Bytes, MaxBacklogRows: s.cfg.MaxBacklog.Rows,
 	}
 	if s.relay != nil {
 		rs := s.relay.Status()

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -157,12 +158,13 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.ln != nil {
 		return errors.New("http api: already open")
 	}
-	s.ln = ln
-	if !loopback(s.cfg.Addr) && s.tokenHash == nil {
-		s.log.Warn("the HTTP API listens beyond loopback without an admin token: anyone who can reach it reads the status "+
-			"(admin endpoints stay disabled)", logKeyAddr, ln.Addr().String())
+	addr := ln.Addr().String()
+	if s.cfg.TLS != nil {
+		ln = tls.NewListener(ln, s.cfg.TLS)
 	}
-	s.log.Info("HTTP API listening", logKeyAddr, ln.Addr().String(), "admin", s.tokenHash != nil)
+	s.ln = ln
+	s.warnExposed(addr)
+	s.log.Info("HTTP API listening", logKeyAddr, addr, "admin", s.tokenHash != nil, "tls", s.cfg.TLS != nil)
 	s.served.Add(1)
 	go func() {
 		defer s.served.Done()
@@ -173,11 +175,31 @@ func (s *Server) Serve(ln net.Listener) error {
 	return nil
 }
 
-// URL is the base URL the server listens on ("http://127.0.0.1:PORT"),
-// "" before Open or Serve.
+// warnExposed warns when the API listens beyond loopback without an admin
+// token or without TLS.
+func (s *Server) warnExposed(addr string) {
+	if loopback(s.cfg.Addr) {
+		return
+	}
+	if s.tokenHash == nil {
+		s.log.Warn("the HTTP API listens beyond loopback without an admin token: anyone who can reach it reads the status "+
+			"(admin endpoints stay disabled)", logKeyAddr, addr)
+	}
+	if s.cfg.TLS == nil {
+		s.log.Warn("the HTTP API listens beyond loopback without TLS: its answers, and the admin token of each admin "+
+			"request, cross the network in clear (give --http-tls-cert and --http-tls-key, or put a TLS proxy in front)",
+			logKeyAddr, addr)
+	}
+}
+
+// URL is the base URL the server listens on ("http://127.0.0.1:PORT", or
+// https with TLS), "" before Open or Serve.
 func (s *Server) URL() string {
 	if s.ln == nil {
 		return ""
+	}
+	if s.cfg.TLS != nil {
+		return "https://" + s.ln.Addr().String()
 	}
 	return "http://" + s.ln.Addr().String()
 }

@@ -3,6 +3,8 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/api"
+	"github.com/outboxd/outboxd/internal/testcerts"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -269,18 +272,27 @@ func TestServer_Dashboard(t *testing.T) {
 	}
 }
 
+// Beyond loopback, the API warns once for a missing admin token and once
+// for a missing TLS; on loopback it warns for neither.
 func TestServer_WarnsBeyondLoopback(t *testing.T) {
+	tlsCfg := serverTLS(t).config
 	for _, tc := range []struct {
 		addr, token string
-		warn        bool
+		tls         bool
+		warns       []string
 	}{
-		{"127.0.0.1:0", "", false},
-		{"0.0.0.0:0", "", true},
-		{"0.0.0.0:0", testToken, false},
+		{"127.0.0.1:0", "", false, nil},
+		{"0.0.0.0:0", "", false, []string{"without an admin token", "without TLS"}},
+		{"0.0.0.0:0", testToken, false, []string{"without TLS"}},
+		{"0.0.0.0:0", "", true, []string{"without an admin token"}},
+		{"0.0.0.0:0", testToken, true, nil},
 	} {
 		var logs syncBuffer
-		srv, err := api.New(api.Config{Addr: tc.addr, AdminToken: tc.token}, openStore(t), nil, nil,
-			slog.New(slog.NewTextHandler(&logs, nil)))
+		cfg := api.Config{Addr: tc.addr, AdminToken: tc.token}
+		if tc.tls {
+			cfg.TLS = tlsCfg
+		}
+		srv, err := api.New(cfg, openStore(t), nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -288,9 +300,70 @@ func TestServer_WarnsBeyondLoopback(t *testing.T) {
 			t.Fatal(err)
 		}
 		srv.Close(context.Background())
-		if got := strings.Contains(logs.String(), "level=WARN"); got != tc.warn {
-			t.Errorf("addr %s, token %q: warned %v, want %v\n%s", tc.addr, tc.token, got, tc.warn, logs.String())
+		out := logs.String()
+		if got := strings.Count(out, "level=WARN"); got != len(tc.warns) {
+			t.Errorf("addr %s, token %q, tls %v: %d warnings, want %d\n%s", tc.addr, tc.token, tc.tls, got, len(tc.warns), out)
 		}
+		for _, w := range tc.warns {
+			if !strings.Contains(out, w) {
+				t.Errorf("addr %s, token %q, tls %v: no warning %q\n%s", tc.addr, tc.token, tc.tls, w, out)
+			}
+		}
+	}
+}
+
+type testTLS struct {
+	config *tls.Config
+	pool   *x509.CertPool
+}
+
+// serverTLS makes a CA and a server certificate for 127.0.0.1.
+func serverTLS(t *testing.T) testTLS {
+	t.Helper()
+	ca, err := testcerts.NewCA(t.TempDir(), "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := ca.Server("api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testTLS{config: testcerts.ServerTLS(pair, nil), pool: ca.Pool()}
+}
+
+// With TLS the API serves HTTPS only: a client trusting the CA gets its
+// answers, a plain HTTP request gets none.
+func TestServer_TLS(t *testing.T) {
+	tt := serverTLS(t)
+	srv, err := api.New(api.Config{Addr: "127.0.0.1:0", TLS: tt.config}, openStore(t), nil, nil, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close(context.Background())
+	if !strings.HasPrefix(srv.URL(), "https://127.0.0.1:") {
+		t.Fatalf("URL %q, want https", srv.URL())
+	}
+	cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: tt.pool}}}
+	resp, err := cl.Get(srv.URL() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.TLS == nil {
+		t.Fatalf("GET /healthz over TLS: %d (tls %v)", resp.StatusCode, resp.TLS != nil)
+	}
+	plain := "http://" + strings.TrimPrefix(srv.URL(), "https://")
+	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(plain + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("plain HTTP got an answer from the TLS listener")
+		}
+	}
+	if _, err := (&http.Client{Timeout: 5 * time.Second}).Get(srv.URL() + "/healthz"); err == nil {
+		t.Fatal("a client not trusting the CA got an answer")
 	}
 }
 

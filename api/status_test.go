@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/api"
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // wantStatus is the status after harness.script, exactly.
@@ -104,7 +105,15 @@ func TestStatus_Scripted(t *testing.T) {
 	t.Run("Outbox", func(t *testing.T) {
 		var got api.OutboxStatus
 		h.getJSON("/outbox/status", &got)
-		want := api.OutboxStatus{Pending: 6, LastOutboxID: 6, Relay: api.RelayStatusJSON{Mode: "none", State: "off"}}
+		rows, err := h.store.Rows(t.Context(), 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bytes int64
+		for _, r := range rows {
+			bytes += outbox.RowBytes(r.Feed, r.Epoch, r.Topic, r.Key, r.Value, r.Headers)
+		}
+		want := api.OutboxStatus{Pending: 6, PendingBytes: bytes, LastOutboxID: 6, Relay: api.RelayStatusJSON{Mode: "none", State: "off"}}
 		if got != want {
 			t.Fatalf("outbox status %+v, want %+v", got, want)
 		}

@@ -99,3 +99,15 @@ type Feed interface {
 type Waiter interface {
 	Waiting() string
 }
+
+// Troubler is implemented by feeds whose source can refuse them while the
+// loop waits in Poll: a Kafka cluster that refuses the feed's credentials,
+// or an operation its ACLs do not grant. Trouble returns the refusal
+// ("" for none), naming what an operator must fix; stalls says it keeps
+// the feed from reading (the loop reports StateStalled with it as the
+// last error), as opposed to a refusal beside reading (a group's offsets:
+// the state stays, the refusal is the last error). Safe for concurrent
+// use.
+type Troubler interface {
+	Trouble() (msg string, stalls bool)
+}

@@ -47,6 +47,12 @@ type Config struct {
 	// is cut to fit (see HeaderTruncated); the dead letter in the store is
 	// whole. 0 means DefaultMaxMessageBytes.
 	MaxMessageBytes int
+	// MaxBacklog bounds the outbox backlog (the rows not yet published):
+	// past it, the loop reads and applies nothing more, its state says
+	// StateBackpressure, until the relay has published the backlog below
+	// nine tenths of the bound. The backlog may pass the bound by a batch
+	// per feed. The zero value sets no bound.
+	MaxBacklog outbox.BacklogLimit
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// OnBatch, if set, is told the size (records) and commit time of every
@@ -206,12 +212,21 @@ func (l *Loop) Config() Config { return l.cfg }
 // moving feed is StateCaughtUp when every committed position is at or past
 // the source's end as the feed sees it now, StateRunning otherwise, and
 // StateWaiting, with the reason as its error, while its source is absent
-// (see Waiter) and nothing else is wrong. Safe for concurrent use; it does
-// not block.
+// (see Waiter) and nothing else is wrong, and StateStalled while the
+// source refuses the feed (see Troubler). Safe for concurrent use; it
+// does not block.
 func (l *Loop) State() (outbox.FeedState, string) {
 	phase, lastError, positions := l.status.get()
 	if phase != outbox.StateRunning {
 		return phase, lastError
+	}
+	if t, ok := l.feed.(Troubler); ok {
+		switch msg, stalls := t.Trouble(); {
+		case msg != "" && stalls:
+			return outbox.StateStalled, msg
+		case msg != "" && lastError == "":
+			lastError = msg
+		}
 	}
 	if w, ok := l.feed.(Waiter); ok && lastError == "" {
 		if why := w.Waiting(); why != "" {
@@ -252,6 +267,9 @@ func (l *Loop) run(ctx context.Context) error {
 	l.status.move()
 	buf := make([]Record, 0, l.cfg.BatchMax)
 	for {
+		if l.holdForBacklog(ctx) != nil {
+			return nil // ctx is done, between batches: nothing in hand
+		}
 		batch, err := l.collect(ctx, buf[:0])
 		if len(batch) > 0 {
 			if err := l.process(ctx, batch); err != nil {
@@ -310,6 +328,9 @@ func (l *Loop) start(ctx context.Context) error {
 	if l.seam.DisableGuard {
 		l.log.Warn("the replay guard is disabled (test seam): re-delivered items will be applied again")
 	}
+	// Opening a Kafka feed waits for the brokers; meanwhile the state
+	// says what the feed meets (a refusal: see Troubler), not stopped.
+	l.status.move()
 	if err := l.feed.Open(ctx, from); err != nil {
 		return fmt.Errorf("open feed %s: %w", l.cfg.Name, err)
 	}

@@ -11,8 +11,8 @@ import (
 type loopStatus struct {
 	mu sync.Mutex
 	// phase is StateRunning while the feed moves (State tells caught-up
-	// from running by the positions), or StateStalled, StateFailed or
-	// StateStopped.
+	// from running by the positions), or StateBackpressure, StateStalled,
+	// StateFailed or StateStopped.
 	phase     outbox.FeedState
 	lastError string
 	positions map[int32]int64 // the committed positions, by partition
@@ -36,6 +36,10 @@ func (s *loopStatus) move() { s.set(outbox.StateRunning, nil) }
 
 // stall: the feed cannot move for cause, and retries.
 func (s *loopStatus) stall(cause error) { s.set(outbox.StateStalled, cause) }
+
+// backpressure: the feed waits for the outbox backlog to shrink, as why
+// says.
+func (s *loopStatus) backpressure(why error) { s.set(outbox.StateBackpressure, why) }
 
 // fail: the feed stopped for good, for err.
 func (s *loopStatus) fail(err error) { s.set(outbox.StateFailed, err) }

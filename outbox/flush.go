@@ -137,6 +137,9 @@ func (tx *Tx) flushRows() error {
 			return fmt.Errorf("insert outbox rows: %w", err)
 		}
 		tx.remember(res, chunk, now)
+		for i := range chunk {
+			tx.rowBytes += chunk[i].bytes()
+		}
 		rows = rows[k:]
 	}
 	return nil

@@ -19,3 +19,6 @@ func freeBytes(dir string) (uint64, error) {
 	}
 	return blocks * uint64(st.Bsize), nil
 }
+
+// freeKnown says freeBytes measures.
+const freeKnown = true

@@ -16,6 +16,12 @@ const (
 	// StateWaiting: the feed runs but its source is absent (a file not yet
 	// created); the feed's last error says what it waits for.
 	StateWaiting FeedState = "waiting"
+	// StateBackpressure: the outbox backlog is past its bound (the relay
+	// cannot publish, Kafka is away): the feed reads nothing more and
+	// applies nothing until the relay has drained the backlog below the
+	// bound; the last error says how far past it is. Nothing is lost:
+	// the feed resumes where it stopped.
+	StateBackpressure FeedState = "backpressure"
 	// StateStalled: the feed cannot move (its commits keep failing, or an
 	// item keeps failing under the stop policy). It retries by itself with
 	// a capped backoff and resumes once the cause is gone; the last error
@@ -31,7 +37,7 @@ const (
 )
 
 // FeedStates lists every state, in the order the metrics report them.
-var FeedStates = []FeedState{StateRunning, StateCaughtUp, StateWaiting, StateStalled, StateFailed, StateStopped}
+var FeedStates = []FeedState{StateRunning, StateCaughtUp, StateWaiting, StateBackpressure, StateStalled, StateFailed, StateStopped}
 
 // Moving reports whether s is one of the states of a feed that applies
 // items as they come (running or caught-up): which of the two it is

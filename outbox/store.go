@@ -93,6 +93,7 @@ type Store struct {
 	recent    recentRows   // rows of the latest commits, see RecentRows
 	rowsHint  atomic.Int64 // outputs of the last commit: the next one's first allocation
 	backlogs  feedBacklogs // the last backlog scan of each feed
+	meter     backlogMeter // the whole outbox's backlog, see PendingBacklog
 
 	hookMu     sync.Mutex
 	commitHook func(ctx context.Context) error
@@ -146,7 +147,26 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("open %s for reading: %w", cfg.Path, err)
 	}
 	s.rdb.SetMaxOpenConns(4)
+	if err := s.openMeter(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
+}
+
+// openMeter starts the backlog meter from the last id written and the
+// last published (by any relay id: a database has one).
+func (s *Store) openMeter(ctx context.Context) error {
+	last, err := lastOutboxID(ctx, s.rdb)
+	if err != nil {
+		return err
+	}
+	var published int64
+	if err := s.rdb.GetContext(ctx, &published, `SELECT coalesce(max(last_id), 0) FROM relay_progress`); err != nil {
+		return fmt.Errorf("read relay progress: %w", err)
+	}
+	s.meter.opened(last, published)
+	return nil
 }
 
 func (s *Store) dsn(readOnly bool) string {

@@ -61,6 +61,7 @@ type Tx struct {
 	arena        []byte                // holds copies of the outputs' keys and values
 	forget       bool                  // the written rows' ids are not known: cache none
 	lastID       int64                 // the last id written so far, 0 before the first chunk
+	rowBytes     int64                 // the written rows' bytes, as RowBytes counts them
 }
 
 // Begin starts a write transaction. The transaction is not bound to ctx's
@@ -282,6 +283,7 @@ func (tx *Tx) Commit() error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	tx.store.noteWrite(nil)
+	tx.store.meter.committed(tx.lastID, tx.rowBytes)
 	tx.store.keepStmts(tx.ctx, tx.toKeep)
 	tx.store.rowsHint.Store(int64(min(len(tx.rows), maxRowsHint)))
 	if !tx.forget {

@@ -18,7 +18,7 @@ func (r *Relay) runAtLeastOnce(ctx, hard context.Context) (progressed bool, err 
 	if err := r.store.CheckOwner(ctx); err != nil {
 		return false, err
 	}
-	p, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, ""))
+	p, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, ""), r.cfg.Kafka.Principal())
 	if err != nil {
 		return false, fmt.Errorf("start idempotent producer: %w", err)
 	}
@@ -55,6 +55,7 @@ func (r *Relay) publishAcked(hard context.Context, p *producer, rows []outbox.Ro
 	}
 	r.st.published(last, len(recs))
 	r.recorded.Store(last)
+	r.allowed()
 	r.prunePublished()
 	return nil
 }

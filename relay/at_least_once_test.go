@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"testing"
+
+	"github.com/outboxd/outboxd/internal/kafkasec"
 )
 
 func TestAtLeastOnce_Publish(t *testing.T) {
@@ -27,7 +29,7 @@ func TestAtLeastOnce_Publish(t *testing.T) {
 		t.Errorf("SQLite progress %d, want %d", got, ids[len(ids)-1])
 	}
 	// No progress topic in this mode.
-	if missing, err := newKafkaT(t, brokers).missingTopics(context.Background(), []string{DefaultProgressTopic}); err != nil || len(missing) != 1 {
+	if missing, err := newKafkaT(t, brokers).missingTopics(context.Background(), []string{DefaultProgressTopic}, "Read"); err != nil || len(missing) != 1 {
 		t.Errorf("progress topic missing %v (%v), want it absent", missing, err)
 	}
 }
@@ -70,7 +72,7 @@ func TestAtLeastOnce_RepeatsOnlyUnmarked(t *testing.T) {
 
 func newKafkaT(t *testing.T, brokers []string) *kafka {
 	t.Helper()
-	k, err := newKafka(brokers)
+	k, err := newKafka(brokers, kafkasec.Settings{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func BenchmarkRawProduce(b *testing.B) {
 	if err := c.CreateTopic("bench", 3, nil); err != nil {
 		b.Fatal(err)
 	}
-	p, err := newProducer(c.ListenAddrs(), saramaConfig(DefaultConfig(), "bench-raw"))
+	p, err := newProducer(c.ListenAddrs(), saramaConfig(DefaultConfig(), "bench-raw"), "")
 	if err != nil {
 		b.Fatal(err)
 	}

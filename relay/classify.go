@@ -31,15 +31,26 @@ const (
 	// relay stops, unless its store still owns the database: making a new
 	// producer would fence the newcomer in turn.
 	Fenced
-	// Fatal errors will not go away without an operator: authorization,
-	// an unsupported broker, a missing topic the relay may not create. The
-	// relay keeps retrying at its longest backoff and reports the error;
-	// no row is skipped. (A record too large is not one of them: the
-	// relay stores its row as a dead letter and goes on, see publish.)
+	// Fatal errors will not go away without an operator: an unsupported
+	// broker, a missing topic the relay may not create. The relay keeps
+	// retrying at its longest backoff and reports the error; no row is
+	// skipped. (A record too large is not one of them: the relay stores
+	// its row as a dead letter and goes on, see publish.)
 	Fatal
+	// Unauthorized errors say Kafka refused the relay: its credentials (a
+	// wrong password, a certificate refused on either side: kafkasec's
+	// ErrRefused, SASL_AUTHENTICATION_FAILED) or an operation its ACLs do
+	// not grant (TOPIC_, TRANSACTIONAL_ID_, GROUP_ or
+	// CLUSTER_AUTHORIZATION_FAILED; an *AuthorizationError names the
+	// operation and the resource). Only an operator can fix them; the
+	// relay's state says unauthorized, it logs the refusal once and asks
+	// again every Config.UnauthorizedBackoff, and goes on by itself once
+	// allowed. No row is skipped.
+	Unauthorized
 )
 
-// String names the class: "retryable", "ambiguous", "fenced" or "fatal".
+// String names the class: "retryable", "ambiguous", "fenced", "fatal" or
+// "unauthorized".
 func (c Class) String() string {
 	switch c {
 	case Retryable:
@@ -50,6 +61,8 @@ func (c Class) String() string {
 		return "fenced"
 	case Fatal:
 		return "fatal"
+	case Unauthorized:
+		return "unauthorized"
 	}
 	return "unknown"
 }
@@ -66,6 +79,10 @@ func Classify(err error) Class {
 		// Checked first: an abort's PRODUCER_FENCED outranks the produce
 		// error that led to it.
 		return Fenced
+	case isUnauthorized(err):
+		// Before the codes below: a refusal wrapped in a produce or
+		// commit failure is still the operator's to fix.
+		return Unauthorized
 	case errors.Is(err, ErrBackInTime), errors.Is(err, errBadRow):
 		return Fatal
 	}
@@ -154,8 +171,12 @@ func classifyCode(code sarama.KError) Class {
 		// a reconnect, an expired producer id): start a new producer.
 		return Ambiguous
 	case sarama.ErrClusterAuthorizationFailed, sarama.ErrTopicAuthorizationFailed,
-		sarama.ErrTransactionalIDAuthorizationFailed, sarama.ErrSASLAuthenticationFailed,
-		sarama.ErrUnsupportedVersion, sarama.ErrUnsupportedForMessageFormat,
+		sarama.ErrTransactionalIDAuthorizationFailed, sarama.ErrGroupAuthorizationFailed,
+		sarama.ErrSASLAuthenticationFailed:
+		// The principal may not do this, or is not who it says: an
+		// operator grants the ACL or fixes the credentials.
+		return Unauthorized
+	case sarama.ErrUnsupportedVersion, sarama.ErrUnsupportedForMessageFormat,
 		sarama.ErrMessageSizeTooLarge, sarama.ErrMessageSetSizeTooLarge, sarama.ErrInvalidRecord,
 		sarama.ErrInvalidTopic, sarama.ErrInvalidRequiredAcks, sarama.ErrInvalidTransactionTimeout,
 		sarama.ErrPolicyViolation, sarama.ErrInvalidReplicationFactor, sarama.ErrInvalidPartitions,

@@ -12,6 +12,8 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/outboxd/outboxd/internal/kafkasec"
 )
 
 func TestClassify(t *testing.T) {
@@ -46,8 +48,16 @@ func TestClassify(t *testing.T) {
 		{"batch too large", wrap(sarama.ErrMessageSetSizeTooLarge), Retryable},
 		{"over the producer's limit", wrap(sarama.ConfigurationError("Attempt to produce message larger than configured Producer.MaxMessageBytes: 9 > 8")), Retryable},
 		{"config error", wrap(sarama.ConfigurationError("too big")), Fatal},
-		{"authorization", wrap(sarama.ErrTopicAuthorizationFailed), Fatal},
-		{"txn id authorization", kerr.TransactionalIDAuthorizationFailed, Fatal},
+		{"topic authorization", wrap(sarama.ErrTopicAuthorizationFailed), Unauthorized},
+		{"txn id authorization", kerr.TransactionalIDAuthorizationFailed, Unauthorized},
+		{"group authorization", wrap(sarama.ErrGroupAuthorizationFailed), Unauthorized},
+		{"cluster authorization", kerr.ClusterAuthorizationFailed, Unauthorized},
+		{"wrong password", wrap(sarama.ErrSASLAuthenticationFailed), Unauthorized},
+		{"wrong password, franz-go", kerr.SaslAuthenticationFailed, Unauthorized},
+		{"credentials refused at the check", fmt.Errorf("x: %w", &kafkasec.AuthError{Step: "sasl", Reason: "r"}), Unauthorized},
+		{"explained refusal", &AuthorizationError{Operation: "Write", Resource: ResourceTopic, Name: "t", Err: sarama.ErrTopicAuthorizationFailed}, Unauthorized},
+		// A refusal outranks the abort that followed it, as fencing does not.
+		{"refused, then aborted", errors.Join(wrap(sarama.ErrTopicAuthorizationFailed), sarama.ErrOutOfBrokers), Unauthorized},
 		{"missing topic", &MissingTopicError{Topic: "t"}, Fatal},
 		{"back in time", fmt.Errorf("%w: row 9", ErrBackInTime), Fatal},
 		{"bad row", fmt.Errorf("outbox row 3: %w: x", errBadRow), Fatal},
@@ -57,6 +67,38 @@ func TestClassify(t *testing.T) {
 		if got := Classify(c.err); got != c.want {
 			t.Errorf("%s: Classify(%v) = %v, want %v", c.name, c.err, got, c.want)
 		}
+	}
+}
+
+// denied names what the request asked for the kind of resource refused.
+func TestDenied(t *testing.T) {
+	asks := []kafkasec.Ask{ask("Write", ResourceTransactionalID, "tx"), ask("IdempotentWrite", ResourceCluster, clusterName)}
+	cases := []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("init: %w", sarama.ErrTransactionalIDAuthorizationFailed),
+			`not authorized: User:u lacks Write on transactional id "tx" (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)`},
+		{kerr.ClusterAuthorizationFailed,
+			`not authorized: User:u lacks IdempotentWrite on cluster "kafka-cluster" (CLUSTER_AUTHORIZATION_FAILED)`},
+		{sarama.ErrGroupAuthorizationFailed,
+			`not authorized: User:u lacks an operation on group "" (GROUP_AUTHORIZATION_FAILED)`},
+		{io.EOF, "EOF"},
+		{sarama.ErrNotLeaderForPartition, sarama.ErrNotLeaderForPartition.Error()},
+	}
+	for _, c := range cases {
+		got := denied(c.err, "User:u", asks...)
+		if got.Error() != c.want {
+			t.Errorf("denied(%v) = %q, want %q", c.err, got, c.want)
+		}
+		if !errors.Is(got, c.err) {
+			t.Errorf("denied(%v) does not wrap it", c.err)
+		}
+	}
+	if got := (&AuthorizationError{Operation: "Write", Resource: ResourceTopic, Candidates: []string{"a", "b"},
+		Err: sarama.ErrTopicAuthorizationFailed}).Error(); got !=
+		`not authorized: this client's principal lacks Write on one of the topics ["a" "b"] (TOPIC_AUTHORIZATION_FAILED)` {
+		t.Errorf("with candidates: %q", got)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -37,6 +38,11 @@ const MaxMessageBytesLimit = 64 << 20
 type Config struct {
 	// Brokers are the bootstrap addresses (host:port) of the Kafka cluster.
 	Brokers []string
+	// Kafka is how every client of the relay connects (TLS, SASL): its
+	// producer, its admin client and its progress reader alike. The zero
+	// value connects in plaintext. Its fields can be set from outside this
+	// module too (Kafka.TLS = a *tls.Config, Kafka.SASL.Mechanism = ...).
+	Kafka kafkasec.Settings
 	// Mode is ModeExactlyOnce (default) or ModeAtLeastOnce.
 	Mode string
 	// TransactionalID is the Kafka transactional id of the exactly-once
@@ -73,6 +79,11 @@ type Config struct {
 	// between attempts while Kafka is unreachable or failing.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
+	// UnauthorizedBackoff is the wait after Kafka refused the relay's
+	// credentials or an operation its ACLs do not grant (class
+	// Unauthorized): only an operator can fix that, so the relay asks
+	// seldom, and goes on by itself once it is allowed.
+	UnauthorizedBackoff time.Duration
 	// TransactionTimeout is the Kafka transaction timeout: the coordinator
 	// aborts a transaction left open longer (a crashed relay's, say).
 	TransactionTimeout time.Duration
@@ -109,23 +120,28 @@ type Config struct {
 // publishing.
 func DefaultConfig() Config {
 	return Config{
-		Brokers:            []string{"127.0.0.1:9092"},
-		Mode:               ModeExactlyOnce,
-		ProgressTopic:      DefaultProgressTopic,
-		Batch:              4000,
-		Wait:               time.Millisecond,
-		CreateTopics:       true,
-		TopicPartitions:    3,
-		TopicReplication:   1,
-		Retention:          24 * time.Hour,
-		PollInterval:       200 * time.Millisecond,
-		MinBackoff:         100 * time.Millisecond,
-		MaxBackoff:         5 * time.Second,
-		TransactionTimeout: time.Minute,
-		ShutdownTimeout:    10 * time.Second,
-		MaxMessageBytes:    DefaultMaxMessageBytes,
+		Brokers:             []string{"127.0.0.1:9092"},
+		Mode:                ModeExactlyOnce,
+		ProgressTopic:       DefaultProgressTopic,
+		Batch:               4000,
+		Wait:                time.Millisecond,
+		CreateTopics:        true,
+		TopicPartitions:     3,
+		TopicReplication:    1,
+		Retention:           24 * time.Hour,
+		PollInterval:        200 * time.Millisecond,
+		MinBackoff:          100 * time.Millisecond,
+		MaxBackoff:          5 * time.Second,
+		UnauthorizedBackoff: DefaultUnauthorizedBackoff,
+		TransactionTimeout:  time.Minute,
+		ShutdownTimeout:     10 * time.Second,
+		MaxMessageBytes:     DefaultMaxMessageBytes,
 	}
 }
+
+// DefaultUnauthorizedBackoff is Config.UnauthorizedBackoff unless set: an
+// ACL granted, or a password put right, is picked up within it.
+const DefaultUnauthorizedBackoff = 10 * time.Second
 
 // maxBatch keeps a transaction's records well within sarama's buffers and
 // the memory of one batch bounded.
@@ -173,6 +189,7 @@ func (c Config) validateDurations(add func(string, ...any)) {
 	positive := map[string]time.Duration{
 		"poll interval": c.PollInterval, "min backoff": c.MinBackoff, "max backoff": c.MaxBackoff,
 		"transaction timeout": c.TransactionTimeout, "shutdown timeout": c.ShutdownTimeout,
+		"unauthorized backoff": c.UnauthorizedBackoff,
 	}
 	for name, d := range nonNegative {
 		if d < 0 {

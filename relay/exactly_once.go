@@ -32,7 +32,7 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 	if err := r.store.CheckOwner(ctx); err != nil {
 		return false, err // never fence the process that owns the database now
 	}
-	p, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, r.txnID))
+	p, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, r.txnID), r.cfg.Kafka.Principal())
 	if err != nil {
 		return false, fmt.Errorf("start transactional producer %s: %w", r.txnID, err)
 	}
@@ -50,7 +50,7 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 	// transactions committed before it stand, so publishing goes on from
 	// the refused rows.
 	reset := func() error {
-		np, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, r.txnID))
+		np, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, r.txnID), r.cfg.Kafka.Principal())
 		if err != nil {
 			return fmt.Errorf("start transactional producer %s: %w", r.txnID, err)
 		}
@@ -99,6 +99,9 @@ func (r *Relay) publishTxn(hard context.Context, p *producer, rows []outbox.Row,
 	// progress must not overwrite.
 	msgs := append(append(make([]*sarama.ProducerMessage, 0, len(recs)+1), recs...), pm)
 	if err := p.publishTxn(hard, msgs); err != nil {
+		if isUnauthorized(err) {
+			err = r.pinpointTxn(hard, rows, err)
+		}
 		return fmt.Errorf("publish outbox rows %d..%d: %w", rows[0].ID, last.ID, err)
 	}
 	if r.cfg.OnTransaction != nil {
@@ -106,6 +109,7 @@ func (r *Relay) publishTxn(hard context.Context, p *producer, rows []outbox.Row,
 	}
 	r.st.published(last.ID, len(recs))
 	r.rec.record(last.ID)
+	r.allowed()
 	return nil
 }
 
@@ -166,4 +170,21 @@ func (r *Relay) checkProgress(ctx context.Context, kp Progress, sqliteProgress i
 			ErrBackInTime, kp.LastID, kp.Feed, kp.Epoch, kp.Position)
 	}
 	return nil
+}
+
+// pinpointTxn names the topic, of the transaction's output topics and the
+// progress topic, that a refused transaction lacked Write on: see
+// kafka.pinpoint.
+func (r *Relay) pinpointTxn(ctx context.Context, rows []outbox.Row, err error) error {
+	topics := []string{}
+	need := map[string]string{}
+	for i := range rows {
+		if _, ok := need[rows[i].Topic]; !ok {
+			topics = append(topics, rows[i].Topic)
+			need[rows[i].Topic] = "Write"
+		}
+	}
+	topics = append(topics, r.cfg.ProgressTopic)
+	need[r.cfg.ProgressTopic] = "Write"
+	return r.kafka.pinpoint(ctx, err, topics, need)
 }

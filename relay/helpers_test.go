@@ -190,18 +190,18 @@ func keyed(topic string, n, keys, start int) []row {
 // readCommitted returns every committed record of topic, reading with
 // read_committed until each partition's high watermark is reached, so the
 // count is exact: nothing committed is missed, nothing is counted twice.
-func readCommitted(tb testing.TB, brokers []string, topic string) []*kgo.Record {
+func readCommitted(tb testing.TB, brokers []string, topic string, opts ...kgo.Opt) []*kgo.Record {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ends := endOffsets(tb, ctx, brokers, topic)
-	cl, err := kgo.NewClient(
+	ends := endOffsets(tb, ctx, brokers, topic, opts...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(), // lets us see the offset at the end of each partition
-	)
+	}, opts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -235,9 +235,9 @@ func reached(next, ends map[int32]int64) bool {
 
 // endOffsets waits until no transaction is open on topic and returns its
 // partitions' high watermarks.
-func endOffsets(tb testing.TB, ctx context.Context, brokers []string, topic string) map[int32]int64 {
+func endOffsets(tb testing.TB, ctx context.Context, brokers []string, topic string, opts ...kgo.Opt) map[int32]int64 {
 	tb.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

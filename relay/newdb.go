@@ -92,6 +92,7 @@ func (r *Relay) findEarlier(ctx context.Context) (*NewDatabaseError, error) {
 		Multiplier: 2, MaxInterval: r.cfg.MaxBackoff,
 	}
 	bo.Reset()
+	refused := ""
 	for {
 		earlier, err := r.scanProgress(ctx)
 		if err == nil {
@@ -101,7 +102,18 @@ func (r *Relay) findEarlier(ctx context.Context) (*NewDatabaseError, error) {
 			return nil, ctx.Err()
 		}
 		wait := bo.NextBackOff()
-		r.log.Warn("cannot read the progress topic to check this new database; trying again", "err", err, "retry_in", wait)
+		switch {
+		case !isUnauthorized(err):
+			r.log.Warn("cannot read the progress topic to check this new database; trying again", "err", err, "retry_in", wait)
+		case err.Error() != refused:
+			// An operator must act: ask seldom, say it once.
+			refused, wait = err.Error(), r.cfg.UnauthorizedBackoff
+			r.st.failed(StateUnauthorized, err)
+			r.log.Error("Kafka refused the relay the progress topic it must read to check this new database; asking again every "+
+				wait.String(), "err", err)
+		default:
+			wait = r.cfg.UnauthorizedBackoff
+		}
 		if err := sleep(ctx, wait); err != nil {
 			return nil, err
 		}
@@ -111,7 +123,10 @@ func (r *Relay) findEarlier(ctx context.Context) (*NewDatabaseError, error) {
 // scanProgress reads every partition of the progress topic to its stable
 // end and returns the earlier database at this one's place, if any.
 func (r *Relay) scanProgress(ctx context.Context) (*NewDatabaseError, error) {
-	k, err := newKafka(r.cfg.Brokers)
+	if err := r.checkAccess(ctx); err != nil {
+		return nil, err
+	}
+	k, err := newKafka(r.cfg.Brokers, r.cfg.Kafka)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +169,7 @@ func (k *kafka) progressPartitions(ctx context.Context, topic string) ([]progres
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("progress topic %s: %w", topic, err)
+		return nil, k.denied(fmt.Errorf("progress topic %s: %w", topic, err), ask("Describe", ResourceTopic, topic))
 	}
 	parts := make([]progressPartition, 0, len(td.Partitions))
 	for _, pd := range td.Partitions {

@@ -48,6 +48,7 @@ func saramaConfig(c Config, txnID string) *sarama.Config {
 	// at most outbox.RecordBytes: the batch a broker measures is then
 	// within c.MaxMessageBytes (see fits).
 	sc.Producer.MaxMessageBytes = c.MaxMessageBytes - outbox.RecordBatchOverhead
+	c.Kafka.Sarama(sc)
 	if txnID != "" {
 		sc.Producer.Transaction.ID = txnID
 		sc.Producer.Transaction.Timeout = c.TransactionTimeout
@@ -66,6 +67,8 @@ type producer struct {
 	// idempotent is true for a producer without transactions, whose records
 	// of a failed batch may still land (see settled).
 	idempotent bool
+	txnID      string // "" for an idempotent producer
+	principal  string // who the brokers' ACLs see, for *AuthorizationError
 }
 
 // pending tracks the records of one batch still waiting for an outcome.
@@ -106,12 +109,17 @@ func (b *pending) result() error {
 // newProducer connects. A transactional producer also initialises its
 // producer id here (InitProducerID), which fences any earlier producer with
 // the same transactional id and ends its open transaction.
-func newProducer(brokers []string, sc *sarama.Config) (*producer, error) {
+func newProducer(brokers []string, sc *sarama.Config, principal string) (*producer, error) {
+	txnID := sc.Producer.Transaction.ID
 	ap, err := sarama.NewAsyncProducer(brokers, sc)
 	if err != nil {
-		return nil, err
+		// Initialising a producer id needs Write on the transactional id,
+		// or, for an idempotent producer, IdempotentWrite on the cluster
+		// (or Write on some topic).
+		return nil, denied(err, principal, ask("Write", ResourceTransactionalID, txnID),
+			ask("IdempotentWrite", ResourceCluster, clusterName))
 	}
-	p := &producer{ap: ap, idempotent: sc.Producer.Transaction.ID == ""}
+	p := &producer{ap: ap, idempotent: txnID == "", txnID: txnID, principal: principal}
 	p.collectors.Add(2)
 	go func() {
 		defer p.collectors.Done()
@@ -125,24 +133,30 @@ func newProducer(brokers []string, sc *sarama.Config) (*producer, error) {
 		defer p.collectors.Done()
 		for e := range ap.Errors() {
 			if b, ok := e.Msg.Metadata.(*pending); ok {
-				b.finish(e.Err)
+				b.finish(p.denied(e.Err, e.Msg.Topic))
 			}
 		}
 	}()
 	return p, nil
 }
 
+// denied explains a refusal of a record to topic: Write on the topic, or
+// on the transactional id (adding a partition to the transaction).
+func (p *producer) denied(err error, topic string) error {
+	return denied(err, p.principal, ask("Write", ResourceTopic, topic), ask("Write", ResourceTransactionalID, p.txnID))
+}
+
 // openProducer is newProducer bounded by ctx: sarama's own retries can
 // take a while when Kafka is down. A producer that arrives after ctx is
 // done is closed.
-func openProducer(ctx context.Context, brokers []string, sc *sarama.Config) (*producer, error) {
+func openProducer(ctx context.Context, brokers []string, sc *sarama.Config, principal string) (*producer, error) {
 	type opened struct {
 		p   *producer
 		err error
 	}
 	ch := make(chan opened, 1)
 	go func() {
-		p, err := newProducer(brokers, sc)
+		p, err := newProducer(brokers, sc, principal)
 		ch <- opened{p, err}
 	}()
 	select {
@@ -223,7 +237,7 @@ func (p *producer) settled(ctx context.Context, b *pending) error {
 // where an abort makes the coordinator say so.
 func (p *producer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMessage) error {
 	if err := p.ap.BeginTxn(); err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
+		return denied(fmt.Errorf("begin transaction: %w", err), p.principal, ask("Write", ResourceTransactionalID, p.txnID))
 	}
 	if err := p.sendAll(ctx, msgs); err != nil {
 		err = fmt.Errorf("produce: %w", err)
@@ -233,7 +247,13 @@ func (p *producer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMessag
 		return err
 	}
 	if err := blocking(ctx, p.ap.CommitTxn); err != nil {
-		return &ambiguousError{fmt.Errorf("commit transaction: %w", err)}
+		err = fmt.Errorf("commit transaction: %w", err)
+		if isUnauthorized(err) {
+			// Refused: the transaction did not commit (the next producer's
+			// initialisation aborts it), and no retry commits it.
+			return denied(err, p.principal, ask("Write", ResourceTransactionalID, p.txnID))
+		}
+		return &ambiguousError{err}
 	}
 	return nil
 }

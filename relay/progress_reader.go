@@ -36,7 +36,7 @@ func (k *kafka) locateProgress(ctx context.Context, topic, key string) (progress
 		return progressPartition{}, fmt.Errorf("progress topic %s: %w", topic, kerr.UnknownTopicOrPartition)
 	}
 	if err := kerr.ErrorForCode(td.ErrorCode); err != nil {
-		return progressPartition{}, fmt.Errorf("progress topic %s: %w", topic, err)
+		return progressPartition{}, k.denied(fmt.Errorf("progress topic %s: %w", topic, err), ask("Describe", ResourceTopic, topic))
 	}
 	part, err := partitionFor(topic, key, len(td.Partitions))
 	if err != nil {
@@ -96,7 +96,7 @@ func (k *kafka) listed(ctx context.Context, pp progressPartition, list listFunc)
 		return 0, kerr.UnknownTopicOrPartition
 	}
 	if o.Err != nil {
-		return 0, o.Err
+		return 0, k.denied(o.Err, ask("Describe", ResourceTopic, pp.topic))
 	}
 	return o.Offset, nil
 }
@@ -137,7 +137,8 @@ func (k *kafka) fetchRange(ctx context.Context, pp progressPartition, from, to i
 	for empty := 0; from < to; {
 		fp, next, err := k.fetchOnce(ctx, pp, from)
 		if err != nil {
-			return fmt.Errorf("progress topic %s[%d]: fetch at %d: %w", pp.topic, pp.partition, from, err)
+			return k.denied(fmt.Errorf("progress topic %s[%d]: fetch at %d: %w", pp.topic, pp.partition, from, err),
+				ask("Read", ResourceTopic, pp.topic))
 		}
 		for _, r := range fp.Records {
 			if !r.Attrs.IsControl() && r.Offset < to {

@@ -12,13 +12,14 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/outbox"
 )
 
 // lastProgress reads the relay's committed progress record from Kafka.
 func lastProgress(t *testing.T, brokers []string, relayID string) (Progress, bool) {
 	t.Helper()
-	k, err := newKafka(brokers)
+	k, err := newKafka(brokers, kafkasec.Settings{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,6 +48,10 @@ type Relay struct {
 	recorded atomic.Int64
 	rec      *recorder // exactly-once progress to SQLite
 	pruneNow chan struct{}
+
+	// denied is the last refusal logged ("" while allowed). Only the Run
+	// goroutine touches it.
+	denied string
 }
 
 // New makes a relay for store. It checks cfg but does not connect: Run does.
@@ -119,7 +123,7 @@ func (r *Relay) start(ctx context.Context) error {
 	if err := r.identify(ctx); err != nil {
 		return err
 	}
-	k, err := newKafka(r.cfg.Brokers)
+	k, err := newKafka(r.cfg.Brokers, r.cfg.Kafka)
 	if err != nil {
 		return err
 	}
@@ -187,16 +191,45 @@ func (r *Relay) loop(ctx, hard context.Context) error {
 		if err := r.mustStop(ctx, err); err != nil {
 			return err
 		}
-		wait := bo.NextBackOff()
-		if Classify(err) == Fatal {
-			wait = r.cfg.MaxBackoff
-		}
-		r.st.failed(StateBackingOff, err)
-		r.log.Warn("publishing failed; starting over", "err", err, "class", Classify(err), "retry_in", wait)
+		wait := r.failedSession(err, bo.NextBackOff())
 		if sleep(ctx, wait) != nil {
 			return nil
 		}
 	}
+}
+
+// failedSession records a session's failure and returns how long to wait
+// before the next one: next, the longest backoff for a fatal error, or
+// the unauthorized backoff for a refusal, which is logged once (and again
+// only when it changes), so an operator sees one line, not a retry loop.
+func (r *Relay) failedSession(err error, next time.Duration) time.Duration {
+	class := Classify(err)
+	if class != Unauthorized {
+		if class == Fatal {
+			next = r.cfg.MaxBackoff
+		}
+		r.st.failed(StateBackingOff, err)
+		r.log.Warn("publishing failed; starting over", "err", err, "class", class, "retry_in", next)
+		return next
+	}
+	r.st.failed(StateUnauthorized, err)
+	if msg := err.Error(); msg != r.denied {
+		r.denied = msg
+		r.log.Error("Kafka refused the relay: nothing is published until an operator grants it; asking again every "+
+			r.cfg.UnauthorizedBackoff.String(), "err", err)
+	}
+	return r.cfg.UnauthorizedBackoff
+}
+
+// checkAccess makes the session's first connection a check of the relay's
+// credentials (kafkasec.Settings.Check), when it has any: a refused
+// password or certificate then costs one connection per session, not one
+// per retry of each client.
+func (r *Relay) checkAccess(ctx context.Context) error {
+	if r.cfg.Kafka.TLS == nil && r.cfg.Kafka.SASL.Mechanism == "" {
+		return nil
+	}
+	return r.cfg.Kafka.Check(ctx, r.cfg.Brokers)
 }
 
 // mustStop returns the error Run ends with when err needs an operator, nil
@@ -244,21 +277,37 @@ func (r *Relay) fenced(err error) error {
 // session opens a producer and publishes with it until ctx is done or an
 // error ends it. progressed says whether it published anything.
 func (r *Relay) session(ctx, hard context.Context) (progressed bool, err error) {
-	r.st.state(StateStarting)
+	r.st.starting()
 	r.known, r.refused = map[string]bool{}, map[int64]bool{}
+	if err := r.checkAccess(ctx); err != nil {
+		return false, err
+	}
 	if r.cfg.Mode == ModeAtLeastOnce {
 		return r.runAtLeastOnce(ctx, hard)
 	}
 	return r.runExactlyOnce(ctx, hard)
 }
 
-// connected records a producer ready to publish after id last.
+// connected records a producer ready to publish after id last. A relay
+// refused before stays unauthorized, with the refusal, until a batch
+// goes out (allowed): the refusal may come again with the next batch.
 func (r *Relay) connected(last int64) {
 	r.recorded.Store(last)
 	r.st.update(func(s *Status) {
-		s.Connected, s.State, s.LastError, s.LastErrorAt = true, StateIdle, "", time.Time{}
+		s.Connected = true
 		s.LastPublishedID = max(s.LastPublishedID, last)
+		if r.denied == "" {
+			s.State, s.LastError, s.LastErrorAt = StateIdle, "", time.Time{}
+		}
 	})
+}
+
+// allowed records that a batch went out: a refusal logged before is over.
+func (r *Relay) allowed() {
+	if r.denied != "" {
+		r.log.Info("Kafka allows the relay again: publishing", "was", r.denied)
+		r.denied = ""
+	}
 }
 
 // idle records that the relay waits for rows.

@@ -17,6 +17,11 @@ const (
 	// StateBackingOff: the last attempt failed (LastError says how); the
 	// relay waits before the next one.
 	StateBackingOff = "backing-off"
+	// StateUnauthorized: Kafka refused the relay's credentials or an
+	// operation its ACLs do not grant; LastError names the operation and
+	// the resource (or the credentials refused). The relay asks again
+	// every Config.UnauthorizedBackoff and goes on once allowed.
+	StateUnauthorized = "unauthorized"
 	// StateRefusing: the database has gone back in time (LastError says
 	// how); the relay publishes nothing.
 	StateRefusing = "refusing"
@@ -108,6 +113,16 @@ func (t *tracker) update(f func(s *Status)) {
 
 func (t *tracker) state(state string) {
 	t.update(func(s *Status) { s.State = state })
+}
+
+// starting records a session starting; an unauthorized relay stays so
+// until the session is allowed to publish.
+func (t *tracker) starting() {
+	t.update(func(s *Status) {
+		if s.State != StateUnauthorized {
+			s.State = StateStarting
+		}
+	})
 }
 
 func (t *tracker) lastPublished() int64 {

@@ -13,7 +13,7 @@ func (r *Relay) ensureProgressTopic(ctx context.Context) error {
 	compact := "compact"
 	spec := topicSpec{
 		partitions: 1, replication: r.cfg.TopicReplication,
-		configs: map[string]*string{"cleanup.policy": &compact},
+		configs: map[string]*string{"cleanup.policy": &compact}, need: "Read and Write",
 	}
 	return r.ensureTopics(ctx, []string{r.cfg.ProgressTopic}, true, spec)
 }
@@ -30,7 +30,7 @@ func (r *Relay) ensureOutputTopics(ctx context.Context, rows []outbox.Row) error
 			topics = append(topics, t)
 		}
 	}
-	spec := topicSpec{partitions: r.cfg.TopicPartitions, replication: r.cfg.TopicReplication}
+	spec := topicSpec{partitions: r.cfg.TopicPartitions, replication: r.cfg.TopicReplication, need: "Write"}
 	return r.ensureTopics(ctx, topics, r.cfg.CreateTopics, spec)
 }
 

@@ -61,6 +61,12 @@ type Config struct {
 	Relay     RelayConfig     `yaml:"relay"`
 	DevBroker DevBrokerConfig `yaml:"devBroker"`
 
+	// Kafka, HTTPTLS and Backlog are the production settings: see
+	// production_config.go.
+	Kafka   KafkaConfig   `yaml:"kafka"`
+	HTTPTLS HTTPTLSConfig `yaml:",inline"`
+	Backlog BacklogConfig `yaml:",inline"`
+
 	RetryDelay    time.Duration `yaml:"retryDelay"`
 	RetryAttempts int           `yaml:"retryAttempts"`
 
@@ -216,6 +222,9 @@ func (c *Config) Validate() error {
 		if err := c.Feeds[name].validate(name); err != nil {
 			return err
 		}
+	}
+	if err := c.validateProduction(); err != nil {
+		return err
 	}
 	return c.Relay.Validate()
 }
@@ -407,6 +416,7 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	perFeedFlag("group", "group", "outboxd-NAME", "a Kafka feed's consumer group, `NAME=G`, where its offsets are committed for Kafka's tools")
 	c.Relay.flags(fs)
 	c.DevBroker.flags(fs)
+	addProductionFlags(fs, c)
 	fs.BoolVar(&c.NewDatabase, "new-database", c.NewDatabase,
 		"start afresh although an earlier database at this --db path published: every output is published again "+
 			"(see Guarantees; command line only, recorded in the database, so needed once)")
@@ -453,7 +463,10 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	c.AdminToken = tok
-	return c, c.Validate()
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	return c, c.resolveProduction(getenv)
 }
 
 // flagError adds to the flag package's "flag provided but not defined"

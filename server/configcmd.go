@@ -136,7 +136,18 @@ func (r *renderer) node(v reflect.Value, key string) *yaml.Node {
 // mapping renders a struct's fields, in their order.
 func (r *renderer) mapping(v reflect.Value, key string) *yaml.Node {
 	n := &yaml.Node{Kind: yaml.MappingNode}
+	r.fields(n, v, key)
+	return n
+}
+
+// fields adds a struct's fields to the mapping n, an inline struct's
+// fields as the struct's own.
+func (r *renderer) fields(n *yaml.Node, v reflect.Value, key string) {
 	for i := range v.NumField() {
+		if inline(v.Type().Field(i)) {
+			r.fields(n, v.Field(i), key)
+			continue
+		}
 		name := yamlName(v.Type().Field(i))
 		if name == "" {
 			continue
@@ -150,7 +161,6 @@ func (r *renderer) mapping(v reflect.Value, key string) *yaml.Node {
 		}
 		n.Content = append(n.Content, scalar(name), r.node(v.Field(i), k))
 	}
-	return n
 }
 
 // scalarOf renders one value, tagged by its kind so that text that reads

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/outboxd/outboxd/internal/devkafka"
@@ -29,7 +30,9 @@ func consumeCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.StringVar(&o.Format, "format", devkafka.FormatText, "text (partition, offset, key, value, headers; tab-separated) or json (one object per record)")
 	timeout := fs.Duration("timeout", 0, "stop after this long (0: no limit)")
 	fs.DurationVar(&o.ConnectTimeout, "connect-timeout", devkafka.DefaultConnectTimeout, "fail when no broker answers within this long")
-	if code, done := parseTool(fs, args, "consume", "server consume --topic T [--brokers B] [--from-beginning] [--until-end] [--format text|json] [--timeout D]", stdout, stderr); done {
+	var tk toolKafka
+	tk.register(fs, &o.Brokers)
+	if code, done := parseTool(fs, &tk, args, "consume", "server consume --topic T [--brokers B] [--from-beginning] [--until-end] [--format text|json] [--timeout D] [--kafka-* ...]", stdout, stderr); done {
 		return code
 	}
 	if o.Topic == "" {
@@ -40,6 +43,12 @@ func consumeCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	ctx, stop := withTimeout(ctx, *timeout)
 	defer stop()
+	opts, err := tk.clientOpts(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "server consume: %v\n", err)
+		return 1
+	}
+	o.ClientOpts = opts
 	n, err := devkafka.Consume(ctx, o, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "server consume: %v\n", err)
@@ -63,7 +72,9 @@ func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	fs.BoolVar(&o.JSON, "json", false, `each line is {"key": "...", "value": <string or JSON>, "headers": {"k": "v"}}`)
 	fs.IntVar(&o.MaxLine, "max-line", devkafka.DefaultMaxLine, "longest line in bytes")
 	fs.DurationVar(&o.ConnectTimeout, "connect-timeout", devkafka.DefaultConnectTimeout, "fail when no broker answers within this long")
-	if code, done := parseTool(fs, args, "produce", "server produce --topic T [--brokers B] [--key-field N | --json] < FILE", stdout, stderr); done {
+	var tk toolKafka
+	tk.register(fs, &o.Brokers)
+	if code, done := parseTool(fs, &tk, args, "produce", "server produce --topic T [--brokers B] [--key-field N | --json] [--kafka-* ...] < FILE", stdout, stderr); done {
 		return code
 	}
 	if o.Topic == "" {
@@ -72,6 +83,12 @@ func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	if o.KeyField < 0 || (o.JSON && o.KeyField > 0) {
 		return badUsage(stderr, errors.New("produce: --key-field is a 1-based field number, and not given with --json"))
 	}
+	opts, err := tk.clientOpts(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "server produce: %v\n", err)
+		return 1
+	}
+	o.ClientOpts = opts
 	n, err := devkafka.Produce(ctx, o, stdin)
 	fmt.Fprintf(stderr, "%d records produced to %s\n", n, o.Topic)
 	if err != nil {
@@ -83,8 +100,8 @@ func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 
 // parseTool parses a tool subcommand's flags. done says the command must
 // return code now: after -h (0) or a bad flag (2).
-func parseTool(fs *flag.FlagSet, args []string, name, synopsis string, stdout, stderr io.Writer) (code int, done bool) {
-	err := fs.Parse(args)
+func parseTool(fs *flag.FlagSet, tk *toolKafka, args []string, name, synopsis string, stdout, stderr io.Writer) (code int, done bool) {
+	err := tk.parse(fs, args, os.Getenv)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fs.SetOutput(stdout)
@@ -95,6 +112,9 @@ func parseTool(fs *flag.FlagSet, args []string, name, synopsis string, stdout, s
 		return badUsage(stderr, fmt.Errorf("%s: %w", name, err)), true
 	case fs.NArg() > 0:
 		return badUsage(stderr, fmt.Errorf("%s: unexpected argument %q", name, fs.Arg(0))), true
+	}
+	if err := tk.resolve(os.Getenv); err != nil {
+		return badUsage(stderr, fmt.Errorf("%s: %w", name, err)), true
 	}
 	return 0, false
 }

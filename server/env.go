@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/outboxd/outboxd/api"
+	"github.com/outboxd/outboxd/internal/kafkasec"
 )
 
 // envPrefix starts every environment variable outboxd reads.
@@ -58,7 +59,7 @@ func warnUnknownEnv(logger *slog.Logger, environ []string) {
 // flags' but are not read (command-line-only flags).
 func knownEnvs() (known, onlyFlags map[string]bool) {
 	known = map[string]bool{
-		"OUTBOXD_CONFIG": true, api.EnvAdminToken: true,
+		"OUTBOXD_CONFIG": true, api.EnvAdminToken: true, kafkasec.EnvPassword: true,
 	}
 	for _, e := range seamEnvs {
 		known[e] = true

@@ -49,8 +49,9 @@ func (a apiRelay) Status() api.RelayStatus {
 // newAPI makes the HTTP API; open serves it on the port preflight bound.
 func (m *Main) newAPI() error {
 	cfg := api.DefaultConfig()
-	cfg.Addr, cfg.AdminToken = m.Config.HTTP, m.Config.AdminToken
+	cfg.Addr, cfg.AdminToken, cfg.TLS = m.Config.HTTP, m.Config.AdminToken, m.Config.HTTPTLS.TLS
 	cfg.BatchMax, cfg.RelayBatchMax = m.Config.BatchMax, m.Config.Relay.Batch
+	cfg.MaxBacklog = m.backlog
 	feeds := make([]api.Feed, 0, len(m.Loops))
 	for _, l := range m.Loops {
 		feeds = append(feeds, apiFeed{l: l, topics: m.Config.Feeds[l.Name()].topics(l.Name())})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +41,9 @@ type Main struct {
 	// ready is closed once the API serves and the feeds and the relay
 	// run (never, for a Run that stopped earlier).
 	ready chan struct{}
+	// backlog is the outbox backlog's bound, settled when the database
+	// opens.
+	backlog outbox.BacklogLimit
 }
 
 // NewMain returns a service for cfg; nothing is opened until Run.
@@ -56,6 +60,9 @@ func (m *Main) Ready() <-chan struct{} { return m.ready }
 func (m *Main) URL() string {
 	if m.listener == nil {
 		return ""
+	}
+	if m.Config.HTTPTLS.TLS != nil {
+		return "https://" + m.listener.Addr().String()
 	}
 	return "http://" + m.listener.Addr().String()
 }
@@ -126,6 +133,12 @@ func (m *Main) open(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil
 	}
+	if err := m.settleBacklog(); err != nil {
+		return err
+	}
+	if len(m.Config.Brokers) > 0 && m.Broker == nil {
+		logKafka(m.Logger, m.Config.Kafka.Settings)
+	}
 	if err := m.build(); err != nil {
 		return err
 	}
@@ -138,6 +151,23 @@ func (m *Main) open(ctx context.Context) error {
 	}
 	m.Logger.Info("database claimed: an older server on it is fenced at its next commit", "db", m.Config.DB, "generation", gen)
 	return m.API.Serve(m.listener)
+}
+
+// settleBacklog sets the outbox backlog's bound, from the flags or the
+// free space, and says what it is.
+func (m *Main) settleBacklog() error {
+	lim, how, err := m.Config.Backlog.limit(filepath.Dir(m.Config.DB), m.Config.Relay.Mode == modeNone)
+	if err != nil {
+		return configErr("%w", err)
+	}
+	m.backlog = lim
+	if lim.IsZero() {
+		m.Logger.Warn("the outbox backlog has no bound: while Kafka is away it grows until the disk is full", "bound", how)
+		return nil
+	}
+	m.Logger.Info("outbox backlog bound: past it ingest pauses until the relay drains it",
+		"max_bytes", lim.Bytes, "max_rows", lim.Rows, "bound", how)
+	return nil
 }
 
 // build makes the loops, the relay and the API, opening nothing.
@@ -191,6 +221,7 @@ func (m *Main) newLoop(name string, fc *FeedConfig) (*ingest.Loop, error) {
 	cfg.BatchMax, cfg.BatchBytes, cfg.BatchWait = m.Config.BatchMax, m.Config.BatchBytes, m.Config.BatchWait
 	cfg.OnFailure, cfg.OnCompletionFailure = fc.OnFailure, fc.OnCompletionFailure
 	cfg.MaxMessageBytes = m.Config.MaxMessageBytes
+	cfg.MaxBacklog = m.backlog
 	cfg.Logger = m.Logger
 	cfg.OnBatch = func(records int, commit time.Duration) {
 		if m.API != nil { // set before the loops run
@@ -242,7 +273,8 @@ func (m *Main) newFeed(name string, fc *FeedConfig, kind, target string, proc in
 		}
 		return filefeed.New(target, filefeed.Options{MaxLine: m.Config.MaxLine, Logger: m.Logger}), nil
 	case "kafka":
-		kc := kafkafeed.Config{Brokers: m.Config.Brokers, Topic: target, Group: fc.Group, Logger: m.Logger}
+		kc := kafkafeed.Config{Brokers: m.Config.Brokers, Topic: target, Group: fc.Group, Logger: m.Logger,
+			Kafka: m.Config.Kafka.Settings}
 		if retry != "" {
 			kc.Topics = []string{retry}
 		}
@@ -297,6 +329,7 @@ func (m *Main) newRelay() error {
 	rc := m.Config.Relay.relayConfig(m.Config.Brokers)
 	rc.MaxMessageBytes = m.Config.MaxMessageBytes
 	rc.NewDatabase = m.Config.NewDatabase
+	rc.Kafka = m.Config.Kafka.Settings
 	rc.Logger = m.Logger
 	rc.OnTransaction = func(d time.Duration, records int) {
 		if m.API != nil { // set before the relay runs

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,15 +63,20 @@ func leaves() []*leaf {
 func walkFields(t reflect.Type, prefix string, index []int, fn func(*leaf)) {
 	for i := range t.NumField() {
 		f := t.Field(i)
+		var idx []int
+		if index != nil || prefix == "" {
+			idx = append(append([]int{}, index...), i)
+		}
+		if inline(f) {
+			// An inline struct's keys are its parent's.
+			walkFields(f.Type, prefix, idx, fn)
+			continue
+		}
 		name := yamlName(f)
 		if name == "" {
 			continue
 		}
 		key := prefix + name
-		var idx []int
-		if index != nil || prefix == "" {
-			idx = append(append([]int{}, index...), i)
-		}
 		ft := f.Type
 		switch {
 		case isValue(ft):
@@ -85,6 +91,13 @@ func walkFields(t reflect.Type, prefix string, index []int, fn func(*leaf)) {
 			fn(&leaf{key: key, typ: ft, index: idx, usage: f.Tag.Get("usage")})
 		}
 	}
+}
+
+// inline reports whether f is a struct whose keys YAML reads as its
+// parent's (`yaml:",inline"`).
+func inline(f reflect.StructField) bool {
+	_, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return f.Type.Kind() == reflect.Struct && slices.Contains(strings.Split(opts, ","), "inline")
 }
 
 // yamlName is a field's YAML key, "" for a field the file does not set.

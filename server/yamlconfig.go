@@ -184,16 +184,11 @@ func join(prefix, name string) string {
 // structFields sets a struct's fields from the mapping n; an unknown key
 // is refused, naming the closest known one.
 func (d *fileDecoder) structFields(n *yaml.Node, v reflect.Value, key string) error {
-	fields := map[string]int{}
-	for i := range v.NumField() {
-		if name := yamlName(v.Type().Field(i)); name != "" {
-			fields[name] = i
-		}
-	}
+	fields := structKeys(v.Type(), nil, map[string][]int{})
 	return d.pairs(n, key, "a mapping of keys", func(k string, kn, vn *yaml.Node) error {
 		full := join(key, k)
 		if i, ok := fields[k]; ok {
-			return d.decode(vn, v.Field(i), full)
+			return d.decode(vn, v.FieldByIndex(i), full)
 		}
 		if moved, ok := deprecatedKeys[full]; ok {
 			d.c.warnings = append(d.c.warnings, fmt.Sprintf("%s line %d: %s is deprecated: use %s", d.path, kn.Line, full, moved))
@@ -207,14 +202,26 @@ func (d *fileDecoder) structFields(n *yaml.Node, v reflect.Value, key string) er
 	})
 }
 
+// structKeys adds to keys the YAML keys of struct type t's fields, with
+// their indexes under index; an inline struct's keys are t's own.
+func structKeys(t reflect.Type, index []int, keys map[string][]int) map[string][]int {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		idx := append(append([]int{}, index...), i)
+		if inline(f) {
+			structKeys(f.Type, idx, keys)
+		} else if name := yamlName(f); name != "" {
+			keys[name] = idx
+		}
+	}
+	return keys
+}
+
 // fieldAt is the field at a dotted key path of struct fields.
 func fieldAt(v reflect.Value, path string) reflect.Value {
 	for _, name := range strings.Split(path, ".") {
-		for i := range v.NumField() {
-			if yamlName(v.Type().Field(i)) == name {
-				v = v.Field(i)
-				break
-			}
+		if i, ok := structKeys(v.Type(), nil, map[string][]int{})[name]; ok {
+			v = v.FieldByIndex(i)
 		}
 	}
 	return v

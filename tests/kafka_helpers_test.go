@@ -48,11 +48,17 @@ type consumed struct {
 // the topics with read_committed from the start up to the sentinels.
 func readAll(t *testing.T, broker string, topics ...string) map[string][]consumed {
 	t.Helper()
+	return readAllWith(t, broker, nil, topics...)
+}
+
+// readAllWith is readAll with the clients' options (TLS, SASL).
+func readAllWith(t *testing.T, broker string, opts []kgo.Opt, topics ...string) map[string][]consumed {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	parts := markEnds(ctx, t, broker, topics)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	parts := markEnds(ctx, t, broker, opts, topics)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(broker), kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,9 +94,9 @@ func readAll(t *testing.T, broker string, topics ...string) map[string][]consume
 
 // markEnds appends an end marker to every partition of each topic and
 // returns the partition counts.
-func markEnds(ctx context.Context, t *testing.T, broker string, topics []string) map[string]int {
+func markEnds(ctx context.Context, t *testing.T, broker string, opts []kgo.Opt, topics []string) map[string]int {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(broker), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

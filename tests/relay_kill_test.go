@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/outboxd/outboxd/ingest/ledger"
 )
 
@@ -58,7 +60,13 @@ func waitPublished(t *testing.T, db string, end int64) {
 // allowed in all; it returns how many there were.
 func checkTopics(t *testing.T, broker string, lf ledgerFile, dup int) int {
 	t.Helper()
-	got := readAll(t, broker, "ledger.out", "ledger.dlq")
+	return checkTopicsWith(t, broker, nil, lf, dup)
+}
+
+// checkTopicsWith is checkTopics with the clients' options (TLS, SASL).
+func checkTopicsWith(t *testing.T, broker string, opts []kgo.Opt, lf ledgerFile, dup int) int {
+	t.Helper()
+	got := readAllWith(t, broker, opts, "ledger.out", "ledger.dlq")
 	repeats := 0
 	out := dedupe(t, got["ledger.out"], &repeats)
 	dlq := dedupe(t, got["ledger.dlq"], &repeats)

@@ -192,12 +192,22 @@ function partitionRows(fs) {
   });
 }
 
+// fmtBytes writes a byte count for people: 512 B, 3.2 MiB.
+function fmtBytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return i === 0 ? `${n} B` : `${n.toFixed(1)} ${units[i]}`;
+}
+
 function renderRelay(os) {
   const r = os.relay;
   document.getElementById("relay-mode").textContent = r.mode;
   document.getElementById("relay-state").textContent =
     r.state + (r.mode === "none" ? "" : r.connected ? " (connected)" : " (not connected)") + (r.fenced ? " FENCED" : "");
-  document.getElementById("relay-pending").textContent = `${os.pending} rows`;
+  document.getElementById("relay-pending").textContent = `${os.pending} rows, ${fmtBytes(os.pendingBytes)}` +
+    (os.maxBacklogBytes > 0 ? ` of at most ${fmtBytes(os.maxBacklogBytes)}` : "") +
+    (os.maxBacklogRows > 0 ? ` (at most ${os.maxBacklogRows} rows)` : "");
   document.getElementById("relay-age").textContent = fmtAge(os.oldestPendingAge);
   document.getElementById("relay-last").textContent = String(os.lastPublishedId);
   const err = document.getElementById("relay-error");

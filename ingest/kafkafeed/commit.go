@@ -9,6 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -53,12 +54,13 @@ type topicPart struct {
 // way a consumer outside any group generation does (generation -1, no
 // member): the group holds offsets only, for Kafka's lag tools.
 type kafkaCommitter struct {
-	f      *Feed
-	wake   chan struct{}
-	sendMu sync.Mutex // one OffsetCommit at a time, so an older one never lands last
-	mu     sync.Mutex
-	dirty  map[topicPart]int64
-	failed bool // the last send failed (logged once until it works again)
+	f         *Feed
+	wake      chan struct{}
+	sendMu    sync.Mutex // one OffsetCommit at a time, so an older one never lands last
+	mu        sync.Mutex
+	dirty     map[topicPart]int64
+	failed    bool      // the last send failed (logged once until it works again)
+	holdUntil time.Time // no send before, after a refusal
 }
 
 func newKafkaCommitter(f *Feed) *kafkaCommitter {
@@ -88,6 +90,9 @@ func (c *kafkaCommitter) run() {
 		case <-c.f.done:
 			return
 		case <-c.wake:
+		}
+		if d := c.hold(); d > 0 && !sleep(c.f.ctx, d) {
+			return
 		}
 		c.send()
 		if !sleep(c.f.ctx, c.f.cfg.CommitInterval) {
@@ -132,23 +137,45 @@ func (c *kafkaCommitter) send() {
 	wasFailing := c.failed
 	c.failed = err != nil
 	c.mu.Unlock()
+	changed, refused := c.f.troubles.set(troubleGroup, err)
 	switch {
+	case changed:
+		c.f.log.Error("Kafka refused the feed its group's offsets: the feed reads on (the store's positions are the "+
+			"authority), Kafka's lag tools see no progress until an operator grants it", "group", c.f.cfg.Group, logErr, err)
+	case refused:
 	case err != nil && !wasFailing:
 		c.f.log.Warn("committing the group's offsets (will retry; the store's positions stand)", "group", c.f.cfg.Group, logErr, err)
 	case err == nil && wasFailing:
 		c.f.log.Info("committing the group's offsets works again", "group", c.f.cfg.Group)
+	}
+	if refused {
+		c.mu.Lock()
+		c.holdUntil = time.Now().Add(c.f.cfg.RefusedRetry)
+		c.mu.Unlock()
 	}
 	if err != nil {
 		signal(c.wake)
 	}
 }
 
+// hold is how long to wait before the next send: after a refusal, only an
+// operator helps, so the group is asked again only every RefusedRetry.
+func (c *kafkaCommitter) hold() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Until(c.holdUntil)
+}
+
 // commit sends one OffsetCommit and returns the offsets that failed.
 func (c *kafkaCommitter) commit(batch map[topicPart]int64) (map[topicPart]int64, error) {
 	group := c.f.cfg.Group
+	// Committing needs Read on the group (which implies the Describe that
+	// finding its coordinator needs) and on each topic.
+	readGroup := kafkasec.Ask{Op: "Read", Resource: kafkasec.ResourceGroup, Name: group}
+	principal := c.f.cfg.Kafka.Principal()
 	b, err := c.f.client.Coordinator(group)
 	if err != nil {
-		return batch, fmt.Errorf("coordinator of %s: %w", group, err)
+		return batch, kafkasec.Denied(fmt.Errorf("coordinator of %s: %w", group, err), principal, readGroup)
 	}
 	// Version 8, as sarama's offset manager sends to Kafka 2.4 and later.
 	req := &sarama.OffsetCommitRequest{Version: 8, ConsumerGroup: group, ConsumerGroupGeneration: -1}
@@ -158,7 +185,7 @@ func (c *kafkaCommitter) commit(batch map[topicPart]int64) (map[topicPart]int64,
 	resp, err := b.CommitOffset(req)
 	if err != nil {
 		_ = c.f.client.RefreshCoordinator(group)
-		return batch, fmt.Errorf("commit offsets of %s: %w", group, err)
+		return batch, kafkasec.Denied(fmt.Errorf("commit offsets of %s: %w", group, err), principal, readGroup)
 	}
 	failed := map[topicPart]int64{}
 	var errs []error
@@ -175,7 +202,19 @@ func (c *kafkaCommitter) commit(batch map[topicPart]int64) (map[topicPart]int64,
 		if errors.Is(kerr, sarama.ErrNotCoordinatorForConsumer) || errors.Is(kerr, sarama.ErrConsumerCoordinatorNotAvailable) {
 			_ = c.f.client.RefreshCoordinator(group)
 		}
-		errs = append(errs, fmt.Errorf("%s[%d]: %w", tp.topic, tp.part, kerr))
+		errs = append(errs, kafkasec.Denied(fmt.Errorf("%s[%d]: %w", tp.topic, tp.part, kerr), principal, readGroup,
+			kafkasec.Ask{Op: "Read", Resource: kafkasec.ResourceTopic, Name: tp.topic}))
 	}
-	return failed, errors.Join(errs...)
+	return failed, firstRefusal(errs)
+}
+
+// firstRefusal is the first refusal of errs, alone, so a refused group
+// reads as one refusal and not one per partition; else errs joined.
+func firstRefusal(errs []error) error {
+	for _, err := range errs {
+		if kafkasec.Refused(err) {
+			return err
+		}
+	}
+	return errors.Join(errs...)
 }

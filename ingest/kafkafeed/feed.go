@@ -19,6 +19,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -103,6 +104,13 @@ type Config struct {
 	// ClientID names the feed's connections to the brokers (default
 	// "outboxd-feed").
 	ClientID string
+	// Kafka is how the feed's clients connect (TLS, SASL), its group
+	// committer's included; the zero value is plaintext.
+	Kafka kafkasec.Settings
+	// RefusedRetry is how long the feed waits before it asks again after
+	// Kafka refused its credentials or an operation (default
+	// DefaultRefusedRetry): only an operator can fix that.
+	RefusedRetry time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -116,6 +124,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ClientID == "" {
 		c.ClientID = "outboxd-feed"
+	}
+	if c.RefusedRetry <= 0 {
+		c.RefusedRetry = DefaultRefusedRetry
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -220,7 +231,8 @@ type Feed struct {
 	done     <-chan struct{}    // ctx.Done()
 	wg       sync.WaitGroup
 
-	commits *kafkaCommitter
+	commits  *kafkaCommitter
+	troubles troubles
 }
 
 var _ ingest.Feed = (*Feed)(nil)
@@ -273,9 +285,7 @@ func (f *Feed) Open(ctx context.Context, from map[int32]outbox.Checkpoint) error
 		return fmt.Errorf("open kafka feed %s: %w", f.cfg.Topic, err)
 	}
 	f.commits = newKafkaCommitter(f)
-	if err := f.check(); err != nil {
-		f.log.Warn("reading topic metadata (will retry)", logErr, err)
-	}
+	f.checked(f.check(), false)
 	f.wg.Add(2)
 	go f.manage()
 	go f.commits.run()
@@ -299,22 +309,48 @@ func (f *Feed) resumeFrom(from map[int32]outbox.Checkpoint) {
 // allows.
 func (f *Feed) connect(ctx context.Context) error {
 	for {
-		err := f.dial()
+		err := f.dial(ctx)
 		if err == nil {
+			if f.troubles.clear(troubleConnect) {
+				f.log.Info("Kafka accepts the feed again")
+			}
 			return nil
 		}
 		var cerr sarama.ConfigurationError
 		if errors.As(err, &cerr) {
 			return err
 		}
-		f.log.Warn("connecting to the brokers (will retry)", "brokers", f.cfg.Brokers, logErr, err)
-		if !sleep(ctx, time.Second) {
+		wait := time.Second
+		switch changed, refused := f.troubles.set(troubleConnect, err); {
+		case changed:
+			f.log.Error("Kafka refused the feed: nothing is read until an operator fixes it; asking again every "+
+				f.cfg.RefusedRetry.String(), "brokers", f.cfg.Brokers, logErr, err)
+			wait = f.cfg.RefusedRetry
+		case refused:
+			wait = f.cfg.RefusedRetry
+		default:
+			f.log.Warn("connecting to the brokers (will retry)", "brokers", f.cfg.Brokers, logErr, err)
+		}
+		if !sleep(ctx, wait) {
 			return ctx.Err()
 		}
 	}
 }
 
-func (f *Feed) dial() error {
+// checkAccess checks the feed's credentials with one connection before
+// its clients dial (kafkasec.Settings.Check), when it has any: sarama's
+// clients would try each broker, each retry, with a refused password.
+func (f *Feed) checkAccess(ctx context.Context) error {
+	if f.cfg.Kafka.TLS == nil && f.cfg.Kafka.SASL.Mechanism == "" {
+		return nil
+	}
+	return f.cfg.Kafka.Check(ctx, f.cfg.Brokers)
+}
+
+func (f *Feed) dial(ctx context.Context) error {
+	if err := f.checkAccess(ctx); err != nil {
+		return err
+	}
 	client, err := sarama.NewClient(f.cfg.Brokers, f.saramaConfig())
 	if err != nil {
 		return err
@@ -349,6 +385,7 @@ func (f *Feed) saramaConfig() *sarama.Config {
 	c.Consumer.MaxWaitTime = 250 * time.Millisecond // also how long closing waits for a fetch
 	c.Consumer.Fetch.Max = 0                        // no limit: a big record is fetched whole, never skipped
 	c.Consumer.Offsets.AutoCommit.Enable = false
+	f.cfg.Kafka.Sarama(c)
 	return c
 }
 

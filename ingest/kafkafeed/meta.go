@@ -8,6 +8,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/internal/kafkasec"
 )
 
 // kafkaMinCheckGap spaces the metadata requests that confirm records, so a
@@ -51,18 +52,29 @@ func (f *Feed) manage() {
 		if f.ctx.Err() != nil {
 			return
 		}
-		switch {
-		case err != nil && !failing:
-			f.log.Warn("reading topic metadata (will retry)", logErr, err)
-		case err == nil && failing:
-			f.log.Info("topic metadata read again")
-		}
-		failing = err != nil
+		failing = f.checked(err, failing)
 		if tick && !failing {
 			f.refreshEnds()
 			f.probeTails()
 		}
 	}
+}
+
+// checked logs the outcome of a metadata check: a failure when the checks
+// start failing, a refusal (kafkasec.Refused) when it is new, a success
+// after failures. It returns whether the check failed.
+func (f *Feed) checked(err error, failing bool) bool {
+	changed, refused := f.troubles.set(troubleMetadata, err)
+	switch {
+	case changed:
+		f.log.Error("Kafka refused the feed its topics: nothing is read until an operator grants it", logErr, err)
+	case refused:
+	case err != nil && !failing:
+		f.log.Warn("reading topic metadata (will retry)", logErr, err)
+	case err == nil && failing:
+		f.log.Info("topic metadata read again")
+	}
+	return err != nil
 }
 
 // check reads the topics' metadata, starts consumers for partitions not yet
@@ -125,7 +137,10 @@ func (f *Feed) metadata() (map[string]topicMeta, error) {
 		case errors.Is(t.Err, sarama.ErrUnknownTopicOrPartition):
 			md[t.Name] = topicMeta{}
 		case !errors.Is(t.Err, sarama.ErrNoError):
-			return nil, fmt.Errorf("metadata of %s: %w", t.Name, t.Err)
+			// Reading a topic needs Read on it, which implies the
+			// Describe a metadata request needs.
+			return nil, kafkasec.Denied(fmt.Errorf("metadata of %s: %w", t.Name, t.Err), f.cfg.Kafka.Principal(),
+				kafkasec.Ask{Op: "Read", Resource: kafkasec.ResourceTopic, Name: t.Name})
 		default:
 			md[t.Name] = topicMeta{exists: true, id: t.Uuid.String(), partitions: int32(len(t.Partitions))}
 		}
@@ -226,16 +241,17 @@ func (f *Feed) ensureRun(ti int, kp int32, epoch string) error {
 // startSlot positions s for epoch (queueing the loss and epoch records that
 // explain where it starts) and starts its consumer.
 func (f *Feed) startSlot(s *kafkaSlot, epoch string) error {
+	read := kafkasec.Ask{Op: "Read", Resource: kafkasec.ResourceTopic, Name: s.topic}
 	if err := f.client.RefreshMetadata(s.topic); err != nil {
-		return fmt.Errorf("start %s[%d]: %w", s.topic, s.part, err)
+		return kafkasec.Denied(fmt.Errorf("start %s[%d]: %w", s.topic, s.part, err), f.cfg.Kafka.Principal(), read)
 	}
 	oldest, err := f.client.GetOffset(s.topic, s.part, sarama.OffsetOldest)
 	if err != nil {
-		return fmt.Errorf("log start of %s[%d]: %w", s.topic, s.part, err)
+		return kafkasec.Denied(fmt.Errorf("log start of %s[%d]: %w", s.topic, s.part, err), f.cfg.Kafka.Principal(), read)
 	}
 	newest, err := f.client.GetOffset(s.topic, s.part, sarama.OffsetNewest)
 	if err != nil {
-		return fmt.Errorf("high watermark of %s[%d]: %w", s.topic, s.part, err)
+		return kafkasec.Denied(fmt.Errorf("high watermark of %s[%d]: %w", s.topic, s.part, err), f.cfg.Kafka.Principal(), read)
 	}
 	f.mu.Lock()
 	doubt := s.doubt

@@ -9,6 +9,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -145,17 +146,26 @@ func (f *Feed) pump(s *kafkaSlot, r *kafkaRun) {
 	defer close(r.done)
 	msgs, errs := r.pc.Messages(), r.pc.Errors()
 	var logged time.Time // errors repeat while a topic is gone: log them now and then
+	var resume <-chan time.Time
+	refused := false // a refusal of this topic is recorded
 	for msgs != nil || errs != nil {
 		select {
 		case <-r.quit:
 			r.pc.AsyncClose()
 			drain(msgs, errs)
 			return
+		case <-resume:
+			resume = nil
+			r.pc.Resume()
 		case m, ok := <-msgs:
 			if !ok {
 				msgs = nil
 				continue
 			}
+			if refused && f.troubles.clear(troubleFetch+s.topic) {
+				f.slotLog(s).Info("Kafka lets the feed read the topic again")
+			}
+			refused = false
 			if !f.push(s, r, m) {
 				r.pc.AsyncClose()
 				drain(msgs, errs)
@@ -164,6 +174,14 @@ func (f *Feed) pump(s *kafkaSlot, r *kafkaRun) {
 		case e, ok := <-errs:
 			if !ok {
 				errs = nil
+				continue
+			}
+			if f.fetchRefused(s, e.Err) {
+				// sarama would fetch again every retry backoff: ask seldom,
+				// an operator must grant the ACL.
+				refused = true
+				r.pc.Pause()
+				resume = time.After(f.cfg.RefusedRetry)
 				continue
 			}
 			if time.Since(logged) >= kafkaErrorLogEvery {
@@ -178,6 +196,19 @@ func (f *Feed) pump(s *kafkaSlot, r *kafkaRun) {
 	r.ended = true
 	f.mu.Unlock()
 	signal(f.checkReq)
+}
+
+// fetchRefused records err as the refusal of reading s's topic when it is
+// one, logging it once, and reports whether it was.
+func (f *Feed) fetchRefused(s *kafkaSlot, err error) bool {
+	err = kafkasec.Denied(fmt.Errorf("fetch %s: %w", s.topic, err), f.cfg.Kafka.Principal(),
+		kafkasec.Ask{Op: "Read", Resource: kafkasec.ResourceTopic, Name: s.topic})
+	changed, refused := f.troubles.set(troubleFetch+s.topic, err)
+	if changed {
+		f.slotLog(s).Error("Kafka refused the feed its records: nothing is read until an operator grants it; asking again every "+
+			f.cfg.RefusedRetry.String(), logErr, err)
+	}
+	return refused
 }
 
 // drain empties a closing consumer's channels so it can finish.

@@ -1,0 +1,119 @@
+package ingest_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// Past the backlog's bound the loop applies nothing more and says
+// backpressure; as the outbox is published it resumes, below nine tenths
+// of the bound, and every item is applied once.
+func TestLoop_Backpressure(t *testing.T) {
+	s := openStore(t)
+	values := make([]string, 1000)
+	for i := range values {
+		values[i] = fmt.Sprintf("v%04d", i)
+	}
+	f := newMemFeed("e1", values...)
+	cfg := testConfig()
+	cfg.BatchMax = 50
+	cfg.MaxBacklog = outbox.BacklogLimit{Rows: 200}
+	l, stop := running(t, s, f, newCounter(), cfg)
+	ctx := context.Background()
+
+	held := func() (outbox.Pending, error) {
+		p, err := s.PendingBacklog(ctx)
+		if err != nil {
+			return p, err
+		}
+		if st, msg := l.State(); st != outbox.StateBackpressure || !strings.Contains(msg, "past its bound (at most 200 rows)") {
+			return p, fmt.Errorf("state %s (%q), want backpressure", st, msg)
+		}
+		return p, nil
+	}
+	var p outbox.Pending
+	wait(t, 10*time.Second, func() (err error) { p, err = held(); return err })
+	// The bound is passed by one batch at most, and nothing moves past it.
+	if p.Rows <= 200 || p.Rows > 250 {
+		t.Fatalf("held at %d rows, want past 200 by a batch (50) at most", p.Rows)
+	}
+	time.Sleep(300 * time.Millisecond) // three looks at the backlog: still held
+	if again, err := held(); err != nil || again != p {
+		t.Fatalf("held at %+v, then %+v (%v): it moved", p, again, err)
+	}
+
+	// Published down to 190 rows pending (above nine tenths): still held.
+	if err := s.SetRelayProgress(ctx, "r", p.Rows-190); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if _, err := held(); err != nil {
+		t.Fatalf("at 190 rows of 200: %v", err)
+	}
+	// Published as fast as it comes: the loop runs to the end.
+	for done := false; !done; {
+		last, err := s.LastOutboxID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetRelayProgress(ctx, "r", last); err != nil {
+			t.Fatal(err)
+		}
+		cps, _ := s.Positions(ctx, "f")
+		done = cps[0].Position == 1000
+		time.Sleep(20 * time.Millisecond)
+	}
+	wait(t, 10*time.Second, stateIs(l, outbox.StateCaughtUp, ""))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	c := counts(t, s)
+	for _, v := range values {
+		if c[v] != 1 {
+			t.Fatalf("%s applied %d times", v, c[v])
+		}
+	}
+	if rows := outboxRows(t, s); len(rows) != 1000 {
+		t.Fatalf("%d outbox rows, want 1000", len(rows))
+	}
+}
+
+// A loop stopped while held ends cleanly, with nothing half done.
+func TestLoop_BackpressureShutdown(t *testing.T) {
+	s := openStore(t)
+	f := newMemFeed("e1", "a", "b", "c", "d")
+	cfg := testConfig()
+	cfg.BatchMax = 1
+	cfg.MaxBacklog = outbox.BacklogLimit{Bytes: 1}
+	l, stop := running(t, s, f, newCounter(), cfg)
+	wait(t, 10*time.Second, func() error {
+		if st, _ := l.State(); st != outbox.StateBackpressure {
+			return fmt.Errorf("state %s", st)
+		}
+		return nil
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if st, _ := l.State(); st != outbox.StateStopped {
+		t.Fatalf("state %s after stop", st)
+	}
+	if c := counts(t, s); len(c) != 1 || c["a"] != 1 {
+		t.Fatalf("counts %v, want a once: one item is past a bound of one byte", c)
+	}
+}
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB",
+		5 << 20: "5.0 MiB", 3 << 30: "3.0 GiB", 2 << 40: "2.0 TiB"} {
+		if got := ingest.FormatBytes(n); got != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

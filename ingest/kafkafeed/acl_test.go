@@ -1,0 +1,382 @@
+package kafkafeed_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/ingest/feedtest"
+	"github.com/outboxd/outboxd/ingest/kafkafeed"
+	"github.com/outboxd/outboxd/internal/kafkasec"
+	"github.com/outboxd/outboxd/internal/testcerts"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+const (
+	feedUser     = "feed"
+	feedPassword = "feed-secret"
+	aclTopic     = "events"
+	aclGroup     = "outboxd-events"
+)
+
+// secured is a kfake broker with TLS, SCRAM-SHA-256 and ACLs, a superuser
+// "admin" and the feed's user "feed".
+type secured struct {
+	addr    string
+	ca      *testcerts.CA
+	accepts atomic.Int64
+	admin   *kadm.Client
+	adminCl *kgo.Client
+}
+
+func startSecured(t *testing.T, grants ...kfake.ACL) *secured {
+	t.Helper()
+	ca, err := testcerts.NewCA(t.TempDir(), "feed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ca.Server("broker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &secured{addr: ln.Addr().String(), ca: ca}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1),
+		kfake.ListenFn(func(string, string) (net.Listener, error) { return counting{ln, &s.accepts}, nil }),
+		kfake.TLS(testcerts.ServerTLS(srv, nil)), kfake.EnableSASL(), kfake.EnableACLs(),
+		kfake.Superuser(kafkasec.MechanismSCRAMSHA256, "admin", "admin-secret"),
+		kfake.User(kafkasec.MechanismSCRAMSHA256, feedUser, feedPassword, grants...),
+		kfake.SeedTopics(2, aclTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	s.adminCl, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(s.addr), kgo.RecordPartitioner(kgo.ManualPartitioner())},
+		s.settings(t, "admin", "admin-secret").Kgo()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.adminCl.Close)
+	s.admin = kadm.NewClient(s.adminCl)
+	return s
+}
+
+type counting struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l counting) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+func (s *secured) settings(t *testing.T, user, password string) kafkasec.Settings {
+	t.Helper()
+	cfg := kafkasec.Config{TLS: kafkasec.TLSConfig{CAFile: s.ca.File},
+		SASL: kafkasec.SASLConfig{Mechanism: kafkasec.MechanismSCRAMSHA256, User: user}}
+	st, err := cfg.Resolve(func(k string) string {
+		if k == kafkasec.EnvPassword {
+			return password
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// produce writes n records to each partition of the topic as the admin.
+func (s *secured) produce(t *testing.T, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for p := int32(0); p < 2; p++ {
+		for i := range n {
+			r := &kgo.Record{Topic: aclTopic, Partition: p, Value: []byte(fmt.Sprintf("p%d-%d", p, i))}
+			if err := s.adminCl.ProduceSync(ctx, r).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func (s *secured) grant(t *testing.T, b *kadm.ACLBuilder) {
+	t.Helper()
+	res, err := s.admin.CreateACLs(context.Background(), b.Allow("User:"+feedUser))
+	for _, r := range res {
+		if err == nil {
+			err = r.Err
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lines is a log safe to read while written.
+type lines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lines) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+func acl(rt kmsg.ACLResourceType, name string, op kmsg.ACLOperation) kfake.ACL {
+	return kfake.ACL{Resource: rt, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
+}
+
+func securedFeedConfig(t *testing.T, s *secured, password string, log *lines) kafkafeed.Config {
+	return kafkafeed.Config{
+		Brokers: []string{s.addr}, Topic: aclTopic, Group: aclGroup,
+		MetadataRefresh: 50 * time.Millisecond, CommitInterval: 50 * time.Millisecond,
+		Kafka: s.settings(t, feedUser, password), RefusedRetry: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+}
+
+// waitTrouble waits until the feed's trouble holds want and stalls as
+// said.
+func waitTrouble(t *testing.T, f *kafkafeed.Feed, want string, stalls bool) {
+	t.Helper()
+	feedtest.Wait(t, feedtest.Timeout, func() error {
+		msg, st := f.Trouble()
+		if !strings.Contains(msg, want) || st != stalls {
+			return fmt.Errorf("trouble %q (stalls %v), want %q (stalls %v)", msg, st, want, stalls)
+		}
+		return nil
+	})
+}
+
+// collectAll reads every item of both partitions (n each), checks each
+// came once, and returns the checkpoint after the last of each partition.
+func collectAll(t *testing.T, f *kafkafeed.Feed, n int) []outbox.Checkpoint {
+	t.Helper()
+	seen := map[string]int{}
+	last := map[int32]outbox.Checkpoint{}
+	items := 0
+	for items < 2*n {
+		for _, r := range feedtest.Collect(t, f, 1, feedtest.Timeout) {
+			if r.Kind == ingest.RecordItem {
+				seen[string(r.Item.Value)]++
+				items++
+				last[r.Partition] = outbox.Checkpoint{Partition: r.Partition, Epoch: r.Epoch, Position: r.Position}
+			}
+		}
+	}
+	if len(seen) != 2*n {
+		t.Fatalf("%d distinct items of %d read, want %d", len(seen), items, 2*n)
+	}
+	return []outbox.Checkpoint{last[0], last[1]}
+}
+
+// noItems checks the feed yields no item for a while (epochs may come:
+// the topic's metadata is allowed).
+func noItems(t *testing.T, f *kafkafeed.Feed) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), feedtest.Quiet)
+	defer cancel()
+	for ctx.Err() == nil {
+		recs, _ := f.Poll(ctx, nil, 100)
+		for _, r := range recs {
+			if r.Kind == ingest.RecordItem {
+				t.Fatalf("read %s while refused", feedtest.Describe(r))
+			}
+		}
+	}
+}
+
+// Over TLS and SCRAM, with Read on its topic and group, the feed reads
+// every record once and commits the group's offsets.
+func TestFeed_Secured(t *testing.T) {
+	s := startSecured(t, acl(kmsg.ACLResourceTypeTopic, aclTopic, kmsg.ACLOperationRead),
+		acl(kmsg.ACLResourceTypeGroup, aclGroup, kmsg.ACLOperationRead))
+	s.produce(t, 5)
+	var log lines
+	f := openKafkaFeed(t, securedFeedConfig(t, s, feedPassword, &log), nil)
+	collectAll(t, f, 5)
+	if msg, _ := f.Trouble(); msg != "" {
+		t.Fatalf("trouble %q with every grant", msg)
+	}
+}
+
+// Each missing grant is a trouble naming the principal, the operation and
+// the resource, logged once; granted, the feed goes on by itself.
+func TestFeed_MissingACL(t *testing.T) {
+	readTopic := acl(kmsg.ACLResourceTypeTopic, aclTopic, kmsg.ACLOperationRead)
+	readGroup := acl(kmsg.ACLResourceTypeGroup, aclGroup, kmsg.ACLOperationRead)
+	cases := []struct {
+		name   string
+		grants []kfake.ACL
+		want   string
+		stalls bool
+		grant  *kadm.ACLBuilder
+	}{
+		{"TopicNothing", []kfake.ACL{readGroup},
+			`User:feed lacks Read on topic "events" (TOPIC_AUTHORIZATION_FAILED)`, true,
+			kadm.NewACLs().Topics(aclTopic).Operations(kadm.OpRead)},
+		{"TopicDescribeOnly", []kfake.ACL{readGroup, acl(kmsg.ACLResourceTypeTopic, aclTopic, kmsg.ACLOperationDescribe)},
+			`User:feed lacks Read on topic "events" (TOPIC_AUTHORIZATION_FAILED)`, true,
+			kadm.NewACLs().Topics(aclTopic).Operations(kadm.OpRead)},
+		{"Group", []kfake.ACL{readTopic},
+			`User:feed lacks Read on group "outboxd-events" (GROUP_AUTHORIZATION_FAILED)`, false,
+			kadm.NewACLs().Groups(aclGroup).Operations(kadm.OpRead)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := startSecured(t, c.grants...)
+			s.produce(t, 3)
+			var log lines
+			f := openKafkaFeed(t, securedFeedConfig(t, s, feedPassword, &log), nil)
+			if c.stalls {
+				waitTrouble(t, f, c.want, true)
+				noItems(t, f)
+			} else {
+				cps := collectAll(t, f, 3)
+				if err := f.Commit(context.Background(), cps); err != nil {
+					t.Fatal(err)
+				}
+				waitTrouble(t, f, c.want, false)
+			}
+			feedtest.Wait(t, feedtest.Timeout, func() error {
+				if got := log.count("Kafka refused the feed"); got != 1 {
+					return fmt.Errorf("%d log lines of the refusal, want 1", got)
+				}
+				return nil
+			})
+			s.grant(t, c.grant)
+			if c.stalls {
+				collectAll(t, f, 3)
+			}
+			waitTrouble(t, f, "", false)
+			if got := log.count("Kafka refused the feed"); got != 1 {
+				t.Fatalf("%d log lines of the refusal after it was granted, want 1", got)
+			}
+		})
+	}
+}
+
+// A wrong password is one refusal: the trouble names the mechanism and
+// the user, it is logged once, and each retry is one connection every
+// RefusedRetry.
+func TestFeed_WrongPassword(t *testing.T) {
+	s := startSecured(t, acl(kmsg.ACLResourceTypeTopic, aclTopic, kmsg.ACLOperationRead))
+	var log lines
+	cfg := securedFeedConfig(t, s, "pw-Zq81x", &log)
+	f := kafkafeed.New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	opened := make(chan error, 1)
+	go func() { opened <- f.Open(ctx, nil) }()
+	waitTrouble(t, f, `SASL SCRAM-SHA-256 as "feed"`, true)
+	start, n0 := time.Now(), s.accepts.Load()
+	feedtest.Wait(t, feedtest.Timeout, func() error {
+		if n := s.accepts.Load() - n0; n < 3 {
+			return fmt.Errorf("%d connections", n)
+		}
+		return nil
+	})
+	took, n := time.Since(start), s.accepts.Load()-n0
+	if most := int64(took/cfg.RefusedRetry) + 2; n > most {
+		t.Fatalf("%d connections in %v, want at most %d", n, took, most)
+	}
+	if got := log.count("Kafka refused the feed"); got != 1 {
+		t.Fatalf("%d log lines of the refusal, want 1", got)
+	}
+	if msg, _ := f.Trouble(); log.count("pw-Zq81x") > 0 || strings.Contains(msg, "pw-Zq81x") {
+		t.Fatal("the password shows in the log or the trouble")
+	}
+	cancel()
+	if err := <-opened; err == nil {
+		t.Fatal("Open succeeded with a wrong password")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A loop on a feed Kafka refuses reports the feed stalled with the
+// refusal (the API's state and lastError); once granted, it applies every
+// record once and moves again.
+func TestFeed_LoopRefused(t *testing.T) {
+	s := startSecured(t, acl(kmsg.ACLResourceTypeGroup, aclGroup, kmsg.ACLOperationRead))
+	s.produce(t, 4)
+	store, err := outbox.Open(context.Background(), outbox.DefaultConfig(filepath.Join(t.TempDir(), "o.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var applied sync.Map
+	proc := ingest.ProcessorFunc(func(_ context.Context, _ *outbox.Tx, _ ingest.Delivery, item ingest.Item) error {
+		n, _ := applied.LoadOrStore(string(item.Value), new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		return nil
+	})
+	var log lines
+	cfg := ingest.DefaultConfig("events")
+	l, err := ingest.NewLoop(store, kafkafeed.New(securedFeedConfig(t, s, feedPassword, &log)), proc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	want := `not authorized: User:feed lacks Read on topic "events" (TOPIC_AUTHORIZATION_FAILED)`
+	feedtest.Wait(t, feedtest.Timeout, func() error {
+		if st, msg := l.State(); st != outbox.StateStalled || msg != want {
+			return fmt.Errorf("state %s %q, want stalled %q", st, msg, want)
+		}
+		return nil
+	})
+	s.grant(t, kadm.NewACLs().Topics(aclTopic).Operations(kadm.OpRead))
+	feedtest.Wait(t, feedtest.Timeout, func() error {
+		if st, msg := l.State(); st != outbox.StateCaughtUp || msg != "" {
+			return fmt.Errorf("state %s %q, want caught-up", st, msg)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	applied.Range(func(k, v any) bool {
+		if n := v.(*atomic.Int64).Load(); n != 1 {
+			t.Errorf("%s applied %d times", k, n)
+		}
+		count++
+		return true
+	})
+	if count != 8 {
+		t.Fatalf("%d records applied, want 8", count)
+	}
+}

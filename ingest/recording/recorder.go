@@ -64,7 +64,7 @@ type Recorder struct {
 	log *slog.Logger
 
 	w        *Writer
-	hdr      Header // the current file's
+	hdr      Header       // the current file's
 	item     *pendingItem // handed over, its outcome not yet
 	last     map[int32]outbox.Checkpoint
 	prepared bool

@@ -114,6 +114,7 @@ func (s *Server) newRegistry() (*prometheus.Registry, error) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		s.metrics.batchSize, s.metrics.commit, s.metrics.relayTxn, s.metrics.relayBatch,
 		newStatusCollector(s),
+		newRecordingCollector(s),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: MetricAPIDeadLetterRequests,
 			Help: "Dead-letter requests being served (at most 4 at once; others wait their turn).",

@@ -49,6 +49,9 @@ type FeedStatus struct {
 	LastAppliedAt *time.Time `json:"lastAppliedAt"`
 
 	Outbox Backlog `json:"outbox"`
+
+	// Recording is the feed's recording; absent when it is not recorded.
+	Recording *RecordingStatus `json:"recording,omitempty"`
 }
 
 // PartitionStatus is where one partition of a feed stands.
@@ -173,6 +176,7 @@ func newFeedStatus(name string, st outbox.FeedStats, f Feed) FeedStatus {
 	if f != nil {
 		fs.Configured = true
 		fs.Kind, fs.Source, fs.Processor = f.Kind(), f.Source(), f.Processor()
+		fs.Recording = recordingOf(f)
 		fs.State, fs.LastError = f.State()
 		// The stored error is the reason of a stall; once the feed runs
 		// again it is history, and the live error is the one that matters.

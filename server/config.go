@@ -61,6 +61,8 @@ type Config struct {
 	Feeds           map[string]*FeedConfig `yaml:"feeds"`
 
 	Relay RelayConfig `yaml:"relay"`
+	// Record says which feeds are recorded (record_config.go).
+	Record RecordConfig `yaml:"record"`
 
 	RetryDelay    time.Duration `yaml:"retryDelay"`
 	RetryAttempts int           `yaml:"retryAttempts"`
@@ -365,6 +367,7 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	fs.Var(feedFlag("group", func(f *FeedConfig, v string) error { f.Group = v; return nil }),
 		"group", "NAME=GROUP: a Kafka feed's consumer group (default outboxd-NAME)")
 	c.Relay.flags(fs)
+	c.Record.flags(fs)
 	fs.BoolVar(&c.NewDatabase, "new-database", c.NewDatabase,
 		"start afresh although the progress topic shows that an earlier database at this --db path published: "+
 			"every output is published again (command line only; recorded in the database, so needed once)")

@@ -193,24 +193,9 @@ func (m *Main) newLoop(name string, fc *FeedConfig, seams testSeams) (*ingest.Lo
 	default:
 		return nil, fmt.Errorf("feed %s: unknown kind %q", name, kind)
 	}
-	var proc ingest.Processor
-	switch fc.Processor {
-	case orders.Name:
-		oc := orders.DefaultConfig(name, target)
-		oc.StatusTopic = fc.Topic
-		oc.RetryDelay, oc.RetryAttempts = m.Config.RetryDelay, m.Config.RetryAttempts
-		oc.Logger = m.Logger
-		p, err := orders.New(oc)
-		if err != nil {
-			return nil, fmt.Errorf("feed %s: %w", name, err)
-		}
-		proc = p
-	case ledger.Name:
-		proc = ledger.New(fc.Topic)
-	case forward.Name:
-		proc = forward.New(fc.Topic, fc.KeyField)
-	default:
-		return nil, fmt.Errorf("feed %s: unknown processor %q", name, fc.Processor)
+	proc, err := newProcessor(name, target, fc, m.Config, m.Logger)
+	if err != nil {
+		return nil, err
 	}
 	cfg := ingest.DefaultConfig(name)
 	cfg.Processor = fc.Processor
@@ -230,7 +215,32 @@ func (m *Main) newLoop(name string, fc *FeedConfig, seams testSeams) (*ingest.Lo
 	}
 	cfg.DisableGuard = seams.disableGuard
 	cfg.Rewind = seams.rewind[name]
+	if cfg.Recorder, err = m.newRecorder(name, fc, cfg); err != nil {
+		return nil, err
+	}
 	return ingest.NewLoop(m.Store, feed, proc, cfg)
+}
+
+// newProcessor makes feed name's processor; target is what the feed reads
+// (a path, a topic).
+func newProcessor(name, target string, fc *FeedConfig, c Config, logger *slog.Logger) (ingest.Processor, error) {
+	switch fc.Processor {
+	case orders.Name:
+		oc := orders.DefaultConfig(name, target)
+		oc.StatusTopic = fc.Topic
+		oc.RetryDelay, oc.RetryAttempts = c.RetryDelay, c.RetryAttempts
+		oc.Logger = logger
+		p, err := orders.New(oc)
+		if err != nil {
+			return nil, fmt.Errorf("feed %s: %w", name, err)
+		}
+		return p, nil
+	case ledger.Name:
+		return ledger.New(fc.Topic), nil
+	case forward.Name:
+		return forward.New(fc.Topic, fc.KeyField), nil
+	}
+	return nil, fmt.Errorf("feed %s: unknown processor %q", name, fc.Processor)
 }
 
 // resolveBrokers starts the in-process dev broker when no --brokers are

@@ -43,6 +43,8 @@ type benchOptions struct {
 	// CPUProfile names a file for a CPU profile of each phase, written
 	// as FILE.<phase> (go tool pprof reads it).
 	CPUProfile string
+	// Record adds the phases ingest_recorded and replay (record.go).
+	Record bool
 }
 
 // defaultBenchOptions are the engine's own defaults, so that the bench
@@ -93,6 +95,7 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 	fs.BoolVar(&o.Verbose, "verbose", o.Verbose, "show the engine's logs on stderr")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest any one phase may take")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of each phase to FILE.<phase>, for go tool pprof")
+	fs.BoolVar(&o.Record, "record", o.Record, "also measure ingest with --record on (ingest_recorded) and the replay of that recording (replay), checked identical")
 	return fs
 }
 

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 func TestBenchCommand(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		var stdout, stderr bytes.Buffer
-		args := []string{"--lines", "20000", "--json", "--rate", "2000", "--latency-duration", "1s", "--dir", t.TempDir()}
+		args := []string{"--lines", "20000", "--json", "--rate", "2000", "--latency-duration", "1s", "--dir", t.TempDir(), "--record"}
 		if code := Command(args, &stdout, &stderr); code != 0 {
 			t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
 		}
@@ -38,12 +38,20 @@ func TestBenchCommand(t *testing.T) {
 		if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
 			t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout.String())
 		}
-		for _, phase := range []string{"raw_sqlite", "raw_produce", "ingest", "relay", "end_to_end"} {
+		for _, phase := range []string{"raw_sqlite", "raw_produce", "ingest", "ingest_recorded", "replay", "relay", "end_to_end"} {
 			if got := res[phase]["count"]; got != 20000.0 {
 				t.Errorf("%s.count = %v, want 20000", phase, got)
 			}
 			if got, _ := res[phase]["per_second"].(float64); got <= 0 {
 				t.Errorf("%s.per_second = %v, want more than 0", phase, res[phase]["per_second"])
+			}
+		}
+		if r := res["replay"]; r["identical"] != true || r["deliveries"] != 20000.0 || r["outputs"] != 20000.0 || r["recording_bytes"].(float64) <= 0 {
+			t.Errorf("replay = %v, want identical over 20000 deliveries and outputs", r)
+		}
+		for _, phase := range []string{"ingest", "ingest_recorded"} {
+			if got, _ := res[phase]["cpu_us_per_item"].(float64); got <= 0 {
+				t.Errorf("%s.cpu_us_per_item = %v, want more than 0", phase, res[phase]["cpu_us_per_item"])
 			}
 		}
 		want := map[string]any{"ok": true, "outputs": 20000.0, "duplicates": 0.0, "missing": 0.0, "latency_duplicates": 0.0}

@@ -105,6 +105,11 @@ func (b *bench) openEngine(ctx context.Context, name string) (*benchEngine, erro
 // startLoop runs an ingest loop: the file at path through the ledger
 // processor, its outputs to topic.
 func (e *benchEngine) startLoop(ctx context.Context, path, topic string) (*task, error) {
+	return e.startLoopRecorded(ctx, path, topic, nil)
+}
+
+// startLoopRecorded is startLoop with a recorder (nil: none).
+func (e *benchEngine) startLoopRecorded(ctx context.Context, path, topic string, rec ingest.Recorder) (*task, error) {
 	o := e.b.o
 	cfg := ingest.DefaultConfig(benchFeed)
 	cfg.Processor = ledger.Name
@@ -117,6 +122,7 @@ func (e *benchEngine) startLoop(ctx context.Context, path, topic string) (*task,
 		default:
 		}
 	}
+	cfg.Recorder = rec
 	feed := filefeed.New(path, filefeed.Options{MaxLine: server.DefaultConfig().MaxLine, Logger: e.b.log})
 	l, err := ingest.NewLoop(e.store, feed, ledger.New(topic), cfg)
 	if err != nil {

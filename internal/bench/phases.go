@@ -14,13 +14,13 @@ func (b *bench) runIngest(ctx context.Context) error {
 		return err
 	}
 	b.backlog = e
-	start := time.Now()
+	start, cpu := time.Now(), startCPU()
 	loop, err := e.startLoop(ctx, b.data.Path, b.topic("relay"))
 	if err != nil {
 		return err
 	}
 	err = e.waitIngested(ctx, b.data.Size)
-	elapsed := time.Since(start)
+	elapsed, used := time.Since(start), cpu.used()
 	if serr := loop.stop(); err == nil {
 		err = serr
 	}
@@ -28,6 +28,7 @@ func (b *bench) runIngest(ctx context.Context) error {
 		return err
 	}
 	b.res.Ingest = newPhaseResult(b.data.Lines, elapsed)
+	b.res.Ingest.setCPU(used)
 	return b.checkOutbox(ctx, e)
 }
 

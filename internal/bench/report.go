@@ -14,16 +14,19 @@ import (
 // benchResult is everything a run measured. Its JSON field names are
 // stable: scripts read them. A phase that did not run is null.
 type benchResult struct {
-	RawSQLite  *phaseResult   `json:"raw_sqlite"`
-	RawProduce *phaseResult   `json:"raw_produce"`
-	Ingest     *phaseResult   `json:"ingest"`
-	Relay      *phaseResult   `json:"relay"`
-	EndToEnd   *phaseResult   `json:"end_to_end"`
-	Ratios     benchRatios    `json:"ratios"`
-	Latency    *latencyResult `json:"latency"`
-	RSS        rssResult      `json:"rss"`
-	Verify     verifyResult   `json:"verify"`
-	Settings   benchSettings  `json:"settings"`
+	RawSQLite  *phaseResult `json:"raw_sqlite"`
+	RawProduce *phaseResult `json:"raw_produce"`
+	Ingest     *phaseResult `json:"ingest"`
+	// IngestRecorded and Replay run with --record (record.go).
+	IngestRecorded *phaseResult   `json:"ingest_recorded"`
+	Replay         *replayResult  `json:"replay"`
+	Relay          *phaseResult   `json:"relay"`
+	EndToEnd       *phaseResult   `json:"end_to_end"`
+	Ratios         benchRatios    `json:"ratios"`
+	Latency        *latencyResult `json:"latency"`
+	RSS            rssResult      `json:"rss"`
+	Verify         verifyResult   `json:"verify"`
+	Settings       benchSettings  `json:"settings"`
 }
 
 // phaseResult is one throughput measurement.
@@ -34,6 +37,9 @@ type phaseResult struct {
 	// StartupSeconds (relay only) is the time from start to connected,
 	// not counted in Seconds.
 	StartupSeconds float64 `json:"startup_seconds,omitempty"`
+	// CPUMicrosPerItem (ingest phases) is the process's CPU time (user
+	// and system) over the phase, per item, in microseconds.
+	CPUMicrosPerItem float64 `json:"cpu_us_per_item,omitempty"`
 }
 
 // newPhaseResult is n items in d.
@@ -50,6 +56,8 @@ type benchRatios struct {
 	IngestRawSQLite   float64 `json:"ingest_raw_sqlite"`
 	RelayRawProduce   float64 `json:"relay_raw_produce"`
 	EndToEndRawSQLite float64 `json:"end_to_end_raw_sqlite"`
+	// IngestRecordedIngest is ingest_recorded / ingest (with --record).
+	IngestRecordedIngest float64 `json:"ingest_recorded_ingest,omitempty"`
 }
 
 // latencyResult is the append-to-visible latency at a fixed offered load.
@@ -136,6 +144,7 @@ type benchSettings struct {
 	GOGC          int    `json:"gogc"` // -1: off
 	OS            string `json:"os"`
 	Arch          string `json:"arch"`
+	Record        bool   `json:"record"`
 }
 
 // newBenchResult starts a result with the run's settings.
@@ -146,7 +155,7 @@ func newBenchResult(o benchOptions) *benchResult {
 			Lines: o.Lines, Accounts: o.Accounts, Synchronous: o.Synchronous,
 			BatchMax: o.BatchMax, BatchWait: o.BatchWait.String(), RelayBatch: o.RelayBatch, RelayWait: o.RelayWait.String(),
 			Partitions: topicPartitions, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-			GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: o.GOGC, OS: runtime.GOOS, Arch: runtime.GOARCH,
+			GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: o.GOGC, OS: runtime.GOOS, Arch: runtime.GOARCH, Record: o.Record,
 		},
 	}
 }
@@ -157,6 +166,7 @@ func (r *benchResult) fillRatios() {
 	r.Ratios.IngestRawSQLite = ratio(r.Ingest, r.RawSQLite)
 	r.Ratios.RelayRawProduce = ratio(r.Relay, r.RawProduce)
 	r.Ratios.EndToEndRawSQLite = ratio(r.EndToEnd, r.RawSQLite)
+	r.Ratios.IngestRecordedIngest = ratio(r.IngestRecorded, r.Ingest)
 	r.Verify.OK = r.Verify.Enabled && len(r.Verify.Failures) == 0
 }
 
@@ -194,12 +204,15 @@ func (r *benchResult) table(w io.Writer) error {
 		{"raw_sqlite", "lines/s", "", r.RawSQLite},
 		{"raw_produce", "records/s", "", r.RawProduce},
 		{"ingest", "lines/s", ratioText(r.Ratios.IngestRawSQLite, "raw_sqlite"), r.Ingest},
+		{"ingest_recorded", "lines/s", ratioText(r.Ratios.IngestRecordedIngest, "ingest"), r.IngestRecorded},
 		{"relay", "records/s", ratioText(r.Ratios.RelayRawProduce, "raw_produce"), r.Relay},
 		{"end_to_end", "lines/s", ratioText(r.Ratios.EndToEndRawSQLite, "raw_sqlite"), r.EndToEnd},
 	}
 	for _, row := range rows {
 		if row.p == nil {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t\t\n", row.name)
+			if row.name != "ingest_recorded" || r.Settings.Record {
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t\t\n", row.name)
+			}
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.0f %s\t%s\t\n", row.name, row.p.Count, row.p.Seconds, row.p.PerSecond, row.unit, row.ratio)
@@ -208,6 +221,7 @@ func (r *benchResult) table(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(w)
+	r.recordLines(w)
 	r.tail(w)
 	return nil
 }

@@ -91,6 +91,8 @@ func (b *bench) runPhases(ctx context.Context) error {
 		{"raw_sqlite", b.runRawSQLite},
 		{"raw_produce", b.runRawProduce},
 		{"ingest", b.runIngest},
+		{"ingest_recorded", b.runIngestRecorded},
+		{"replay", b.runReplay},
 		{"relay", b.runRelay},
 		{"end_to_end", b.runEndToEnd},
 		{"latency", b.runLatency},

@@ -29,7 +29,7 @@ type replayJSON struct {
 	Files   []string `json:"recordings"`
 	Replay  struct {
 		Items, Applied, ReplaysSkipped, DeadLettered, Outputs, EpochChanges, Losses, DecisionsDiffering int64
-		Torn, Unconfirmed                                                                             []recording.TailReport
+		Torn, Unconfirmed                                                                               []recording.TailReport
 	} `json:"replay"`
 	Diff *recording.DiffResult `json:"diff"`
 }

@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -439,7 +440,13 @@ func replayedRecord(e *Entry) ingest.Record {
 // (see outbox.ErrReplayCopy). restored says the snapshot was copied.
 func OpenTarget(ctx context.Context, set *Set, out string) (s *outbox.Store, restored bool, err error) {
 	f := set.Files[0]
-	if _, err := os.Stat(out); errors.Is(err, os.ErrNotExist) && f.Header.Snapshot != "" {
+	_, serr := os.Stat(out)
+	if serr == nil {
+		if err := checkReplayCopy(ctx, out); err != nil {
+			return nil, false, err
+		}
+	}
+	if errors.Is(serr, os.ErrNotExist) && f.Header.Snapshot != "" {
 		if f.Header.Part != 1 {
 			return nil, false, fmt.Errorf("%w: %s is part %d of its run: replay its part 1 first", ErrBadSet, f.Path, f.Header.Part)
 		}
@@ -458,6 +465,25 @@ func OpenTarget(ctx context.Context, set *Set, out string) (s *outbox.Store, res
 		return nil, false, err
 	}
 	return s, restored, nil
+}
+
+// ErrNotReplayCopy: the database a replay was to write into exists and
+// was not made by a replay: a replay never writes into a live database.
+var ErrNotReplayCopy = errors.New("not a database a replay made")
+
+// checkReplayCopy refuses an existing database at path that is not a
+// replay copy.
+func checkReplayCopy(ctx context.Context, path string) error {
+	s, err := outbox.OpenExisting(ctx, path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	defer s.Close()
+	if _, ok, err := s.ReplayCopy(ctx); err != nil || !ok {
+		return cmp.Or(err, fmt.Errorf("%s: %w (a server's, or another program's): a replay writes only into a new "+
+			"database or one a replay made", path, ErrNotReplayCopy))
+	}
+	return nil
 }
 
 // copyFile copies src to dst, which appears whole or not at all.

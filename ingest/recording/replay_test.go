@@ -522,3 +522,28 @@ func TestRecorder_Rotates(t *testing.T) {
 	checkSummary(t, sum, c, 0)
 	checkIdentical(t, res, c.lines)
 }
+
+// TestOpenTarget_RefusesLiveDatabase: a replay never writes into a
+// database it did not make, nor marks it.
+func TestOpenTarget_RefusesLiveDatabase(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	dir := t.TempDir()
+	r := run{dir: filepath.Join(dir, "rec"), db: filepath.Join(dir, "live.db"), input: filepath.Join(dir, "ledger.csv")}
+	appendFile(t, r.input, lines(rng, 100))
+	r.record(t)
+	set, err := recording.Scan(recordings(t, r.dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := recording.OpenTarget(context.Background(), set, r.db); !errors.Is(err, recording.ErrNotReplayCopy) {
+		t.Fatalf("err %v, want ErrNotReplayCopy", err)
+	}
+	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(r.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Claim(context.Background()); err != nil {
+		t.Fatalf("the live database cannot be claimed after a refused replay: %v", err)
+	}
+}

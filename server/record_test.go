@@ -12,9 +12,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest/recording"
+	"github.com/outboxd/outboxd/internal/devkafka"
+	"github.com/outboxd/outboxd/outbox"
 )
 
 func TestRecordConfig_Parse(t *testing.T) {
@@ -188,4 +191,50 @@ func metricLine(t *testing.T, base, name string) string {
 	}
 	t.Fatalf("no %s in /metrics", name)
 	return ""
+}
+
+// TestMain_RecordingKafka records a Kafka feed of three partitions (keys,
+// values and headers) and replays it to identical outputs and positions.
+func TestMain_RecordingKafka(t *testing.T) {
+	dir := t.TempDir()
+	db, rec := filepath.Join(dir, "outboxd.db"), filepath.Join(dir, "rec")
+	r := runMain(t, "--db", db, "--feed", "k=kafka:events", "--processor", "k=forward", "--relay", "none",
+		"--http", "127.0.0.1:0", "--dev-broker-addr", "127.0.0.1:0", "--dev-broker-data", "", "--record", rec)
+	r.ready(t)
+	var in strings.Builder
+	const n = 300
+	for i := range n {
+		fmt.Fprintf(&in, `{"key":"k-%d","value":"v-%d","headers":{"h":"%d"}}`+"\n", i%17, i, i)
+	}
+	if _, err := devkafka.Produce(context.Background(), devkafka.ProduceOptions{Brokers: []string{r.m.Broker.Addr()}, Topic: "events", JSON: true},
+		strings.NewReader(in.String())); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, 30*time.Second, func() error {
+		s, err := outbox.OpenExisting(context.Background(), db)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		cps, err := s.ReadPositions(context.Background(), "k")
+		if err != nil {
+			return err
+		}
+		sum := int64(0)
+		for _, c := range cps {
+			sum += c.Position
+		}
+		if len(cps) != 3 || sum != n {
+			return fmt.Errorf("positions %+v, want 3 partitions summing to %d", cps, n)
+		}
+		return nil
+	})
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	rep, code := replayJSON(t, rec, "--diff", db)
+	if code != ReplayIdentical || rep.Replay.Items != n || rep.Replay.Applied != n || rep.Diff.Deliveries != n ||
+		rep.Diff.OutputsDatabase != n || rep.Diff.Positions != "" || rep.Replay.EpochChanges != 3 {
+		t.Fatalf("exit %d, replay %+v, diff %+v", code, rep.Replay, rep.Diff)
+	}
 }

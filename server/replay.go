@@ -169,7 +169,7 @@ func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*repl
 		rep.Restored = filepath.Join(filepath.Dir(set.Files[0].Path), h.Snapshot)
 	}
 	rep.Replay, err = recording.Replay(ctx, recording.ReplayConfig{Set: set, Store: store, Processor: proc,
-		ProcessorName: rep.Processor.Name, Logger: logger})
+		ProcessorName: rep.Processor.Name, Logger: logger, KeepPlaces: o.Diff != ""})
 	if err != nil {
 		return nil, err
 	}

@@ -282,7 +282,7 @@ func changedRule(t *testing.T, recDir, db string, l twoEpochs) {
 	}
 	defer store.Close()
 	sum, err := recording.Replay(ctx, recording.ReplayConfig{Set: set, Store: store,
-		Processor: strictLedger{ledger.New("ledger.out")}, ProcessorName: "ledger-v2", Logger: quietLog})
+		Processor: strictLedger{ledger.New("ledger.out")}, ProcessorName: "ledger-v2", Logger: quietLog, KeepPlaces: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,10 +36,11 @@ const Version = 1
 const (
 	sync0, sync1 = 0xA7, 0x4E
 	frameHead    = 2 + 4 + 4
-	// maxFrame bounds a frame's body: far above any item outboxd takes
-	// (a Kafka record of at most 64 MiB, a file line under --max-line),
-	// so a damaged length is never believed.
-	maxFrame = 1 << 30
+	// maxFrame bounds a frame's body, so a damaged length is never
+	// believed past it: four times the largest Kafka record outboxd
+	// takes (64 MiB). A recorder stops at an item it cannot record
+	// within it (see MaxItemBytes).
+	maxFrame = 256 << 20
 )
 
 // Frame kinds.
@@ -51,6 +52,10 @@ const (
 	kindPrepare = 'P'
 	kindCommit  = 'C'
 )
+
+// MaxItemBytes is the largest item (key, value and headers) a recording
+// holds: a recorder meeting a larger one (a file line over 255 MiB) stops.
+const MaxItemBytes = maxFrame - 1<<20
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 

@@ -195,6 +195,11 @@ func (r *Recorder) Outcome(o ingest.Outcome) {
 	if !r.active || r.item == nil {
 		return
 	}
+	if n := itemSize(r.item.r.Item); n > MaxItemBytes {
+		r.fail(fmt.Errorf("item at %s[%d] position %d holds %d bytes, over the %d a recording holds",
+			r.item.d.Feed, r.item.d.Partition, r.item.d.Position, n, MaxItemBytes))
+		return
+	}
 	r.w.Item(r.item.r, r.item.d, o)
 	r.item.r = ingest.Record{} // the feed's slices: not kept
 	r.item = nil

@@ -144,7 +144,7 @@ func replay(t *testing.T, out, db string, proc ingest.Processor, paths ...string
 		t.Fatal(err)
 	}
 	defer store.Close()
-	sum, err := recording.Replay(ctx, recording.ReplayConfig{Set: set, Store: store, Processor: proc, ProcessorName: "ledger", Logger: quiet})
+	sum, err := recording.Replay(ctx, recording.ReplayConfig{Set: set, Store: store, Processor: proc, ProcessorName: "ledger", Logger: quiet, KeepPlaces: true})
 	if err != nil || db == "" {
 		return sum, recording.DiffResult{}, err
 	}

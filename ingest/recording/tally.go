@@ -21,6 +21,8 @@ type tally struct {
 	item    ingest.Delivery // the item last handled
 	pending []done          // of the transaction in progress
 	ordinal int64
+
+	keepPlaces bool // in sum.Places
 }
 
 // expected is an item handed over and its recorded outcome.
@@ -120,7 +122,7 @@ func (t *tally) final(d ingest.Delivery, o ingest.Outcome) {
 	case ingest.ResultRequeued:
 		s.Requeued++
 	}
-	if o.Result != ingest.ResultReplaySkipped {
+	if t.keepPlaces && o.Result != ingest.ResultReplaySkipped {
 		s.Places = append(s.Places, Place{Partition: d.Partition, Epoch: d.Epoch, Position: d.Position, Ordinal: t.ordinal})
 		t.ordinal++
 	}

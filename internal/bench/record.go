@@ -97,7 +97,7 @@ func (b *bench) runReplay(ctx context.Context) error {
 	}
 	defer store.Close()
 	sum, err := recording.Replay(ctx, recording.ReplayConfig{Set: set, Store: store,
-		Processor: ledger.New(b.topic("recorded")), ProcessorName: ledger.Name, Logger: b.log})
+		Processor: ledger.New(b.topic("recorded")), ProcessorName: ledger.Name, Logger: b.log, KeepPlaces: true})
 	if err != nil {
 		return err
 	}

@@ -134,3 +134,39 @@ func refuseReplayCopy(ctx context.Context, q sqlx.QueryerContext) error {
 	}
 	return fmt.Errorf("%w (%s)", ErrReplayCopy, note)
 }
+
+// CopyDatabase writes a consistent copy of the database at src to dst,
+// marked as a replay copy saying note: src is only read, so a server may
+// be running on it. dst appears whole or not at all; it fails when dst
+// exists or src is not an outboxd database.
+func CopyDatabase(ctx context.Context, src, dst, note string) error {
+	s, err := OpenExisting(ctx, src) // checks it is one
+	if err != nil {
+		return err
+	}
+	s.Close()
+	if _, err := os.Lstat(dst); err == nil {
+		return fmt.Errorf("copy %s to %s: the file exists", src, dst)
+	}
+	db, err := sqlx.Open("sqlite", "file:"+uriPath.Replace(src)+"?mode=ro&_pragma=busy_timeout(5000)")
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	defer db.Close()
+	tmp := dst + ".tmp"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", tmp); err != nil {
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	if err := markFile(ctx, tmp, note); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	if err := syncRename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	return nil
+}

@@ -238,3 +238,44 @@ func TestMain_RecordingKafka(t *testing.T) {
 		t.Fatalf("exit %d, replay %+v, diff %+v", code, rep.Replay, rep.Diff)
 	}
 }
+
+// TestMain_RecordingWithoutSnapshot: with --record-snapshot=false a replay
+// starts from the copy the user kept (--from), and refuses to start from
+// nothing when the recording does not.
+func TestMain_RecordingWithoutSnapshot(t *testing.T) {
+	input, db, args := ledgerSetup(t)
+	r := runMain(t, args...)
+	r.ready(t)
+	waitPosition(t, db, int64(len("a,1\nb,2\n")))
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	data, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(backup, data, 0o644) // the user's own copy, taken while the server is down
+	dir := filepath.Join(t.TempDir(), "rec")
+	r = runMain(t, append(args, "--record", dir, "--record-snapshot=false")...)
+	r.ready(t)
+	waitPosition(t, db, appendLine(t, input, "a,5\n"))
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if snaps, _ := filepath.Glob(filepath.Join(dir, "*.snapshot.db")); len(snaps) != 0 {
+		t.Fatalf("snapshots %v with --record-snapshot=false", snaps)
+	}
+	rep, code := replayJSON(t, dir, "--from", backup, "--db", filepath.Join(t.TempDir(), "out.db"), "--diff", db)
+	if code != ReplayIdentical || rep.Restored != backup || rep.Replay.Items != 1 || rep.Diff.Deliveries != 1 || !rep.Diff.Identical {
+		t.Fatalf("exit %d, report %+v, diff %+v", code, rep, rep.Diff)
+	}
+	var stdout, stderr bytes.Buffer
+	code = replayCommand(context.Background(), []string{dir}, &stdout, &stderr)
+	if code != ReplayFailed || !strings.Contains(stderr.String(), "the database stands at nothing (a new feed)") {
+		t.Fatalf("exit %d, stderr %q: want 2, the new database is not where the recording starts", code, stderr.String())
+	}
+	if data2, _ := os.ReadFile(backup); !bytes.Equal(data, data2) {
+		t.Fatal("the replay changed the copy it started from")
+	}
+}

@@ -30,13 +30,14 @@ const (
 	ReplayFailed = 2
 )
 
-const replaySynopsis = "server replay RECORDING... [--processor P] [--db OUT] [--diff DB] [--json]"
+const replaySynopsis = "server replay RECORDING... [--processor P] [--db OUT] [--from DB] [--diff DB] [--json]"
 
 // replayOptions are the replay command's flags.
 type replayOptions struct {
 	Processor string
 	DB        string
 	Diff      string
+	From      string
 	JSON      bool
 	Verbose   bool
 	Paths     []string
@@ -83,6 +84,8 @@ func parseReplay(args []string, stdout, stderr io.Writer) (replayOptions, int, b
 	fs.StringVar(&o.Processor, "processor", "", "the processor to replay with: forward, ledger or orders (default: the recorded one)")
 	fs.StringVar(&o.DB, "db", "", "the database to replay into: made from the first recording's snapshot when missing, "+
 		"taken as it is when it exists (a replay of the recordings before); default: a temporary one")
+	fs.StringVar(&o.From, "from", "", "start from a copy of this database (yours, or the live one: it is only read) "+
+		"rather than the recording's snapshot; --db must not exist")
 	fs.StringVar(&o.Diff, "diff", "", "compare the outputs and state with this database (the live one, or another replay's)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object")
 	fs.BoolVar(&o.Verbose, "verbose", false, "show the replay loop's warnings on stderr")
@@ -118,8 +121,8 @@ func parseReplay(args []string, stdout, stderr io.Writer) (replayOptions, int, b
 // replayReport is what the command prints.
 type replayReport struct {
 	Database string `json:"database"`
-	// Restored names the snapshot the database was made from ("" when it
-	// existed, or the recording has none).
+	// Restored names what the database was made from (the snapshot, or
+	// --from; "" when it existed, or was made new).
 	Restored  string                `json:"restored"`
 	Processor replayProcessor       `json:"processor"`
 	Files     []string              `json:"recordings"`
@@ -160,14 +163,12 @@ func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*repl
 	}
 	defer cleanup()
 	rep.Database = out
-	store, restored, err := recording.OpenTarget(ctx, set, out)
+	store, restored, err := recording.OpenTarget(ctx, set, out, o.From)
 	if err != nil {
 		return nil, err
 	}
 	defer store.Close()
-	if restored {
-		rep.Restored = filepath.Join(filepath.Dir(set.Files[0].Path), h.Snapshot)
-	}
+	rep.Restored = restored
 	rep.Replay, err = recording.Replay(ctx, recording.ReplayConfig{Set: set, Store: store, Processor: proc,
 		ProcessorName: rep.Processor.Name, Logger: logger, KeepPlaces: o.Diff != ""})
 	if err != nil {
@@ -251,7 +252,7 @@ func (rep *replayReport) print(w io.Writer) {
 		fmt.Fprintf(w, "  recorded by outboxd %s, replayed by %s\n", p.RecordedBy, p.ReplayedBy)
 	}
 	if rep.Restored != "" {
-		fmt.Fprintf(w, "  started from the snapshot %s\n", rep.Restored)
+		fmt.Fprintf(w, "  started from a copy of %s\n", rep.Restored)
 	}
 	fmt.Fprintf(w, "  %d items: %d applied, %d skipped as replays, %d dead-lettered, %d requeued, %d skipped by a completion failure; "+
 		"%d retries; %d outputs; %d epoch changes, %d losses\n",

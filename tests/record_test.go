@@ -276,7 +276,7 @@ func changedRule(t *testing.T, recDir, db string, l twoEpochs) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, _, err := recording.OpenTarget(ctx, set, filepath.Join(t.TempDir(), "v2.db"))
+	store, _, err := recording.OpenTarget(ctx, set, filepath.Join(t.TempDir(), "v2.db"), "")
 	if err != nil {
 		t.Fatal(err)
 	}

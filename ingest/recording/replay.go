@@ -437,35 +437,49 @@ func replayedRecord(e *Entry) ingest.Record {
 }
 
 // OpenTarget opens the database a replay of set goes into, at path out:
-// the database there when there is one (a replay of the recordings before
-// set left it), else a copy of the first recording's snapshot, else a new
-// database. It marks it as a replay copy, so no server ever claims it
-// (see outbox.ErrReplayCopy). restored says the snapshot was copied.
-func OpenTarget(ctx context.Context, set *Set, out string) (s *outbox.Store, restored bool, err error) {
+// the database there when there is one and a replay made it (a replay of
+// the recordings before set left it); else a copy of the database at from
+// when from is not "" (a copy of the live database the user kept, or the
+// live one: it is only read); else a copy of the first recording's
+// snapshot; else a new database. It marks it as a replay copy, so no
+// server ever claims it (see outbox.ErrReplayCopy). restored names what
+// was copied ("" when nothing was). It refuses an existing database a
+// replay did not make (ErrNotReplayCopy), and from with an existing out.
+func OpenTarget(ctx context.Context, set *Set, out, from string) (s *outbox.Store, restored string, err error) {
 	f := set.Files[0]
+	note := "replay of feed " + f.Header.Feed + " from " + filepath.Base(f.Path)
 	_, serr := os.Stat(out)
-	if serr == nil {
+	switch {
+	case serr == nil && from != "":
+		return nil, "", fmt.Errorf("%s exists: a replay starts from a copy of %s only into a new database", out, from)
+	case serr == nil:
 		if err := checkReplayCopy(ctx, out); err != nil {
-			return nil, false, err
+			return nil, "", err
 		}
-	}
-	if errors.Is(serr, os.ErrNotExist) && f.Header.Snapshot != "" {
+	case !errors.Is(serr, os.ErrNotExist):
+		return nil, "", serr
+	case from != "":
+		if err := outbox.CopyDatabase(ctx, from, out, note); err != nil {
+			return nil, "", err
+		}
+		restored = from
+	case f.Header.Snapshot != "":
 		if f.Header.Part != 1 {
-			return nil, false, fmt.Errorf("%w: %s is part %d of its run: replay its part 1 first", ErrBadSet, f.Path, f.Header.Part)
+			return nil, "", fmt.Errorf("%w: %s is part %d of its run: replay its part 1 first", ErrBadSet, f.Path, f.Header.Part)
 		}
 		snap := filepath.Join(filepath.Dir(f.Path), f.Header.Snapshot)
 		if err := copyFile(snap, out); err != nil {
-			return nil, false, fmt.Errorf("restore the snapshot %s: %w", snap, err)
+			return nil, "", fmt.Errorf("restore the snapshot %s: %w", snap, err)
 		}
-		restored = true
+		restored = snap
 	}
 	s, err = outbox.Open(ctx, outbox.DefaultConfig(out))
 	if err != nil {
-		return nil, false, err
+		return nil, "", err
 	}
-	if err := s.MarkReplayCopy(ctx, "replay of feed "+f.Header.Feed+" from "+filepath.Base(f.Path)); err != nil {
+	if err := s.MarkReplayCopy(ctx, note); err != nil {
 		s.Close()
-		return nil, false, err
+		return nil, "", err
 	}
 	return s, restored, nil
 }

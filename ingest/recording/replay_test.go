@@ -139,7 +139,7 @@ func replay(t *testing.T, out, db string, proc ingest.Processor, paths ...string
 	if err != nil {
 		return recording.Summary{}, recording.DiffResult{}, err
 	}
-	store, _, err := recording.OpenTarget(ctx, set, out)
+	store, _, err := recording.OpenTarget(ctx, set, out, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -535,7 +535,7 @@ func TestOpenTarget_RefusesLiveDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := recording.OpenTarget(context.Background(), set, r.db); !errors.Is(err, recording.ErrNotReplayCopy) {
+	if _, _, err := recording.OpenTarget(context.Background(), set, r.db, ""); !errors.Is(err, recording.ErrNotReplayCopy) {
 		t.Fatalf("err %v, want ErrNotReplayCopy", err)
 	}
 	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(r.db))

@@ -91,7 +91,7 @@ func (b *bench) runReplay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	store, _, err := recording.OpenTarget(ctx, set, b.path("replay.db"))
+	store, _, err := recording.OpenTarget(ctx, set, b.path("replay.db"), "")
 	if err != nil {
 		return err
 	}

@@ -255,7 +255,7 @@ func (rep *replayReport) print(w io.Writer) {
 		fmt.Fprintf(w, "  started from a copy of %s\n", rep.Restored)
 	}
 	fmt.Fprintf(w, "  %d items: %d applied, %d skipped as replays, %d dead-lettered, %d requeued, %d skipped by a completion failure; "+
-		"%d retries; %d outputs; %d epoch changes, %d losses\n",
+		"%d retries; %d outputs; epochs started %d, losses %d\n",
 		s.Items, s.Applied, s.ReplaysSkipped, s.DeadLettered, s.Requeued, s.Skipped, s.Retried, s.Outputs, s.EpochChanges, s.Losses)
 	fmt.Fprintf(w, "  %.3fs, %.0f items/s\n", s.Seconds, s.PerSecond)
 	if d := s.FirstDiffering; d != nil {

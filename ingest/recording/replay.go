@@ -50,7 +50,9 @@ type Summary struct {
 	Retried int64 `json:"retried"`
 	// Skipped counts items a completion failure skipped in the recorded
 	// run, skipped again (their loss recorded again).
-	Skipped      int64 `json:"skipped"`
+	Skipped int64 `json:"skipped"`
+	// EpochChanges counts the epochs the recordings started (a new
+	// feed's first included), Losses the losses recorded.
 	EpochChanges int64 `json:"epochChanges"`
 	Losses       int64 `json:"losses"`
 	Outputs      int64 `json:"outputs"`

@@ -158,6 +158,7 @@ func (s *Server) newRegistry() (*prometheus.Registry, error) {
 		s.metrics.batchSize, s.metrics.commit, s.metrics.relayTxn, s.metrics.relayBatch,
 		s.metrics.checkpoint, s.metrics.checkpointBusy,
 		newStatusCollector(s),
+		newRecordingCollector(s),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: MetricAPIDeadLetterRequests,
 			Help: "Dead-letter requests being served (at most 4 at once; others wait their turn).",

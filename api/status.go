@@ -52,6 +52,9 @@ type FeedStatus struct {
 	// Topics are the Kafka topics the feed's outputs go to (empty for a
 	// feed that is not configured, or whose Feed does not say).
 	Topics []string `json:"topics"`
+
+	// Recording is the feed's recording; absent when it is not recorded.
+	Recording *RecordingStatus `json:"recording,omitempty"`
 }
 
 // FeedTopics is implemented by a Feed that knows the topics its outputs
@@ -186,6 +189,7 @@ func newFeedStatus(name string, st outbox.FeedStats, f Feed) FeedStatus {
 	if f != nil {
 		fs.Configured = true
 		fs.Kind, fs.Source, fs.Processor = f.Kind(), f.Source(), f.Processor()
+		fs.Recording = recordingOf(f)
 		fs.State, fs.LastError = f.State()
 		// The stored error is the reason of a stall; once the feed runs
 		// again it is history, and the live error is the one that matters.

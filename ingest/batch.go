@@ -30,6 +30,9 @@ func (l *Loop) newBatch(recs []Record) batch {
 	for i, r := range recs {
 		if r.Kind == RecordItem {
 			l.seq++
+			if r.Replayed != nil { // a replay numbers as the recorded run did
+				l.seq = r.Replayed.Sequence
+			}
 			b.seqs[i] = l.seq
 		}
 	}
@@ -102,7 +105,7 @@ func (l *Loop) committed(ctx context.Context, p *pass, out outcome) error {
 	}
 	p.b = p.b.from(out.committed)
 	if out.committed > 0 { // a new first item: its own tries start over
-		p.head = tries{attempt: 1}
+		p.head = firstTries(p.b)
 		p.itemWait.Reset()
 	}
 	if out.itemFailed == nil {
@@ -178,10 +181,11 @@ func (l *Loop) applyOnce(ctx context.Context, b batch, h tries) outcome {
 		return outcome{storeFailed: err}
 	}
 	defer tx.Rollback()
+	l.recBegin()
 	w := l.newWork(tx)
 	n, itemFailed := len(b.recs), error(nil)
 	for i, r := range b.recs {
-		hi := tries{attempt: 1}
+		hi := replayedTries(r)
 		if i == 0 {
 			hi = h
 		}
@@ -222,10 +226,12 @@ func (l *Loop) finish(ctx context.Context, w *work) error {
 	if err := w.tx.AddStats(ctx, l.cfg.Name, w.delta); err != nil {
 		return err
 	}
+	l.recPrepare(w.cps)
 	started := time.Now()
 	if err := w.tx.Commit(); err != nil {
 		return err
 	}
+	l.recCommitted()
 	if l.cfg.OnBatch != nil {
 		l.cfg.OnBatch(w.records, time.Since(started))
 	}
@@ -249,15 +255,19 @@ func (l *Loop) finish(ctx context.Context, w *work) error {
 func (l *Loop) applyRecord(ctx context.Context, w *work, r Record, seq int64, h tries) step {
 	switch r.Kind {
 	case RecordEpoch:
+		l.recHandled(r, Delivery{})
 		l.changeEpoch(w, r.Partition, r.Epoch, r.Position)
 		return step{}
 	case RecordLoss:
+		l.recHandled(r, Delivery{})
 		return step{storeFailed: l.recordLoss(ctx, w, r)}
 	}
 	cp := w.cps[r.Partition]
 	d := Delivery{Feed: l.cfg.Name, Partition: r.Partition, Topic: r.Topic, Sequence: seq, Epoch: r.Epoch, Position: r.Position, Attempt: h.attempt}
+	l.recHandled(r, d)
 	if !l.seam.DisableGuard && d.AlreadyApplied(cp.Epoch, cp.Position) {
 		w.delta.ReplaysSkipped++
+		l.recOutcome(Outcome{Result: ResultReplaySkipped})
 		return step{}
 	}
 	if cp.Epoch != r.Epoch {
@@ -274,9 +284,9 @@ func (l *Loop) applyRecord(ctx context.Context, w *work, r Record, seq int64, h 
 func (l *Loop) applyItem(ctx context.Context, w *work, d Delivery, r Record, h tries) step {
 	switch {
 	case r.BadReason != "":
-		return step{storeFailed: l.deadLetter(ctx, w, d, r, r.BadReason, r.BadErr, 1)}
+		return l.deadLettered(ctx, w, d, r, r.BadReason, r.BadErr, 1, ResultDeadLettered)
 	case h.spent != nil:
-		return step{storeFailed: l.deadLetter(ctx, w, d, r, reasonOf(h.spent, ReasonRetriesSpent), h.spent, h.attempt)}
+		return l.deadLettered(ctx, w, d, r, reasonOf(h.spent, ReasonRetriesSpent), h.spent, h.attempt, ResultSpent)
 	}
 	if h.attempt > 1 {
 		w.delta.Retries++
@@ -287,6 +297,7 @@ func (l *Loop) applyItem(ctx context.Context, w *work, d Delivery, r Record, h t
 	err := l.apply(l.attemptContext(ctx), w.tx, d, r.Item)
 	if err == nil {
 		w.delta.Applied++
+		l.recOutcome(Outcome{Result: ResultApplied})
 		return step{storeFailed: w.tx.EndItem()}
 	}
 	if outbox.Classify(err).Store() {
@@ -298,12 +309,13 @@ func (l *Loop) applyItem(ctx context.Context, w *work, d Delivery, r Record, h t
 		return step{storeFailed: rerr}
 	}
 	if p, ok := IsPermanent(err); ok {
-		return step{storeFailed: l.deadLetter(ctx, w, d, r, p.Reason, p.Err, max(h.attempt, p.Attempts))}
+		return l.deadLettered(ctx, w, d, r, p.Reason, p.Err, max(h.attempt, p.Attempts), ResultDeadLettered)
 	}
 	if outbox.Classify(err) == outbox.ClassConstraint {
 		// The item's writes broke a rule of the schema: they would again.
-		return step{storeFailed: l.deadLetter(ctx, w, d, r, ReasonConstraint, err, h.attempt)}
+		return l.deadLettered(ctx, w, d, r, ReasonConstraint, err, h.attempt, ResultDeadLettered)
 	}
+	l.recOutcome(Outcome{Result: ResultRetried, Error: err.Error()})
 	return step{itemFailed: err}
 }
 

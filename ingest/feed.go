@@ -50,6 +50,10 @@ type Record struct {
 	// before it was truncated, with no copy of them left).
 	From, To int64
 	Reason   string
+
+	// Replayed is set only by a replay's feed: the item's recorded
+	// delivery, which the loop uses (see Replayed).
+	Replayed *Replayed
 }
 
 // UnknownPosition, as a loss's To, says its extent is unknown: input from

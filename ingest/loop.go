@@ -58,6 +58,9 @@ type Config struct {
 	// OnBatch, if set, is told the size (records) and commit time of every
 	// committed batch, for metrics. It runs on the loop's goroutine.
 	OnBatch func(records int, commit time.Duration)
+	// Recorder, if set, keeps every record handled and each outcome, for
+	// a replay (see Recorder).
+	Recorder Recorder
 }
 
 // DefaultMaxMessageBytes is Config.MaxMessageBytes unless set: 1 MiB, as
@@ -260,6 +263,7 @@ func (l *Loop) Run(ctx context.Context) error {
 
 func (l *Loop) run(ctx context.Context) error {
 	defer l.closeFeed()
+	defer l.recClose()
 	defer l.attempt.stop()
 	if err := l.start(ctx); err != nil {
 		return err
@@ -311,8 +315,8 @@ func (l *Loop) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if l.cps, err = l.store.Positions(ctx, l.cfg.Name); err != nil {
-		return fmt.Errorf("start feed %s: %w", l.cfg.Name, err)
+	if err := l.readPositions(ctx); err != nil {
+		return err
 	}
 	l.status.committed(l.cps)
 	from := make(map[int32]outbox.Checkpoint, len(l.cps))
@@ -334,6 +338,20 @@ func (l *Loop) start(ctx context.Context) error {
 	if err := l.feed.Open(ctx, from); err != nil {
 		return fmt.Errorf("open feed %s: %w", l.cfg.Name, err)
 	}
+	return nil
+}
+
+// readPositions reads the committed checkpoints and starts the recording
+// from them, under the apply lock, so that no requeue changes the state in
+// between.
+func (l *Loop) readPositions(ctx context.Context) error {
+	l.applyMu.Lock()
+	defer l.applyMu.Unlock()
+	var err error
+	if l.cps, err = l.store.Positions(ctx, l.cfg.Name); err != nil {
+		return fmt.Errorf("start feed %s: %w", l.cfg.Name, err)
+	}
+	l.recStart(ctx)
 	return nil
 }
 

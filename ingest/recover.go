@@ -37,7 +37,7 @@ type pass struct {
 func (l *Loop) newPass(b batch) *pass {
 	stall := Retry{Attempts: 1, MinDelay: min(time.Second, l.cfg.StallMaxDelay), MaxDelay: l.cfg.StallMaxDelay}
 	return &pass{
-		b: b, head: tries{attempt: 1}, size: len(b.recs), limit: len(b.recs),
+		b: b, head: firstTries(b), size: len(b.recs), limit: len(b.recs),
 		itemWait: l.cfg.Retry.backoff(), commitWait: l.cfg.CommitRetry.backoff(), stallWait: stall.backoff(),
 	}
 }
@@ -120,7 +120,8 @@ func (l *Loop) skipInPieces(ctx context.Context, p *pass, reached int, class out
 			class, err, serr))
 	}
 	l.resumed(ctx, p)
-	p.b, p.head = p.b.from(1), tries{attempt: 1}
+	p.b = p.b.from(1)
+	p.head = firstTries(p.b)
 	p.whole()
 	return nil
 }
@@ -143,19 +144,23 @@ func (l *Loop) skip(ctx context.Context, recs []Record, cause error) error {
 		return err
 	}
 	defer tx.Rollback()
+	l.recBegin()
 	w := l.newWork(tx)
 	lost := map[int32]outbox.Loss{}
 	for _, r := range recs {
 		switch r.Kind {
 		case RecordLoss:
+			l.recHandled(r, Delivery{})
 			if err := l.recordLoss(ctx, w, r); err != nil {
 				return err
 			}
 			continue
 		case RecordEpoch:
+			l.recHandled(r, Delivery{})
 			l.changeEpoch(w, r.Partition, r.Epoch, r.Position)
 			continue
 		}
+		l.recSkipped(r)
 		p, cp := r.Partition, w.cps[r.Partition]
 		if _, ok := lost[p]; !ok {
 			from := cp.Position
@@ -174,6 +179,7 @@ func (l *Loop) skip(ctx context.Context, recs []Record, cause error) error {
 		if err := tx.RecordLoss(ctx, loss); err != nil {
 			return err
 		}
+		l.recSkipLoss(loss)
 	}
 	w.delta.CompletionFailures = 1
 	w.records = len(recs)

@@ -36,6 +36,7 @@ func (l *Loop) Requeue(ctx context.Context, id int64) (bool, error) {
 		return false, fmt.Errorf("requeue dead letter %d: %w", id, err)
 	}
 	defer tx.Rollback()
+	l.recBegin()
 	if ok, err := tx.MarkRequeued(ctx, l.cfg.Name, id); err != nil || !ok {
 		return false, err
 	}
@@ -45,9 +46,11 @@ func (l *Loop) Requeue(ctx context.Context, id int64) (bool, error) {
 	if err := tx.BeginItem(d.Place()); err != nil {
 		return false, err
 	}
+	item := Item{Key: dl.Key, Value: dl.Payload, Headers: hs}
+	l.recHandled(Record{Kind: RecordItem, Partition: dl.Partition, Epoch: dl.Epoch, Position: dl.Position, Item: item}, d)
 	actx, cancel := l.newAttemptContext(ctx)
 	defer cancel()
-	if err := l.apply(actx, tx, d, Item{Key: dl.Key, Value: dl.Payload, Headers: hs}); err != nil {
+	if err := l.apply(actx, tx, d, item); err != nil {
 		return false, fmt.Errorf("requeue dead letter %d: the processor failed again: %w", id, err)
 	}
 	if err := tx.EndItem(); err != nil {
@@ -56,9 +59,12 @@ func (l *Loop) Requeue(ctx context.Context, id int64) (bool, error) {
 	if err := tx.AddStats(ctx, l.cfg.Name, outbox.StatsDelta{Applied: 1, LastAppliedAt: l.store.Now()}); err != nil {
 		return false, err
 	}
+	l.recOutcome(Outcome{Result: ResultRequeued, DeadLetterID: id})
+	l.recPrepare(l.cps)
 	if err := tx.Commit(); err != nil {
 		return false, fmt.Errorf("requeue dead letter %d: %w", id, err)
 	}
+	l.recCommitted()
 	l.log.Info("dead letter requeued and applied", "id", id, "position", dl.Position)
 	return true, nil
 }

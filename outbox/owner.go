@@ -19,13 +19,17 @@ const ownerKey = "owner"
 // it takes the next owner generation, and from then on every Tx.Commit
 // checks, inside its write transaction, that no later Claim has happened.
 // So two servers on one database never both apply items: the older one's
-// next commit fails with ErrFenced.
+// next commit fails with ErrFenced. A replay copy is refused with
+// ErrReplayCopy.
 func (s *Store) Claim(ctx context.Context) (int64, error) {
 	tx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("claim database: %w", err)
 	}
 	defer tx.Rollback()
+	if err := refuseReplayCopy(ctx, tx); err != nil {
+		return 0, fmt.Errorf("claim database: %w", err)
+	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, '1')
 ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1`, ownerKey); err != nil {
 		return 0, fmt.Errorf("claim database: %w", err)

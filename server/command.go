@@ -64,6 +64,8 @@ func CommandSignals(args []string, stdout, stderr io.Writer, sigs <-chan os.Sign
 			return configCommand(args[1:], stdout, stderr)
 		case "produce":
 			return produceCommand(sd.ctx, args[1:], os.Stdin, stdout, stderr)
+		case "replay":
+			return replayCommand(sd.ctx, args[1:], stdout, stderr)
 		case "version", "--version", "-version":
 			fmt.Fprintln(stdout, Version())
 			return 0

@@ -67,6 +67,9 @@ type Config struct {
 	HTTPTLS HTTPTLSConfig `yaml:",inline"`
 	Backlog BacklogConfig `yaml:",inline"`
 
+	// Record says which feeds are recorded (record_config.go).
+	Record RecordConfig `yaml:"record"`
+
 	RetryDelay    time.Duration `yaml:"retryDelay"`
 	RetryAttempts int           `yaml:"retryAttempts"`
 
@@ -122,6 +125,7 @@ func DefaultConfig() Config {
 		LogLevel:        "info",
 		LogFormat:       "text",
 		Feeds:           map[string]*FeedConfig{},
+		Record:          RecordConfig{Feeds: map[string]string{}},
 		Relay:           DefaultRelayConfig(),
 		DevBroker:       DefaultDevBrokerConfig(),
 
@@ -417,6 +421,7 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	c.Relay.flags(fs)
 	c.DevBroker.flags(fs)
 	addProductionFlags(fs, c)
+	c.Record.flags(fs)
 	fs.BoolVar(&c.NewDatabase, "new-database", c.NewDatabase,
 		"start afresh although an earlier database at this --db path published: every output is published again "+
 			"(see Guarantees; command line only, recorded in the database, so needed once)")

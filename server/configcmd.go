@@ -149,8 +149,8 @@ func (r *renderer) fields(n *yaml.Node, v reflect.Value, key string) {
 			continue
 		}
 		name := yamlName(v.Type().Field(i))
-		if name == "" {
-			continue
+		if name == "" || v.Field(i).Kind() == reflect.Pointer && v.Field(i).IsNil() {
+			continue // a nil pointer: the setting's own default holds
 		}
 		k := join(key, name)
 		if secretKey.MatchString(name) && isValue(v.Field(i).Type()) {

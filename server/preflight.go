@@ -36,6 +36,9 @@ func configErr(format string, args ...any) error {
 // close releases the listener and the broker. Every failure is a
 // *ConfigError.
 func (m *Main) preflight() error {
+	if err := m.Config.Record.check(m.Config.FeedNames()); err != nil {
+		return &ConfigError{Err: err}
+	}
 	for _, name := range m.Config.FeedNames() {
 		fc := m.Config.Feeds[name]
 		kind, path, _ := strings.Cut(fc.Source, ":")

@@ -208,7 +208,7 @@ func (m *Main) checkDatabase(ctx context.Context) error {
 
 func (m *Main) newLoop(name string, fc *FeedConfig) (*ingest.Loop, error) {
 	kind, target, _ := strings.Cut(fc.Source, ":")
-	proc, err := m.newProcessor(name, fc, target)
+	proc, err := newProcessor(name, target, fc, m.Config, m.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -233,18 +233,21 @@ func (m *Main) newLoop(name string, fc *FeedConfig) (*ingest.Loop, error) {
 		// the shutdown grace period, so a SIGTERM never cuts a record in half.
 		cfg.Retry.AttemptTimeout = orders.DefaultWorkDeadline
 	}
+	if cfg.Recorder, err = m.newRecorder(name, fc, cfg); err != nil {
+		return nil, err
+	}
 	return ingest.NewLoop(m.Store, feed, proc, cfg)
 }
 
-// newProcessor makes the feed's processor; target is what the feed reads
+// newProcessor makes feed name's processor; target is what the feed reads
 // (a path, a topic).
-func (m *Main) newProcessor(name string, fc *FeedConfig, target string) (ingest.Processor, error) {
+func newProcessor(name, target string, fc *FeedConfig, c Config, logger *slog.Logger) (ingest.Processor, error) {
 	switch fc.Processor {
 	case orders.Name:
 		oc := orders.DefaultConfig(name, target)
 		oc.StatusTopic = fc.Topic
-		oc.RetryDelay, oc.RetryAttempts = m.Config.RetryDelay, m.Config.RetryAttempts
-		oc.Logger = m.Logger
+		oc.RetryDelay, oc.RetryAttempts = c.RetryDelay, c.RetryAttempts
+		oc.Logger = logger
 		p, err := orders.New(oc)
 		if err != nil {
 			return nil, fmt.Errorf("feed %s: %w", name, err)

@@ -165,6 +165,12 @@ func bindings(c *Config, fs *flag.FlagSet) map[string]*leaf {
 	}
 	out := map[string]*leaf{}
 	fs.VisitAll(func(f *flag.Flag) {
+		if k, ok := f.Value.(keyedFlag); ok {
+			if l := byKey[k.settingKey()]; l != nil {
+				out[f.Name] = l
+			}
+			return
+		}
 		if pf, ok := f.Value.(perFeed); ok {
 			if l := byKey[feedsKey+"."+nameHolder+"."+pf.key]; l != nil {
 				out[f.Name] = l
@@ -178,6 +184,13 @@ func bindings(c *Config, fs *flag.FlagSet) map[string]*leaf {
 		}
 	})
 	return out
+}
+
+// keyedFlag is a flag.Value that names the key it sets, for a flag whose
+// value is not a pointer to its field (one that parses its own syntax).
+type keyedFlag interface {
+	flag.Value
+	settingKey() string
 }
 
 // valuePointer is the address a flag.Value writes to: the value itself
@@ -237,7 +250,7 @@ func Settings() []Setting {
 func (s *Setting) setFlag(f *flag.Flag) {
 	s.Placeholder, s.Usage = flag.UnquoteUsage(f)
 	s.Flag = f.Name
-	if s.leaf == nil || s.leaf.index == nil {
+	if s.leaf == nil || s.leaf.index == nil || s.Default == "" {
 		s.Default = f.DefValue
 	}
 	if !cmdlineOnly[f.Name] {
@@ -254,6 +267,17 @@ func formatValue(v reflect.Value) string {
 		b, err := m.MarshalText()
 		if err == nil {
 			return string(b)
+		}
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return ""
+		}
+		return formatValue(v.Elem())
+	case reflect.Map:
+		if v.Len() == 0 {
+			return ""
 		}
 	}
 	if v.Kind() == reflect.Slice {

@@ -1,0 +1,229 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// Recorder keeps what a loop handles, for a replay (see ingest/recording).
+// The loop calls it on the goroutine that holds its apply lock, so calls
+// never overlap, in this order per transaction: Begin, then Handled for
+// each record the transaction takes in (followed by Outcome for an item),
+// then Prepare just before the store's COMMIT and Committed once it
+// succeeded. What was handed over since the last Committed belongs to a
+// transaction that did not commit when Begin comes again.
+//
+// A Recorder never fails the loop: it has no errors to return, and keeps
+// (and reports) its own. It must not keep a Record's or Item's slices past
+// the call: the feed may reuse them.
+type Recorder interface {
+	// Start is called once, when the loop has read its committed
+	// checkpoints and before the feed opens: from is where the run starts.
+	Start(ctx context.Context, from map[int32]outbox.Checkpoint)
+	// Begin starts a transaction.
+	Begin()
+	// Handled is a record the transaction took in: an item with the
+	// delivery it is tried with, an epoch change or a loss (d is zero).
+	// A completion failure skip hands over each item it skips (its
+	// Sequence and Attempt 0, with the Outcome ResultSkipped) and then
+	// the loss it records for them, as a RecordLoss.
+	Handled(r Record, d Delivery)
+	// Outcome is what came of the item last handled.
+	Outcome(o Outcome)
+	// Prepare is called right before the store's COMMIT, with the
+	// checkpoints of every partition as they will be once it commits.
+	Prepare(cps map[int32]outbox.Checkpoint)
+	// Committed says the transaction committed.
+	Committed()
+	// Close ends the recording; the loop calls it when Run returns.
+	Close()
+}
+
+// Result is what came of one try of an item.
+type Result uint8
+
+// Results of a try. The values are stored in recordings: never renumber.
+const (
+	// ResultApplied: the processor applied the item; its effects commit.
+	ResultApplied Result = 1
+	// ResultDeadLettered: the item is a dead letter, by the processor's
+	// verdict (a permanent error, a broken constraint) or the feed's (an
+	// item it could not read whole, see Record.BadReason).
+	ResultDeadLettered Result = 2
+	// ResultSpent: the item is a dead letter by the loop's decision, its
+	// tries spent (or the one item a failing commit was cut down to); the
+	// processor was not called.
+	ResultSpent Result = 3
+	// ResultRetried: the try failed transiently; the item is tried again.
+	ResultRetried Result = 4
+	// ResultReplaySkipped: the item was applied already (the guard).
+	ResultReplaySkipped Result = 5
+	// ResultRequeued: a dead letter applied again (Loop.Requeue).
+	ResultRequeued Result = 6
+	// ResultSkipped: a completion failure skipped the item: its effects
+	// are not kept, and a loss says so.
+	ResultSkipped Result = 7
+)
+
+// String names the result as recordings and replays print it.
+func (r Result) String() string {
+	switch r {
+	case ResultApplied:
+		return "applied"
+	case ResultDeadLettered:
+		return "dead-lettered"
+	case ResultSpent:
+		return "dead-lettered-spent"
+	case ResultRetried:
+		return "retried"
+	case ResultReplaySkipped:
+		return "replay-skipped"
+	case ResultRequeued:
+		return "requeued"
+	case ResultSkipped:
+		return "skipped"
+	}
+	return "unknown"
+}
+
+// Outcome is the outcome of one try of an item.
+type Outcome struct {
+	Result Result
+	// Reason and Error are a dead letter's reason and error text, or a
+	// retried try's error.
+	Reason, Error string
+	// Attempts is the attempts a dead letter counts.
+	Attempts int
+	// DeadLetterID names the dead letter a requeue applied.
+	DeadLetterID int64
+}
+
+// Replayed carries the recorded delivery of an item that a replay feeds
+// back to a loop: the loop delivers the item with this sequence and, for
+// its first try, this attempt, rather than its own count. SpentReason and
+// SpentError, when set, say the recorded run dead-lettered the item after
+// its tries were spent without calling the processor: the replay does the
+// same (the recorded transient failures were the environment's, which a
+// replay does not have).
+type Replayed struct {
+	Sequence    int64
+	Attempt     int
+	SpentReason string
+	SpentError  string
+}
+
+// replayedTries is the first try of r: the recorded one for a replayed
+// record, the first otherwise.
+func replayedTries(r Record) tries {
+	rp := r.Replayed
+	if rp == nil {
+		return tries{attempt: 1}
+	}
+	t := tries{attempt: max(rp.Attempt, 1)}
+	if rp.SpentReason != "" {
+		t.spent = spentError(rp.SpentReason, rp.SpentError)
+	}
+	return t
+}
+
+// spentError rebuilds the cause of a recorded spent dead letter so that
+// the dead letter made again carries the same reason and error text: a
+// permanent error's text starts with its reason (see PermanentError).
+func spentError(reason, msg string) error {
+	if rest, ok := strings.CutPrefix(msg, reason+": "); ok && reason != ReasonRetriesSpent {
+		return Permanent(reason, errors.New(rest))
+	}
+	return errors.New(msg)
+}
+
+// The loop's calls of its recorder, each nothing without one.
+
+func (l *Loop) recStart(ctx context.Context) {
+	if l.cfg.Recorder != nil {
+		l.cfg.Recorder.Start(ctx, l.cps)
+	}
+}
+
+func (l *Loop) recBegin() {
+	if l.cfg.Recorder != nil {
+		l.cfg.Recorder.Begin()
+	}
+}
+
+func (l *Loop) recHandled(r Record, d Delivery) {
+	if l.cfg.Recorder != nil {
+		l.cfg.Recorder.Handled(r, d)
+	}
+}
+
+func (l *Loop) recOutcome(o Outcome) {
+	if l.cfg.Recorder != nil {
+		l.cfg.Recorder.Outcome(o)
+	}
+}
+
+func (l *Loop) recPrepare(cps map[int32]outbox.Checkpoint) {
+	if l.cfg.Recorder != nil {
+		l.cfg.Recorder.Prepare(cps)
+	}
+}
+
+func (l *Loop) recCommitted() {
+	if l.cfg.Recorder != nil {
+		l.cfg.Recorder.Committed()
+	}
+}
+
+func (l *Loop) recClose() {
+	if l.cfg.Recorder != nil {
+		l.applyMu.Lock()
+		defer l.applyMu.Unlock()
+		l.cfg.Recorder.Close()
+	}
+}
+
+// deadLettered dead-letters the item and records the outcome, result
+// saying whose decision it was.
+func (l *Loop) deadLettered(ctx context.Context, w *work, d Delivery, r Record, reason string, cause error, attempts int, result Result) step {
+	if err := l.deadLetter(ctx, w, d, r, reason, cause, attempts); err != nil {
+		return step{storeFailed: err}
+	}
+	l.recOutcome(Outcome{Result: result, Reason: reason, Error: causeText(cause), Attempts: attempts})
+	return step{}
+}
+
+// causeText is a dead letter's error text, as deadLetter stores it.
+func causeText(cause error) string {
+	if cause == nil {
+		return "unknown error"
+	}
+	return cause.Error()
+}
+
+// firstTries is the tries of b's first record.
+func firstTries(b batch) tries {
+	if len(b.recs) == 0 {
+		return tries{attempt: 1}
+	}
+	return replayedTries(b.recs[0])
+}
+
+// recSkipped records an item a completion failure skips.
+func (l *Loop) recSkipped(r Record) {
+	if l.cfg.Recorder == nil {
+		return
+	}
+	l.cfg.Recorder.Handled(r, Delivery{Feed: l.cfg.Name, Partition: r.Partition, Topic: r.Topic, Epoch: r.Epoch, Position: r.Position})
+	l.cfg.Recorder.Outcome(Outcome{Result: ResultSkipped})
+}
+
+// recSkipLoss records the loss a completion failure skip stores.
+func (l *Loop) recSkipLoss(loss outbox.Loss) {
+	if l.cfg.Recorder != nil {
+		l.cfg.Recorder.Handled(Record{Kind: RecordLoss, Partition: loss.Partition, Epoch: loss.Epoch,
+			From: loss.From, To: loss.To, Reason: loss.Reason}, Delivery{})
+	}
+}

@@ -1,0 +1,349 @@
+package recording
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// written is a recording made by a Writer, and where each transaction's
+// frames end in it.
+type written struct {
+	data []byte
+	txns []Txn
+	// prepEnd and commitEnd are where each transaction's prepare and
+	// commit frames end.
+	prepEnd, commitEnd []int64
+}
+
+func testHeader() Header {
+	return Header{Outboxd: "test", Feed: "ledger", Kind: "file", Source: "/x", Processor: "ledger",
+		Run: "r", Part: 1, From: []Checkpoint{{Partition: 0, Epoch: "e1", Position: 0}}}
+}
+
+// randomEntries makes a transaction's records: items of every outcome,
+// nil and empty keys and values, headers, epoch changes and losses.
+func randomEntries(rng *rand.Rand, seq *int64, pos *int64) []Entry {
+	n := 1 + rng.IntN(6)
+	var es []Entry
+	for range n {
+		switch rng.IntN(10) {
+		case 0:
+			*pos = 0
+			es = append(es, Entry{Record: ingest.Record{Kind: ingest.RecordEpoch, Partition: int32(rng.IntN(3)), Epoch: fmt.Sprint("e", rng.IntN(5)), Position: *pos}})
+			continue
+		case 1:
+			es = append(es, Entry{Record: ingest.Record{Kind: ingest.RecordLoss, Partition: 1, Epoch: "e2", From: *pos, To: ingest.UnknownPosition, Reason: "truncated"}})
+			continue
+		}
+		*seq++
+		*pos += int64(1 + rng.IntN(100))
+		d := ingest.Delivery{Feed: "ledger", Partition: int32(rng.IntN(3)), Topic: []string{"", "t"}[rng.IntN(2)], Sequence: *seq,
+			Epoch: "e1", Position: *pos, Attempt: 1 + rng.IntN(3)}
+		r := ingest.Record{Kind: ingest.RecordItem, Partition: d.Partition, Topic: d.Topic, Epoch: d.Epoch, Position: d.Position}
+		switch rng.IntN(3) {
+		case 0:
+			r.Item.Value = []byte(fmt.Sprintf("acct-%d,%d", rng.IntN(9), rng.IntN(100)))
+		case 1:
+			r.Item.Key, r.Item.Value = []byte{}, nil
+			r.Item.Headers = []outbox.Header{{Key: "h", Value: nil}, {Key: "", Value: []byte{0, 1}}}
+		case 2:
+			r.Item.Key = bytes.Repeat([]byte{0xff}, rng.IntN(300))
+			r.BadReason, r.BadErr = "line-too-long", errors.New("line of 9 bytes")
+		}
+		o := ingest.Outcome{Result: ingest.Result(1 + rng.IntN(6))}
+		if o.Result == ingest.ResultDeadLettered {
+			o.Reason, o.Error, o.Attempts = "malformed", "no comma", d.Attempt
+		}
+		if o.Result == ingest.ResultRequeued {
+			o.DeadLetterID = 7
+		}
+		es = append(es, Entry{Record: r, Delivery: d, Outcome: o})
+	}
+	return es
+}
+
+// writeRecording writes n transactions; about one in five is prepared
+// and not committed (its COMMIT failed) before the next.
+func writeRecording(t testing.TB, rng *rand.Rand, n int) written {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "r.rec")
+	w, err := Create(path, testHeader())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out written
+	var seq, pos int64
+	for i := 0; i < n; i++ {
+		es := randomEntries(rng, &seq, &pos)
+		for _, e := range es {
+			if e.Record.Kind == ingest.RecordItem {
+				w.Item(e.Record, e.Delivery, e.Outcome)
+			} else {
+				w.Control(e.Record)
+			}
+		}
+		cps := map[int32]outbox.Checkpoint{0: {Partition: 0, Epoch: "e1", Position: pos}}
+		off := w.Size()
+		if err := w.Prepare(cps); err != nil {
+			t.Fatal(err)
+		}
+		if rng.IntN(5) == 0 {
+			continue // the COMMIT failed: the loop tries the records again in a new transaction
+		}
+		out.prepEnd = append(out.prepEnd, w.Size())
+		if err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		out.commitEnd = append(out.commitEnd, w.Size())
+		out.txns = append(out.txns, Txn{Number: w.txn, Entries: es, Checkpoints: cps, Offset: off})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.data = data
+	return out
+}
+
+// readAll reads every transaction of data and the tail.
+func readAll(data []byte) ([]Txn, Tail, error) {
+	r, err := NewReader("test", bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return nil, Tail{}, err
+	}
+	var txns []Txn
+	for {
+		txn, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return txns, r.Tail(), nil
+		}
+		if err != nil {
+			return txns, r.Tail(), err
+		}
+		txns = append(txns, txn)
+	}
+}
+
+func sameTxns(t *testing.T, got, want []Txn) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d transactions, want %d", len(got), len(want))
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Number != w.Number || g.Offset != w.Offset || !sameCheckpoints(g.Checkpoints, w.Checkpoints) {
+			t.Fatalf("transaction %d: number %d offset %d %v, want %d %d %v", i, g.Number, g.Offset, g.Checkpoints, w.Number, w.Offset, w.Checkpoints)
+		}
+		if len(g.Entries) != len(w.Entries) {
+			t.Fatalf("transaction %d: %d entries, want %d", i, len(g.Entries), len(w.Entries))
+		}
+		for j := range w.Entries {
+			sameEntry(t, g.Entries[j], w.Entries[j])
+		}
+	}
+}
+
+func sameEntry(t *testing.T, g, w Entry) {
+	t.Helper()
+	gb, wb := g.Record.BadErr, w.Record.BadErr
+	g.Record.BadErr, w.Record.BadErr = nil, nil
+	if (gb == nil) != (wb == nil) || (gb != nil && gb.Error() != wb.Error()) {
+		t.Fatalf("bad error %v, want %v", gb, wb)
+	}
+	if w.Record.Kind != ingest.RecordItem {
+		w.Delivery = ingest.Delivery{}
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Fatalf("entry\n got %+v\nwant %+v", g, w)
+	}
+}
+
+func TestReader_RoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	w := writeRecording(t, rng, 200)
+	txns, tail, err := readAll(w.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameTxns(t, txns, w.txns)
+	if tail != (Tail{Offset: int64(len(w.data))}) {
+		t.Fatalf("tail %+v, want none at %d", tail, len(w.data))
+	}
+}
+
+// TestReader_Truncated cuts a recording at every byte of its last
+// transactions: the reader returns exactly the transactions whose commit
+// frame is whole, reports the rest as the tail, and never fails.
+func TestReader_Truncated(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	w := writeRecording(t, rng, 40)
+	first := w.commitEnd[len(w.commitEnd)-6]
+	for cut := first; cut <= int64(len(w.data)); cut++ {
+		txns, tail, err := readAll(w.data[:cut])
+		if err != nil {
+			t.Fatalf("cut at %d: %v", cut, err)
+		}
+		whole := 0
+		for whole < len(w.commitEnd) && w.commitEnd[whole] <= cut {
+			whole++
+		}
+		sameTxns(t, txns, w.txns[:whole])
+		end := w.commitEnd[whole-1]
+		if whole < len(w.txns) && w.prepEnd[whole] <= cut {
+			// Prepared whole, its commit frame cut: unconfirmed.
+			if tail.Unconfirmed == nil || tail.Unconfirmed.Number != w.txns[whole].Number {
+				t.Fatalf("cut at %d: tail %+v, want transaction %d unconfirmed", cut, tail, w.txns[whole].Number)
+			}
+			sameTxns(t, []Txn{*tail.Unconfirmed}, w.txns[whole:whole+1])
+		} else if tail.Unconfirmed != nil && cut < int64(len(w.data)) {
+			// Only an aborted transaction's prepare can be whole here:
+			// its number is never one of the committed.
+			for _, c := range w.txns {
+				if c.Number == tail.Unconfirmed.Number {
+					t.Fatalf("cut at %d: committed transaction %d reported unconfirmed", cut, c.Number)
+				}
+			}
+		}
+		if tail.Offset < end || tail.Offset+tail.Bytes != cut {
+			t.Fatalf("cut at %d: tail %+v, want it from %d or later to the cut", cut, tail, end)
+		}
+		if cut != end && tail.Bytes == 0 {
+			t.Fatalf("cut at %d: no tail reported", cut)
+		}
+	}
+}
+
+// TestReader_Corrupted flips a byte in the middle of a recording: the
+// reader returns the transactions before the damage exactly, then an
+// error wrapping ErrCorrupt (or ErrBadRecord, when the flip leaves a
+// frame whole that the format refuses) — never a wrong record.
+func TestReader_Corrupted(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	w := writeRecording(t, rng, 60)
+	last := w.commitEnd[len(w.commitEnd)-3]
+	start := len(Magic) + 2 + 200 // past the header
+	for i := 0; i < 400; i++ {
+		at := int64(start + rng.IntN(int(last)-start))
+		data := bytes.Clone(w.data)
+		data[at] ^= byte(1 + rng.IntN(255))
+		txns, _, err := readAll(data)
+		if err == nil {
+			t.Fatalf("byte %d flipped: read %d transactions and no error", at, len(txns))
+		}
+		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrBadRecord) {
+			t.Fatalf("byte %d flipped: %v, want ErrCorrupt", at, err)
+		}
+		before := 0
+		for before < len(w.commitEnd) && w.commitEnd[before] <= at {
+			before++
+		}
+		if len(txns) > before {
+			t.Fatalf("byte %d flipped: %d transactions read, only %d end before it", at, len(txns), before)
+		}
+		sameTxns(t, txns, w.txns[:len(txns)])
+	}
+}
+
+func TestReader_Refuses(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	w := writeRecording(t, rng, 3)
+	t.Run("ErrVersion", func(t *testing.T) {
+		data := bytes.Clone(w.data)
+		binary.BigEndian.PutUint16(data[len(Magic):], Version+1)
+		_, _, err := readAll(data)
+		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "version 2: this outboxd reads version 1") {
+			t.Fatalf("err %v, want ErrVersion naming both versions", err)
+		}
+	})
+	t.Run("ErrNotRecording", func(t *testing.T) {
+		for _, data := range [][]byte{nil, []byte("alice,10\n"), w.data[:len(Magic)-1]} {
+			if _, _, err := readAll(data); !errors.Is(err, ErrNotRecording) {
+				t.Fatalf("%q: err %v, want ErrNotRecording", data, err)
+			}
+		}
+	})
+	t.Run("HeaderCutShort", func(t *testing.T) {
+		if _, _, err := readAll(w.data[:len(Magic)+2+5]); !errors.Is(err, ErrBadRecord) {
+			t.Fatalf("err %v, want ErrBadRecord", err)
+		}
+	})
+	t.Run("ItemWithoutDelivery", func(t *testing.T) {
+		for name, d := range map[string]ingest.Delivery{
+			"no epoch":    {Sequence: 1, Attempt: 1, Position: 5},
+			"no sequence": {Epoch: "e", Attempt: 1, Position: 5},
+			"no attempt":  {Epoch: "e", Sequence: 1, Position: 5},
+		} {
+			data := bytes.Clone(w.data)
+			data = appendItem(data, ingest.Record{Item: ingest.Item{Value: []byte("alice,1")}}, d, ingest.Outcome{Result: ingest.ResultApplied})
+			data = appendPrepare(data, 100, nil)
+			data = appendCommit(data, 100)
+			txns, _, err := readAll(data)
+			if !errors.Is(err, ErrBadRecord) || !strings.Contains(err.Error(), "without its delivery") {
+				t.Fatalf("%s: err %v, want ErrBadRecord without its delivery", name, err)
+			}
+			sameTxns(t, txns, w.txns)
+		}
+	})
+	t.Run("CommitWithoutPrepare", func(t *testing.T) {
+		data := appendCommit(bytes.Clone(w.data), 100)
+		if _, _, err := readAll(data); !errors.Is(err, ErrBadRecord) {
+			t.Fatalf("err %v, want ErrBadRecord", err)
+		}
+	})
+	t.Run("UnknownKind", func(t *testing.T) {
+		data := appendFrame(bytes.Clone(w.data), 'Z', func(b []byte) []byte { return append(b, 1, 2, 3) })
+		if _, _, err := readAll(data); !errors.Is(err, ErrBadRecord) || !strings.Contains(err.Error(), "unknown record kind") {
+			t.Fatalf("err %v, want ErrBadRecord unknown kind", err)
+		}
+	})
+}
+
+// FuzzReader feeds the reader arbitrary bytes after a valid start, and
+// damaged copies of a valid recording: it must never panic, never
+// allocate past the input's size, and whatever it returns before an
+// error must be transactions of the valid recording, in order.
+func FuzzReader(f *testing.F) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	w := writeRecording(f, rng, 8)
+	f.Add(w.data, uint32(0), byte(0))
+	f.Add(w.data[:len(w.data)-3], uint32(0), byte(0))
+	f.Add(w.data, uint32(len(w.data)/2), byte(0x40))
+	f.Add([]byte(Magic+"\x00\x01"), uint32(0), byte(0))
+	f.Fuzz(func(t *testing.T, data []byte, at uint32, flip byte) {
+		if len(data) > 0 {
+			data = bytes.Clone(data)
+			data[int(at)%len(data)] ^= flip
+		}
+		txns, tail, err := readAll(data)
+		if err == nil && tail.Offset+tail.Bytes != int64(len(data)) {
+			t.Fatalf("tail %+v does not end at %d", tail, len(data))
+		}
+		if len(data) >= len(w.data) && bytes.Equal(data[:len(w.data)], w.data) && len(txns) < len(w.txns) {
+			t.Fatalf("the valid recording is a prefix, yet only %d of its %d transactions were read (%v)", len(txns), len(w.txns), err)
+		}
+		for _, txn := range txns {
+			for _, e := range txn.Entries {
+				if e.Record.Kind == ingest.RecordItem {
+					if err := checkItem(e); err != nil {
+						t.Fatalf("returned an item without its delivery: %v", err)
+					}
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,272 @@
+package recording
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// Options configure a Recorder.
+type Options struct {
+	// Dir receives the recording files (created if missing).
+	Dir string
+	// Header describes the feed, its processor and its loop; the recorder
+	// sets Run, Part, StartedAt, From and Snapshot.
+	Header Header
+	// Store is the feed's database, copied as the run's snapshot when
+	// Snapshot is set.
+	Store    *outbox.Store
+	Snapshot bool
+	// MaxBytes is the size past which a recording file is closed and the
+	// next part started, after the transaction that crossed it: a
+	// transaction is never split.
+	MaxBytes int64
+	// Logger defaults to slog.Default(); Now to time.Now.
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// MinMaxBytes is the smallest Options.MaxBytes.
+const MinMaxBytes = 64 << 10
+
+// DefaultMaxBytes is the default Options.MaxBytes: 1 GiB.
+const DefaultMaxBytes = 1 << 30
+
+// Status is what a recorder reports.
+type Status struct {
+	// Recording is true while it writes; false before the run starts,
+	// after it ended, or once it failed (Error says why).
+	Recording bool   `json:"recording"`
+	File      string `json:"file"`
+	// Bytes counts what it wrote in this run, every part included; Files
+	// counts the parts.
+	Bytes int64  `json:"bytes"`
+	Files int    `json:"files"`
+	Error string `json:"error,omitempty"`
+}
+
+// Recorder writes the recording of one feed's run: an ingest.Recorder.
+// Its methods are called by one loop (see ingest.Recorder); Status is safe
+// for concurrent use. A failure to write (a full disk) stops the
+// recording, never the loop: the file ends with the last transaction
+// written whole, the error is logged and in Status.
+type Recorder struct {
+	o   Options
+	log *slog.Logger
+
+	w        *Writer
+	hdr      Header       // the current file's
+	item     *pendingItem // handed over, its outcome not yet
+	last     map[int32]outbox.Checkpoint
+	prepared bool
+	active   bool
+
+	mu     sync.Mutex
+	status Status
+	bytes  int64 // written by the closed parts
+}
+
+type pendingItem struct {
+	r ingest.Record
+	d ingest.Delivery
+}
+
+var _ ingest.Recorder = (*Recorder)(nil)
+
+// NewRecorder checks o and returns a recorder; nothing is written until
+// the loop starts it.
+func NewRecorder(o Options) (*Recorder, error) {
+	switch {
+	case o.Dir == "":
+		return nil, errors.New("record: no directory")
+	case o.Header.Feed == "":
+		return nil, errors.New("record: no feed")
+	case o.MaxBytes < MinMaxBytes:
+		return nil, fmt.Errorf("record: max bytes %d, want at least %d", o.MaxBytes, MinMaxBytes)
+	case o.Snapshot && o.Store == nil:
+		return nil, errors.New("record: a snapshot needs the store")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Recorder{o: o, log: o.Logger.With("component", "recording", "feed", o.Header.Feed)}, nil
+}
+
+// Status returns what the recorder is doing.
+func (r *Recorder) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status
+}
+
+// runName names a run by its start, UTC, so names sort by time.
+func runName(t time.Time) string { return t.UTC().Format("20060102T150405.000000000Z") }
+
+// Start takes the snapshot (when asked) and creates the run's first file.
+func (r *Recorder) Start(ctx context.Context, from map[int32]outbox.Checkpoint) {
+	if err := os.MkdirAll(r.o.Dir, 0o755); err != nil {
+		r.fail(fmt.Errorf("create %s: %w", r.o.Dir, err))
+		return
+	}
+	h := r.o.Header
+	h.StartedAt = r.o.Now().UTC()
+	h.Run, h.Part, h.From = runName(h.StartedAt), 1, checkpointsOf(from)
+	if r.o.Snapshot {
+		h.Snapshot = fmt.Sprintf("%s-%s.snapshot.db", h.Feed, h.Run)
+		began := time.Now()
+		note := fmt.Sprintf("snapshot of feed %s as of run %s", h.Feed, h.Run)
+		if err := r.o.Store.Snapshot(ctx, filepath.Join(r.o.Dir, h.Snapshot), note); err != nil {
+			r.fail(err)
+			return
+		}
+		r.log.Info("recording: database snapshot taken", "file", h.Snapshot, "took", time.Since(began))
+	}
+	r.last = maps.Clone(from)
+	r.open(h)
+}
+
+// open creates the file of part h.Part.
+func (r *Recorder) open(h Header) {
+	path := filepath.Join(r.o.Dir, fmt.Sprintf("%s-%s-%04d.rec", h.Feed, h.Run, h.Part))
+	w, err := Create(path, h)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	r.w, r.hdr, r.active = w, h, true
+	r.mu.Lock()
+	r.status.Recording, r.status.File, r.status.Files = true, path, h.Part
+	r.status.Bytes = r.bytes + w.Size()
+	r.mu.Unlock()
+	r.log.Info("recording", "file", path, "part", h.Part)
+}
+
+// fail stops the recording for err.
+func (r *Recorder) fail(err error) {
+	r.log.Error("recording stopped: the feed goes on unrecorded from here", "err", err)
+	if r.w != nil {
+		r.w.f.Close()
+	}
+	r.active, r.w, r.item = false, nil, nil
+	r.mu.Lock()
+	r.status.Recording, r.status.Error = false, err.Error()
+	r.mu.Unlock()
+}
+
+// Begin drops what an uncommitted transaction handed over.
+func (r *Recorder) Begin() {
+	if !r.active {
+		return
+	}
+	r.w.Discard()
+	r.item, r.prepared = nil, false
+}
+
+// Handled keeps an item until its outcome, or adds an epoch change or a
+// loss.
+func (r *Recorder) Handled(rec ingest.Record, d ingest.Delivery) {
+	if !r.active {
+		return
+	}
+	if rec.Kind != ingest.RecordItem {
+		r.w.Control(rec)
+		return
+	}
+	if r.item == nil {
+		r.item = &pendingItem{}
+	}
+	r.item.r, r.item.d = rec, d
+}
+
+// Outcome adds the item last handled, with o.
+func (r *Recorder) Outcome(o ingest.Outcome) {
+	if !r.active || r.item == nil {
+		return
+	}
+	if n := itemSize(r.item.r.Item); n > MaxItemBytes {
+		r.fail(fmt.Errorf("item at %s[%d] position %d holds %d bytes, over the %d a recording holds",
+			r.item.d.Feed, r.item.d.Partition, r.item.d.Position, n, MaxItemBytes))
+		return
+	}
+	r.w.Item(r.item.r, r.item.d, o)
+	r.item.r = ingest.Record{} // the feed's slices: not kept
+	r.item = nil
+}
+
+// Prepare writes the transaction.
+func (r *Recorder) Prepare(cps map[int32]outbox.Checkpoint) {
+	if !r.active {
+		return
+	}
+	if err := r.w.Prepare(cps); err != nil {
+		r.fail(err)
+		return
+	}
+	r.prepared = true
+	r.last = maps.Clone(cps)
+}
+
+// Committed writes the commit frame, and starts the next part when the
+// file has grown past MaxBytes.
+func (r *Recorder) Committed() {
+	if !r.active || !r.prepared {
+		return
+	}
+	r.prepared = false
+	if err := r.w.Commit(); err != nil {
+		r.fail(err)
+		return
+	}
+	size := r.w.Size()
+	r.mu.Lock()
+	r.status.Bytes = r.bytes + size
+	r.mu.Unlock()
+	if size >= r.o.MaxBytes {
+		r.rotate()
+	}
+}
+
+// rotate closes the file and opens the next part, starting from the
+// checkpoints just committed.
+func (r *Recorder) rotate() {
+	old := r.w
+	r.w = nil
+	if err := old.Close(); err != nil {
+		r.fail(err)
+		return
+	}
+	r.bytes += old.Size()
+	h := r.hdr
+	h.Part++
+	h.From, h.Snapshot = checkpointsOf(r.last), ""
+	r.open(h)
+}
+
+// Close syncs and closes the file.
+func (r *Recorder) Close() {
+	if !r.active {
+		return
+	}
+	w := r.w
+	r.active, r.w = false, nil
+	if err := w.Close(); err != nil {
+		r.fail(err)
+		return
+	}
+	r.mu.Lock()
+	r.status.Recording = false
+	r.mu.Unlock()
+	r.log.Info("recording closed", "file", w.Path(), "bytes", w.Size())
+}

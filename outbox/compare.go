@@ -1,0 +1,205 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// This file holds the reads a comparison of two databases makes (a replay
+// against the live database): outputs in place order, and the rows of the
+// processors' state tables.
+
+// Cursor walks rows a query returns. It is not safe for concurrent use;
+// Close it when done.
+type Cursor[T any] struct {
+	rows *sqlx.Rows
+	what string
+	scan func(*sqlx.Rows) (T, error)
+	err  error
+}
+
+// Next returns the next row; false at the end or on an error (see Err).
+func (c *Cursor[T]) Next() (T, bool) {
+	var zero T
+	if c.err != nil || !c.rows.Next() {
+		return zero, false
+	}
+	v, err := c.scan(c.rows)
+	if err != nil {
+		c.err = fmt.Errorf("read %s: %w", c.what, err)
+		return zero, false
+	}
+	return v, true
+}
+
+// Err is the error that ended the walk, nil at its end.
+func (c *Cursor[T]) Err() error {
+	if c.err != nil {
+		return c.err
+	}
+	if err := c.rows.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", c.what, err)
+	}
+	return nil
+}
+
+// Close releases the query.
+func (c *Cursor[T]) Close() error { return c.rows.Close() }
+
+// OutputsByPlace walks every outbox row of feed, ordered by partition,
+// epoch, position and id, through the read-only pool. A key or value
+// stored empty comes back empty, not nil.
+func (s *Store) OutputsByPlace(ctx context.Context, feed string) (*Cursor[Row], error) {
+	rows, err := s.rdb.QueryxContext(ctx, `SELECT *, key IS NOT NULL AS key_set, value IS NOT NULL AS value_set
+FROM outbox WHERE feed = ? ORDER BY partition, epoch, position, id`, feed)
+	if err != nil {
+		return nil, fmt.Errorf("read the outputs of %s: %w", feed, err)
+	}
+	return &Cursor[Row]{rows: rows, what: "the outputs of " + feed, scan: scanOutput}, nil
+}
+
+func scanOutput(rows *sqlx.Rows) (Row, error) {
+	var r scannedRow
+	if err := rows.StructScan(&r); err != nil {
+		return Row{}, err
+	}
+	if r.KeySet && r.Key == nil {
+		r.Key = []byte{}
+	}
+	if r.ValueSet && r.Value == nil {
+		r.Value = []byte{}
+	}
+	return r.Row, nil
+}
+
+// OwnTables are outboxd's own tables; every other table (sqlite_* aside)
+// is a processor's state. A migration that adds a table adds it here.
+var OwnTables = []string{"meta", "feeds", "positions", "outbox", "dead_letters", "losses", "relay_progress"}
+
+// StateTable is a processor's state table.
+type StateTable struct {
+	Name    string
+	Columns []string
+	// Key is the primary key's columns, in key order (every column when
+	// the table has none).
+	Key []string
+	// FeedColumn is set when the table has a column named feed: its rows
+	// are per feed.
+	FeedColumn bool
+}
+
+// StateTables lists the processors' state tables, by name.
+func (s *Store) StateTables(ctx context.Context) ([]StateTable, error) {
+	var names []string
+	if err := s.rdb.SelectContext(ctx, &names, `SELECT name FROM sqlite_schema
+WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`); err != nil {
+		return nil, fmt.Errorf("list tables: %w", err)
+	}
+	var out []StateTable
+	for _, n := range names {
+		if slices.Contains(OwnTables, n) {
+			continue
+		}
+		t, err := s.stateTable(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func (s *Store) stateTable(ctx context.Context, name string) (StateTable, error) {
+	var cols []struct {
+		CID     int     `db:"cid"`
+		Name    string  `db:"name"`
+		Type    string  `db:"type"`
+		NotNull bool    `db:"notnull"`
+		Default *string `db:"dflt_value"`
+		PK      int     `db:"pk"`
+	}
+	if err := s.rdb.SelectContext(ctx, &cols, `SELECT * FROM pragma_table_info(?)`, name); err != nil {
+		return StateTable{}, fmt.Errorf("read the columns of %s: %w", name, err)
+	}
+	t := StateTable{Name: name}
+	key := map[int]string{}
+	for _, c := range cols {
+		t.Columns = append(t.Columns, c.Name)
+		if c.PK > 0 {
+			key[c.PK] = c.Name
+		}
+		if c.Name == "feed" {
+			t.FeedColumn = true
+		}
+	}
+	for i := 1; i <= len(key); i++ {
+		t.Key = append(t.Key, key[i])
+	}
+	if len(t.Key) == 0 {
+		t.Key = t.Columns
+	}
+	return t, nil
+}
+
+// quoteIdent quotes an SQL identifier.
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// StateRows walks every row of t (only feed's when it has a feed
+// column), ordered by its key as SQLite orders values, each row's values
+// in t.Columns order.
+func (s *Store) StateRows(ctx context.Context, t StateTable, feed string) (*Cursor[[]any], error) {
+	cols := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		cols[i] = quoteIdent(c)
+	}
+	order := make([]string, len(t.Key))
+	for i, c := range t.Key {
+		order[i] = quoteIdent(c)
+	}
+	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + quoteIdent(t.Name)
+	var args []any
+	if t.FeedColumn {
+		q += " WHERE feed = ?"
+		args = append(args, feed)
+	}
+	q += " ORDER BY " + strings.Join(order, ", ")
+	rows, err := s.rdb.QueryxContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", t.Name, err)
+	}
+	return &Cursor[[]any]{rows: rows, what: t.Name, scan: func(r *sqlx.Rows) ([]any, error) { return r.SliceScan() }}, nil
+}
+
+// OpenExisting opens the database at path for reading, migrating nothing
+// and creating nothing: for tools that look at a database another process
+// may be running on. It fails when there is no database at path.
+func OpenExisting(ctx context.Context, path string) (*Store, error) {
+	cfg := DefaultConfig(path)
+	s := &Store{cfg: cfg, stmts: map[string]*sqlx.Stmt{}, committed: make(chan struct{}, 1)}
+	s.files.infos = make([]os.FileInfo, len(dbFileSuffixes)) // nothing to watch: it writes nothing
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("open %s for reading: %w", path, err)
+	}
+	var err error
+	dsn := "file:" + uriPath.Replace(path) + "?mode=ro&_pragma=busy_timeout(5000)&_pragma=query_only(1)"
+	if s.rdb, err = sqlx.Open("sqlite", dsn); err != nil {
+		return nil, fmt.Errorf("open %s for reading: %w", path, err)
+	}
+	s.rdb.SetMaxOpenConns(2)
+	var version int
+	if err := s.rdb.GetContext(ctx, &version, "PRAGMA user_version"); err != nil {
+		s.rdb.Close()
+		return nil, fmt.Errorf("open %s for reading: %w", path, err)
+	}
+	if version == 0 {
+		s.rdb.Close()
+		return nil, fmt.Errorf("open %s for reading: not an outboxd database", path)
+	}
+	s.db = s.rdb // never written: it serves the reads that go through the writer
+	return s, nil
+}

@@ -1,0 +1,253 @@
+package server
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxd/outboxd/api"
+	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/ingest/orders"
+	"github.com/outboxd/outboxd/ingest/recording"
+)
+
+// RecordConfig says which feeds are recorded, and where (see
+// ingest/recording and docs/recording.md).
+type RecordConfig struct {
+	// Dir receives the recordings of every feed ("" for none); Feeds
+	// names a directory per feed, which wins over Dir.
+	Dir   string            `yaml:"dir"`
+	Feeds map[string]string `yaml:"feeds" usage:"NAME: DIR, the directory of feed NAME's recordings, which wins over record.dir (--record NAME=DIR)"`
+	// Snapshot, unless false, copies the database at the start of each
+	// run beside its recording, for a replay to start from.
+	Snapshot *bool `yaml:"snapshot"`
+	// MaxBytes is the size past which a recording file is closed and the
+	// next part started, after the transaction that crossed it (0: 1 GiB).
+	MaxBytes int64 `yaml:"maxBytes"`
+}
+
+// flags registers the recording's flags on fs.
+func (r *RecordConfig) flags(fs *flag.FlagSet) {
+	fs.Var(recordFlag{r}, "record",
+		"record every feed into `DIR`, or with NAME=DIR feed NAME into DIR (repeatable, or comma-separated)")
+	fs.Var(snapshotFlag{r}, "record-snapshot",
+		"copy the database at the start of each recorded run beside its recording (=false: replays start from a database you name)")
+	fs.Int64Var(&r.MaxBytes, "record-max-bytes", r.MaxBytes,
+		"start a recording's next file once it holds `N` bytes, never splitting a transaction (0: 1 GiB)")
+}
+
+// recordFlag is --record: DIR, or NAME=DIR (a DIR holding "=" needs a "/"
+// before it).
+type recordFlag struct{ r *RecordConfig }
+
+func (f recordFlag) String() string { return "" }
+
+func (f recordFlag) settingKey() string { return "record.dir" }
+
+func (f recordFlag) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		name, dir, ok := strings.Cut(v, "=")
+		if !ok || !validName(name) {
+			f.r.Dir = v
+			continue
+		}
+		if dir == "" {
+			return fmt.Errorf("%q: want NAME=DIR", v)
+		}
+		if f.r.Feeds == nil {
+			f.r.Feeds = map[string]string{}
+		}
+		f.r.Feeds[name] = dir
+	}
+	return nil
+}
+
+// snapshotFlag is --record-snapshot, a boolean whose default is true.
+type snapshotFlag struct{ r *RecordConfig }
+
+func (f snapshotFlag) IsBoolFlag() bool { return true }
+
+func (f snapshotFlag) settingKey() string { return "record.snapshot" }
+
+func (f snapshotFlag) String() string {
+	if f.r == nil {
+		return "true"
+	}
+	return strconv.FormatBool(f.r.snapshot())
+}
+
+func (f snapshotFlag) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("%q: want true or false", s)
+	}
+	f.r.Snapshot = &v
+	return nil
+}
+
+func (r RecordConfig) snapshot() bool { return r.Snapshot == nil || *r.Snapshot }
+
+func (r RecordConfig) maxBytes() int64 {
+	if r.MaxBytes == 0 {
+		return recording.DefaultMaxBytes
+	}
+	return r.MaxBytes
+}
+
+// dirOf is the directory feed is recorded into, "" for none.
+func (r RecordConfig) dirOf(feed string) string {
+	if d, ok := r.Feeds[feed]; ok {
+		return d
+	}
+	return r.Dir
+}
+
+// check reports the first unusable recording setting, naming its flag:
+// feeds are the configured feeds' names.
+func (r RecordConfig) check(feeds []string) error {
+	if r.MaxBytes != 0 && r.MaxBytes < recording.MinMaxBytes {
+		return fmt.Errorf("--record-max-bytes: %d, want at least %d (or 0 for 1 GiB)", r.MaxBytes, recording.MinMaxBytes)
+	}
+	for name, dir := range r.Feeds {
+		if !containsName(feeds, name) {
+			return fmt.Errorf("--record %s=%s: no feed %s is configured", name, dir, name)
+		}
+	}
+	for _, name := range feeds {
+		if dir := r.dirOf(name); dir != "" {
+			if err := checkRecordDir(dir); err != nil {
+				return fmt.Errorf("--record %s: %w", dir, err)
+			}
+		}
+	}
+	return nil
+}
+
+func containsName(names []string, name string) bool {
+	for _, n := range names {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// checkRecordDir checks dir is a directory this process can write in, or
+// a missing one whose closest existing parent is: it creates nothing.
+func checkRecordDir(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if errors.Is(err, os.ErrNotExist) && filepath.Dir(d) != d {
+			continue
+		}
+		switch {
+		case err != nil:
+			return err
+		case !fi.IsDir():
+			return fmt.Errorf("%s is not a directory", d)
+		}
+		return checkWritableDir(d)
+	}
+}
+
+// checkWritableDir checks a file can be created in dir.
+func checkWritableDir(dir string) error {
+	f, err := os.CreateTemp(dir, ".outboxd-record-check-*")
+	if err != nil {
+		return fmt.Errorf("cannot write in %s: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// newRecorder returns the recorder of feed name when it is recorded, nil
+// otherwise; cfg is its loop's configuration.
+func (m *Main) newRecorder(name string, fc *FeedConfig, cfg ingest.Config) (ingest.Recorder, error) {
+	dir := m.Config.Record.dirOf(name)
+	if dir == "" {
+		return nil, nil
+	}
+	kind, target, _ := strings.Cut(fc.Source, ":")
+	pc := processorConfig(fc, m.Config)
+	dlq := cfg.DeadLetterTopic
+	if dlq == "" {
+		dlq = name + ".dlq"
+	}
+	rec, err := recording.NewRecorder(recording.Options{
+		Dir: dir, Store: m.Store, Snapshot: m.Config.Record.snapshot(), MaxBytes: m.Config.Record.maxBytes(), Logger: m.Logger,
+		Header: recording.Header{
+			Outboxd: Version(), Feed: name, Kind: kind, Source: target,
+			Processor: fc.Processor, ProcessorConfig: pc, Fingerprint: recording.Fingerprint(fc.Processor, pc),
+			Loop: recording.LoopSettings{
+				BatchMax: cfg.BatchMax, BatchBytes: cfg.BatchBytes, RetryAttempts: cfg.Retry.Attempts,
+				AttemptTimeout: cfg.Retry.AttemptTimeout.String(), OnFailure: cfg.OnFailure,
+				OnCompletionFailure: cfg.OnCompletionFailure, MaxMessageBytes: cfg.MaxMessageBytes, DeadLetterTopic: dlq,
+			},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("feed %s: %w", name, err)
+	}
+	return rec, nil
+}
+
+// processorConfig is what a processor's decisions depend on, besides its
+// code: recorded with each recording, and what a replay builds the
+// processor from.
+func processorConfig(fc *FeedConfig, c Config) map[string]string {
+	pc := map[string]string{"topic": fc.Topic}
+	switch fc.Processor {
+	case "forward":
+		pc["keyField"] = strconv.Itoa(fc.KeyField)
+	case orders.Name:
+		pc["retryDelay"] = c.RetryDelay.String()
+		pc["retryAttempts"] = strconv.Itoa(c.RetryAttempts)
+	}
+	return pc
+}
+
+// feedConfigOf rebuilds a feed's settings, for processor p, from a
+// recorded processor configuration; c gets the settings kept outside
+// the feed's (orders' retries).
+func feedConfigOf(h recording.Header, p string, c *Config) (*FeedConfig, error) {
+	fc := &FeedConfig{Source: h.Kind + ":" + h.Source, Processor: p, Topic: h.ProcessorConfig["topic"]}
+	if fc.Topic == "" {
+		fc.Topic = h.Feed + ".out"
+	}
+	var err error
+	if v, ok := h.ProcessorConfig["keyField"]; ok && p == "forward" {
+		if fc.KeyField, err = strconv.Atoi(v); err != nil {
+			return nil, fmt.Errorf("recorded keyField %q: %w", v, err)
+		}
+	}
+	if v, ok := h.ProcessorConfig["retryDelay"]; ok {
+		if c.RetryDelay, err = time.ParseDuration(v); err != nil {
+			return nil, fmt.Errorf("recorded retryDelay %q: %w", v, err)
+		}
+	}
+	if v, ok := h.ProcessorConfig["retryAttempts"]; ok {
+		if c.RetryAttempts, err = strconv.Atoi(v); err != nil {
+			return nil, fmt.Errorf("recorded retryAttempts %q: %w", v, err)
+		}
+	}
+	return fc, nil
+}
+
+// Recording is the feed's recording, nil when it is not recorded.
+func (f apiFeed) Recording() *api.RecordingStatus {
+	rec, ok := f.l.Config().Recorder.(*recording.Recorder)
+	if !ok {
+		return nil
+	}
+	s := rec.Status()
+	return &api.RecordingStatus{Recording: s.Recording, File: s.File, Bytes: s.Bytes, Files: s.Files, Error: s.Error}
+}

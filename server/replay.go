@@ -1,0 +1,344 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/ingest/forward"
+	"github.com/outboxd/outboxd/ingest/ledger"
+	"github.com/outboxd/outboxd/ingest/orders"
+	"github.com/outboxd/outboxd/ingest/recording"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// Exit codes of the replay command.
+const (
+	// ReplayIdentical: the replay ran (and, with --diff, matched).
+	ReplayIdentical = 0
+	// ReplayDivergent: with --diff, the outputs or the state differ.
+	ReplayDivergent = 1
+	// ReplayFailed: a bad recording or flag, or a replay that could not
+	// be made.
+	ReplayFailed = 2
+)
+
+const replaySynopsis = "server replay RECORDING... [--processor P] [--db OUT] [--from DB] [--diff DB] [--json]"
+
+// replayOptions are the replay command's flags.
+type replayOptions struct {
+	Processor string
+	DB        string
+	Diff      string
+	From      string
+	JSON      bool
+	Verbose   bool
+	Paths     []string
+}
+
+// replayCommand replays recordings (files, or directories of them) and,
+// with --diff, compares the result with a database.
+func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, code, done := parseReplay(args, stdout, stderr)
+	if done {
+		return code
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if o.Verbose {
+		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	rep, err := runReplay(ctx, o, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "server replay: %s\n", oneLine(err.Error()))
+		return ReplayFailed
+	}
+	if o.JSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintf(stderr, "server replay: %v\n", err)
+			return ReplayFailed
+		}
+	} else {
+		rep.print(stdout)
+	}
+	if rep.Diff != nil && !rep.Diff.Identical {
+		return ReplayDivergent
+	}
+	return ReplayIdentical
+}
+
+// parseReplay reads the flags, which may come before, between or after
+// the recordings. done says the command must return code now.
+func parseReplay(args []string, stdout, stderr io.Writer) (replayOptions, int, bool) {
+	var o replayOptions
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.Processor, "processor", "", "the processor to replay with: forward, ledger or orders (default: the recorded one)")
+	fs.StringVar(&o.DB, "db", "", "the database to replay into: made from the first recording's snapshot when missing, "+
+		"taken as it is when it exists (a replay of the recordings before); default: a temporary one")
+	fs.StringVar(&o.From, "from", "", "start from a copy of this database (yours, or the live one: it is only read) "+
+		"rather than the recording's snapshot; --db must not exist")
+	fs.StringVar(&o.Diff, "diff", "", "compare the outputs and state with this database (the live one, or another replay's)")
+	fs.BoolVar(&o.JSON, "json", false, "print one JSON object")
+	fs.BoolVar(&o.Verbose, "verbose", false, "show the replay loop's warnings on stderr")
+	for {
+		err := fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			fs.SetOutput(stdout)
+			fmt.Fprintln(stdout, "Usage: "+replaySynopsis)
+			fs.PrintDefaults()
+			fmt.Fprintln(stdout, "\nExit codes: 0 replayed (identical, with --diff), 1 divergent, 2 a bad recording or a replay that could not be made.")
+			return o, 0, true
+		case err != nil:
+			return o, badUsage(stderr, fmt.Errorf("replay: %w", err)), true
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		o.Paths = append(o.Paths, fs.Arg(0)) // a recording; flags may follow it
+		args = fs.Args()[1:]
+	}
+	if len(o.Paths) == 0 {
+		return o, badUsage(stderr, errors.New("replay: name a recording (a .rec file, or a directory of them): "+replaySynopsis)), true
+	}
+	switch o.Processor {
+	case "", forward.Name, ledger.Name, orders.Name:
+	default:
+		return o, badUsage(stderr, fmt.Errorf("replay: --processor %s: unknown processor (want forward, ledger or orders)", o.Processor)), true
+	}
+	return o, 0, false
+}
+
+// replayReport is what the command prints.
+type replayReport struct {
+	Database string `json:"database"`
+	// Restored names what the database was made from (the snapshot, or
+	// --from; "" when it existed, or was made new).
+	Restored  string                `json:"restored"`
+	Processor replayProcessor       `json:"processor"`
+	Files     []string              `json:"recordings"`
+	Replay    recording.Summary     `json:"replay"`
+	DiffWith  string                `json:"diffWith,omitempty"`
+	Diff      *recording.DiffResult `json:"diff"`
+	Verdict   string                `json:"verdict"`
+	set       *recording.Set
+}
+
+// replayProcessor says which processor replayed, against the recorded one.
+type replayProcessor struct {
+	Name                string `json:"name"`
+	Fingerprint         string `json:"fingerprint"`
+	Recorded            string `json:"recorded"`
+	RecordedFingerprint string `json:"recordedFingerprint"`
+	RecordedBy          string `json:"recordedBy"`
+	ReplayedBy          string `json:"replayedBy"`
+}
+
+func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*replayReport, error) {
+	set, err := recording.Scan(o.Paths)
+	if err != nil {
+		return nil, err
+	}
+	h := set.Header()
+	rep := &replayReport{set: set, DiffWith: o.Diff}
+	for _, f := range set.Files {
+		rep.Files = append(rep.Files, f.Path)
+	}
+	proc, err := replayProcessorOf(h, o.Processor, logger, &rep.Processor)
+	if err != nil {
+		return nil, err
+	}
+	out, cleanup, err := replayTarget(o.DB)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	rep.Database = out
+	store, restored, err := recording.OpenTarget(ctx, set, out, o.From)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	rep.Restored = restored
+	rep.Replay, err = recording.Replay(ctx, recording.ReplayConfig{Set: set, Store: store, Processor: proc,
+		ProcessorName: rep.Processor.Name, Logger: logger, KeepPlaces: o.Diff != ""})
+	if err != nil {
+		return nil, err
+	}
+	rep.Verdict = "replayed"
+	if o.Diff == "" {
+		return rep, nil
+	}
+	if err := rep.diff(ctx, store, h.Feed, o.Diff); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+func (rep *replayReport) diff(ctx context.Context, store *outbox.Store, feed, path string) error {
+	other, err := outbox.OpenExisting(ctx, path)
+	if err != nil {
+		return fmt.Errorf("--diff: %w", err)
+	}
+	defer other.Close()
+	res, err := recording.Diff(ctx, store, other, feed, rep.Replay.Places)
+	if err != nil {
+		return err
+	}
+	rep.Diff = &res
+	rep.Verdict = "identical"
+	if !res.Identical {
+		rep.Verdict = "divergent"
+	}
+	return nil
+}
+
+// replayProcessorOf builds the processor to replay with: name, or the
+// recorded one, with the recorded configuration.
+func replayProcessorOf(h recording.Header, name string, logger *slog.Logger, info *replayProcessor) (ingest.Processor, error) {
+	if name == "" {
+		name = h.Processor
+	}
+	c := DefaultConfig()
+	fc, err := feedConfigOf(h, name, &c)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", recording.ErrBadRecord, err)
+	}
+	if name == orders.Name && h.Kind != ingest.KindKafka {
+		return nil, fmt.Errorf("--processor orders: it reads a Kafka feed, and %s is a %s feed", h.Feed, h.Kind)
+	}
+	proc, err := newProcessor(h.Feed, h.Source, fc, c, logger)
+	if err != nil {
+		return nil, err
+	}
+	pc := processorConfig(fc, c)
+	*info = replayProcessor{Name: name, Fingerprint: recording.Fingerprint(name, pc), Recorded: h.Processor,
+		RecordedFingerprint: h.Fingerprint, RecordedBy: h.Outboxd, ReplayedBy: Version()}
+	return proc, nil
+}
+
+// replayTarget is the database path to replay into: out, or a temporary
+// one that cleanup removes.
+func replayTarget(out string) (string, func(), error) {
+	if out != "" {
+		return out, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "outboxd-replay-*")
+	if err != nil {
+		return "", nil, err
+	}
+	return filepath.Join(dir, "replay.db"), func() { os.RemoveAll(dir) }, nil
+}
+
+// print writes the report as text.
+func (rep *replayReport) print(w io.Writer) {
+	s, p := rep.Replay, rep.Processor
+	as := "as recorded"
+	if p.Fingerprint != p.RecordedFingerprint {
+		as = fmt.Sprintf("recorded: %s, fingerprint %s", p.Recorded, p.RecordedFingerprint)
+	}
+	fmt.Fprintf(w, "replayed feed %s with processor %s (fingerprint %s, %s) from %d recordings into %s\n",
+		s.Feed, p.Name, p.Fingerprint, as, s.Recordings, rep.Database)
+	if p.RecordedBy != p.ReplayedBy {
+		fmt.Fprintf(w, "  recorded by outboxd %s, replayed by %s\n", p.RecordedBy, p.ReplayedBy)
+	}
+	if rep.Restored != "" {
+		fmt.Fprintf(w, "  started from a copy of %s\n", rep.Restored)
+	}
+	fmt.Fprintf(w, "  %d items: %d applied, %d skipped as replays, %d dead-lettered, %d requeued, %d skipped by a completion failure; "+
+		"%d retries; %d outputs; epochs started %d, losses %d\n",
+		s.Items, s.Applied, s.ReplaysSkipped, s.DeadLettered, s.Requeued, s.Skipped, s.Retried, s.Outputs, s.EpochChanges, s.Losses)
+	fmt.Fprintf(w, "  %.3fs, %.0f items/s\n", s.Seconds, s.PerSecond)
+	if d := s.FirstDiffering; d != nil {
+		fmt.Fprintf(w, "  decisions: %d differ from the recording; the first: sequence %d, %s[%d] epoch %s position %d: recorded %s, replayed %s\n",
+			s.DecisionsDiffering, d.Sequence, s.Feed, d.Partition, d.Epoch, d.Position, d.Recorded, d.Replayed)
+	} else {
+		fmt.Fprintf(w, "  decisions: every item's outcome as recorded\n")
+	}
+	for _, t := range s.Torn {
+		fmt.Fprintf(w, "  torn tail: %s: %d bytes from offset %d not read (%s); nothing in them was committed\n", t.File, t.Bytes, t.Offset, t.Why)
+	}
+	for _, t := range s.Unconfirmed {
+		fmt.Fprintf(w, "  unconfirmed: %s: %d bytes from offset %d not replayed: %s\n", t.File, t.Bytes, t.Offset, t.Why)
+	}
+	if rep.Diff != nil {
+		rep.printDiff(w)
+	}
+}
+
+func (rep *replayReport) printDiff(w io.Writer) {
+	d := rep.Diff
+	if d.Identical {
+		fmt.Fprintf(w, "diff against %s: identical: %d deliveries, %d outputs", rep.DiffWith, d.Deliveries, d.OutputsReplayed)
+		for _, t := range d.Tables {
+			fmt.Fprintf(w, "; %s %d rows", t.Table, t.RowsReplayed)
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintf(w, "diff against %s: DIVERGENT: %d of %d deliveries differ (%d with no outputs in the database), %d of %d tables differ\n",
+			rep.DiffWith, d.Divergent, d.Deliveries, d.MissingInDatabase, d.DivergentTables, len(d.Tables))
+	}
+	if d.Positions != "" {
+		fmt.Fprintf(w, "  note: %s\n", d.Positions)
+	}
+	if f := d.First; f != nil {
+		fmt.Fprintf(w, "  first divergent delivery: %s[%d] epoch %s position %d\n", rep.Replay.Feed, f.Partition, f.Epoch, f.Position)
+		printOutputs(w, "expected", f.Expected)
+		printOutputs(w, "got", f.Got)
+	}
+	for _, t := range d.Tables {
+		if !t.Same() {
+			printTable(w, t)
+		}
+	}
+}
+
+func printOutputs(w io.Writer, label string, outs []recording.Output) {
+	if len(outs) == 0 {
+		fmt.Fprintf(w, "    %-8s (no outputs)\n", label)
+	}
+	for _, o := range outs {
+		fmt.Fprintf(w, "    %-8s %s key %s value %s", label, o.Topic, quoted(o.Key), quoted(o.Value))
+		for _, h := range o.Headers {
+			fmt.Fprintf(w, " %s=%q", h[0], h[1])
+		}
+		fmt.Fprintln(w)
+		label = ""
+	}
+}
+
+func quoted(s *string) string {
+	if s == nil {
+		return "null"
+	}
+	return fmt.Sprintf("%q", *s)
+}
+
+func printTable(w io.Writer, t recording.TableDiff) {
+	switch {
+	case t.Missing != "":
+		fmt.Fprintf(w, "  table %s: missing in the %s\n", t.Table, t.Missing)
+	case t.Columns != "":
+		fmt.Fprintf(w, "  table %s: the columns differ: %s\n", t.Table, t.Columns)
+	default:
+		fmt.Fprintf(w, "  table %s: %d rows differ, %d only in the replay, %d only in the database; the first: %s\n",
+			t.Table, t.Differing, t.OnlyReplayed, t.OnlyDatabase, t.FirstKey)
+		fmt.Fprintf(w, "    expected %s\n    got      %s\n", orNone(t.Expected), orNone(t.Got))
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(no row)"
+	}
+	return s
+}

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -62,10 +63,14 @@ type outcome struct {
 }
 
 // step is what applying one record inside a transaction came to; at most
-// one field is set.
+// one of itemFailed and storeFailed is set.
 type step struct {
 	itemFailed  error // the item failed transiently: nothing of it is kept
 	storeFailed error // the store failed: the transaction is lost
+	// txLost: SQLite rolled the whole transaction back when the item
+	// failed (an interrupted write): itemFailed is the item's error, and
+	// nothing of the transaction stands.
+	txLost bool
 }
 
 // process applies and commits recs, in as many transactions as it takes.
@@ -173,16 +178,48 @@ func (w *work) afterCommit(f func()) { w.logs = append(w.logs, f) }
 
 // applyOnce applies b's records in one transaction, stopping before an item
 // that fails transiently, and commits.
+//
+// When an item's failure made SQLite roll the whole transaction back (a
+// write interrupted by the attempt's deadline), nothing of it stands: the
+// records before the item are applied again in a new transaction, and the
+// failure counts against the item, as any other of its transient failures
+// (another try after a backoff, then its failure policy). It is not the
+// store's failure: nothing is wrong with the database.
 func (l *Loop) applyOnce(ctx context.Context, b batch, h tries) outcome {
 	l.applyMu.Lock()
 	defer l.applyMu.Unlock()
+	out, lostAt := l.transact(ctx, b, h, false)
+	if lostAt < 0 {
+		return out
+	}
+	r := b.recs[lostAt]
+	l.log.Warn("an item's failure rolled the whole transaction back: applying the records before it again",
+		"partition", r.Partition, "position", r.Position, "records", lostAt, "err", out.itemFailed)
+	redo, again := l.transact(ctx, b.first(lostAt), h, lostAt == 0 && h.attempt > 1)
+	if again >= 0 || redo.storeFailed != nil || redo.itemFailed != nil {
+		// A record before the item failed this time: that comes first; the
+		// item is tried again when its turn comes.
+		return redo
+	}
+	return outcome{committed: redo.committed, itemFailed: out.itemFailed}
+}
+
+// transact applies b's records in one transaction, stopping before an item
+// that fails transiently, and commits; retried counts a retry of the first
+// record in the stats although b does not hold it (its try was lost with a
+// transaction). It returns the index of the record whose failure lost the
+// transaction, nothing committed, or -1.
+func (l *Loop) transact(ctx context.Context, b batch, h tries, retried bool) (outcome, int) {
 	tx, err := l.store.Begin(ctx)
 	if err != nil {
-		return outcome{storeFailed: err}
+		return outcome{storeFailed: err}, -1
 	}
 	defer tx.Rollback()
 	l.recBegin()
 	w := l.newWork(tx)
+	if retried {
+		w.delta.Retries++
+	}
 	n, itemFailed := len(b.recs), error(nil)
 	for i, r := range b.recs {
 		hi := replayedTries(r)
@@ -190,8 +227,11 @@ func (l *Loop) applyOnce(ctx context.Context, b batch, h tries) outcome {
 			hi = h
 		}
 		st := l.applyRecord(ctx, w, r, b.seqs[i], hi)
+		if st.txLost {
+			return outcome{itemFailed: st.itemFailed}, i
+		}
 		if st.storeFailed != nil {
-			return outcome{storeFailed: st.storeFailed, reached: i + 1}
+			return outcome{storeFailed: st.storeFailed, reached: i + 1}, -1
 		}
 		if st.itemFailed != nil {
 			n, itemFailed = i, st.itemFailed
@@ -200,9 +240,9 @@ func (l *Loop) applyOnce(ctx context.Context, b batch, h tries) outcome {
 	}
 	w.records = n
 	if err := l.finish(ctx, w); err != nil {
-		return outcome{storeFailed: err, reached: n}
+		return outcome{storeFailed: err, reached: n}, -1
 	}
-	return outcome{committed: n, itemFailed: itemFailed}
+	return outcome{committed: n, itemFailed: itemFailed}, -1
 }
 
 // finish writes the transaction's checkpoints and stats, commits, and then
@@ -296,9 +336,17 @@ func (l *Loop) applyItem(ctx context.Context, w *work, d Delivery, r Record, h t
 	}
 	err := l.apply(l.attemptContext(ctx), w.tx, d, r.Item)
 	if err == nil {
-		w.delta.Applied++
-		l.recOutcome(Outcome{Result: ResultApplied})
-		return step{storeFailed: w.tx.EndItem()}
+		if err = w.tx.EndItem(); err == nil {
+			w.delta.Applied++
+			l.recOutcome(Outcome{Result: ResultApplied})
+			return step{}
+		}
+		if !errors.Is(err, outbox.ErrTxLost) {
+			return step{storeFailed: err}
+		}
+		// The processor went on after a statement that ended the
+		// transaction: the item failed.
+		return step{itemFailed: err, txLost: true}
 	}
 	if outbox.Classify(err).Store() {
 		// The database failed under the processor (a full disk, an I/O
@@ -306,6 +354,9 @@ func (l *Loop) applyItem(ctx context.Context, w *work, d Delivery, r Record, h t
 		return step{storeFailed: err}
 	}
 	if rerr := w.tx.RollbackItem(); rerr != nil {
+		if errors.Is(rerr, outbox.ErrTxLost) {
+			return step{itemFailed: err, txLost: true}
+		}
 		return step{storeFailed: rerr}
 	}
 	if p, ok := IsPermanent(err); ok {

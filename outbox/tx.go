@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/jmoiron/sqlx"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Header is one Kafka record header.
@@ -62,7 +63,17 @@ type Tx struct {
 	forget       bool                  // the written rows' ids are not known: cache none
 	lastID       int64                 // the last id written so far, 0 before the first chunk
 	rowBytes     int64                 // the written rows' bytes, as RowBytes counts them
+	lost         error                 // set once SQLite rolled the transaction back under it
 }
+
+// ErrTxLost is wrapped by the errors of a Tx that SQLite rolled back by
+// itself: a write interrupted by its context's deadline, or one that met a
+// full disk, an I/O error or a lack of memory, ends the whole transaction,
+// not only the statement or the item's savepoint. Nothing the Tx wrote
+// stands, and it runs no statement any more (on the connection, now out of
+// any transaction, each would commit by itself): Commit fails too. Start
+// the work again in a new transaction.
+var ErrTxLost = errors.New("SQLite rolled the whole transaction back")
 
 // Begin starts a write transaction. The transaction is not bound to ctx's
 // cancellation: a shutdown must be able to commit the batch in hand. Statements
@@ -81,37 +92,102 @@ func (s *Store) Begin(ctx context.Context) (*Tx, error) {
 func (tx *Tx) Store() *Store { return tx.store }
 
 // Exec runs a statement in the transaction.
+//
+// An error may mean SQLite rolled the whole transaction back (see
+// ErrTxLost): the error then wraps ErrTxLost, and so does every later use
+// of the Tx.
 func (tx *Tx) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if err := tx.ensureSavepoint(); err != nil {
 		return nil, err
 	}
 	res, err := tx.tx.ExecContext(ctx, query, args...)
-	return res, tx.store.noteStatement(err)
+	return res, tx.statementDone(err)
 }
 
-// Get scans one row into dest (sqlx rules); sql.ErrNoRows when there is none.
+// Get scans one row into dest (sqlx rules); sql.ErrNoRows when there is
+// none. Its errors are as Exec's.
 func (tx *Tx) Get(ctx context.Context, dest any, query string, args ...any) error {
 	if err := tx.ensureSavepoint(); err != nil {
 		return err
 	}
-	return tx.store.noteStatement(tx.tx.GetContext(ctx, dest, query, args...))
+	return tx.statementDone(tx.tx.GetContext(ctx, dest, query, args...))
 }
 
-// Select scans every row into the slice dest points to (sqlx rules).
+// Select scans every row into the slice dest points to (sqlx rules). Its
+// errors are as Exec's.
 func (tx *Tx) Select(ctx context.Context, dest any, query string, args ...any) error {
 	if err := tx.ensureSavepoint(); err != nil {
 		return err
 	}
-	return tx.store.noteStatement(tx.tx.SelectContext(ctx, dest, query, args...))
+	return tx.statementDone(tx.tx.SelectContext(ctx, dest, query, args...))
 }
 
 // Stmt returns query prepared once per transaction: the way for a processor
-// to run its hot statements without re-parsing them for every item.
+// to run its hot statements without re-parsing them for every item. After
+// an error of one of its statements, return the error: SQLite may have
+// rolled the transaction back, which EndItem or RollbackItem then report
+// (ErrTxLost).
 func (tx *Tx) Stmt(ctx context.Context, query string) (*sqlx.Stmt, error) {
 	if err := tx.ensureSavepoint(); err != nil {
 		return nil, err
 	}
 	return tx.stmt(query)
+}
+
+// Lost returns the error (wrapping ErrTxLost) of a transaction SQLite
+// rolled back by itself, nil while it stands.
+func (tx *Tx) Lost() error { return tx.lost }
+
+// statementDone notes a statement's error and finds out whether SQLite
+// ended the transaction with it.
+func (tx *Tx) statementDone(err error) error {
+	if err == nil || errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	tx.store.noteStatement(err)
+	return tx.checkLost(err)
+}
+
+// checkLost asks SQLite, after a failure, whether the transaction still
+// stands: a BEGIN fails inside a transaction and changes nothing; one that
+// succeeds shows the connection was out of any, and is rolled back at
+// once. A lost transaction makes err wrap ErrTxLost, and so every later use
+// of the Tx.
+func (tx *Tx) checkLost(err error) error {
+	if tx.lost != nil {
+		return tx.lost
+	}
+	if !mayEndTransaction(err) {
+		return err
+	}
+	if _, berr := tx.tx.ExecContext(tx.ctx, "BEGIN"); berr != nil {
+		return err // inside a transaction still
+	}
+	if _, rerr := tx.tx.ExecContext(tx.ctx, "ROLLBACK"); rerr != nil {
+		err = fmt.Errorf("%w (and ending the probe's transaction: %v)", err, rerr)
+	}
+	tx.lost = fmt.Errorf("%w: %w", ErrTxLost, err)
+	return tx.lost
+}
+
+// mayEndTransaction reports whether err is one after which SQLite may
+// have rolled the whole transaction back by itself: a full disk, an I/O
+// error, a lack of memory, an interrupted statement, a busy or damaged
+// database, or an error that carries no SQLite code (a context's, say).
+// A statement's plain failure (a syntax error, a constraint, a refusal of
+// the authorizer) leaves the transaction as it was, and is not probed: the
+// probe would run under the same authorizer.
+func mayEndTransaction(err error) bool {
+	code, ok := SQLiteCode(err)
+	if !ok {
+		return true
+	}
+	switch code & 0xff {
+	case sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_INTERRUPT,
+		sqlite3.SQLITE_BUSY, sqlite3.SQLITE_CORRUPT:
+		return true
+	}
+	return false
 }
 
 // stmt returns query as a statement of the transaction. A query the store
@@ -120,6 +196,9 @@ func (tx *Tx) Stmt(ctx context.Context, query string) (*sqlx.Stmt, error) {
 // transaction ends (it cannot be prepared on the connection the
 // transaction holds), so the next transaction reuses it.
 func (tx *Tx) stmt(query string) (*sqlx.Stmt, error) {
+	if tx.lost != nil {
+		return nil, tx.lost
+	}
 	if st, ok := tx.stmts[query]; ok {
 		return st, nil
 	}
@@ -141,16 +220,39 @@ func (tx *Tx) stmt(query string) (*sqlx.Stmt, error) {
 }
 
 // ensureSavepoint opens the current item's SAVEPOINT before its first
-// statement.
+// statement. It fails on a lost transaction: a SAVEPOINT outside any would
+// start one of its own.
 func (tx *Tx) ensureSavepoint() error {
+	if tx.lost != nil {
+		return tx.lost
+	}
 	if !tx.inItem || tx.savepoint {
 		return nil
 	}
-	if _, err := tx.tx.ExecContext(tx.ctx, "SAVEPOINT item"); err != nil {
+	if err := tx.control(sqlSavepoint); err != nil {
 		return fmt.Errorf("savepoint: %w", tx.store.noteStatement(err))
 	}
 	tx.savepoint = true
 	return nil
+}
+
+// The item savepoint's statements, kept prepared like the processors'
+// statements: parsing them again for every item costs as much as a small
+// item's work.
+const (
+	sqlSavepoint  = "SAVEPOINT item"
+	sqlRelease    = "RELEASE item"
+	sqlRollbackTo = "ROLLBACK TO item"
+)
+
+// control runs one of the savepoint's statements.
+func (tx *Tx) control(query string) error {
+	st, err := tx.stmt(query)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(tx.ctx)
+	return err
 }
 
 // BeginItem starts an item: p is the place of the outputs emitted until
@@ -168,22 +270,25 @@ func (tx *Tx) BeginItem(p Place) error {
 // for writes that cannot fail part-way (a dead letter).
 func (tx *Tx) SetPlace(p Place) { tx.place, tx.n = p, 0 }
 
-// EndItem keeps the current item's writes.
+// EndItem keeps the current item's writes. Its error wraps ErrTxLost when
+// SQLite had rolled the transaction back during the item.
 func (tx *Tx) EndItem() error {
 	tx.inItem = false
 	tx.undo = tx.undo[:0]
 	if !tx.savepoint {
-		return nil
+		return tx.lost
 	}
 	tx.savepoint = false
-	if _, err := tx.tx.ExecContext(tx.ctx, "RELEASE item"); err != nil {
-		return fmt.Errorf("release savepoint: %w", err)
+	if err := tx.control(sqlRelease); err != nil {
+		return fmt.Errorf("release savepoint: %w", tx.checkLost(err))
 	}
 	return nil
 }
 
 // RollbackItem undoes every write since BeginItem (state and outputs alike);
-// the batch's other items stand.
+// the batch's other items stand. Its error wraps ErrTxLost when SQLite had
+// rolled the whole transaction back during the item: then none of them
+// stands.
 func (tx *Tx) RollbackItem() error {
 	tx.inItem = false
 	for i := len(tx.undo) - 1; i >= 0; i-- {
@@ -196,11 +301,11 @@ func (tx *Tx) RollbackItem() error {
 		return nil
 	}
 	tx.savepoint = false
-	if _, err := tx.tx.ExecContext(tx.ctx, "ROLLBACK TO item"); err != nil {
-		return fmt.Errorf("rollback to savepoint: %w", err)
+	if err := tx.control(sqlRollbackTo); err != nil {
+		return fmt.Errorf("rollback to savepoint: %w", tx.checkLost(err))
 	}
-	if _, err := tx.tx.ExecContext(tx.ctx, "RELEASE item"); err != nil {
-		return fmt.Errorf("release savepoint: %w", err)
+	if err := tx.control(sqlRelease); err != nil {
+		return fmt.Errorf("release savepoint: %w", tx.checkLost(err))
 	}
 	return nil
 }
@@ -271,12 +376,17 @@ func (tx *Tx) Emitted() int { return len(tx.rows) }
 // Commit checks the store still owns the database (ErrFenced otherwise,
 // see Claim), runs the store's commit hook, commits, then runs the OnCommit
 // callbacks. When the hook or COMMIT fails the transaction is rolled back
-// and the error returned: none of its writes stand.
+// and the error returned: none of its writes stand. A lost transaction
+// (ErrTxLost) is not committed.
 func (tx *Tx) Commit() error {
 	if tx.done {
 		return errors.New("commit: transaction already finished")
 	}
 	tx.done = true
+	if tx.lost != nil {
+		tx.tx.Rollback()
+		return fmt.Errorf("commit: %w", tx.lost)
+	}
 	if err := tx.commit(); err != nil {
 		tx.tx.Rollback()
 		tx.store.noteWrite(err)

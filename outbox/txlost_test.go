@@ -1,0 +1,90 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// endlessInsert is a write that never ends: only its context's deadline
+// stops it, and SQLite then rolls the whole transaction back.
+const endlessInsert = `INSERT INTO t SELECT count(*)
+FROM (WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c) SELECT i FROM c)`
+
+// A Tx that SQLite rolled back refuses every later statement and its
+// commit (each would otherwise commit by itself, outside any transaction),
+// and says so with ErrTxLost; a failure that leaves the transaction
+// standing is not a loss.
+func TestTx_Lost(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t)
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(ctx, `CREATE TABLE t (n INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.BeginItem(place("f", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Emit(ctx, out("x", "k", "v")); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = tx.Exec(actx, endlessInsert)
+	if !errors.Is(err, outbox.ErrTxLost) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("interrupted write: %v, want ErrTxLost and the deadline", err)
+	}
+	if tx.Lost() == nil {
+		t.Fatal("Lost() = nil after the loss")
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (1)`); !errors.Is(err, outbox.ErrTxLost) {
+		t.Fatalf("a statement after the loss: %v, want ErrTxLost", err)
+	}
+	if _, err := tx.Stmt(ctx, `SELECT 1`); !errors.Is(err, outbox.ErrTxLost) {
+		t.Fatalf("Stmt after the loss: %v, want ErrTxLost", err)
+	}
+	if err := tx.RollbackItem(); !errors.Is(err, outbox.ErrTxLost) {
+		t.Fatalf("RollbackItem: %v, want ErrTxLost", err)
+	}
+	if err := tx.Commit(); !errors.Is(err, outbox.ErrTxLost) {
+		t.Fatalf("Commit: %v, want ErrTxLost", err)
+	}
+	var n int
+	if err := s.ReadDB().Get(&n, `SELECT count(*) FROM sqlite_schema WHERE name = 't'`); err != nil || n != 0 {
+		t.Fatalf("the lost transaction's table: %d, %v; want none", n, err)
+	}
+	if rows := allRows(t, s); len(rows) != 0 {
+		t.Fatalf("outbox rows %+v, want none", rows)
+	}
+
+	tx, err = s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := tx.BeginItem(place("f", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO no_such_table VALUES (1)`); err == nil || errors.Is(err, outbox.ErrTxLost) {
+		t.Fatalf("a statement that does not compile: %v, want an error that is not ErrTxLost", err)
+	}
+	if err := tx.Emit(ctx, out("x", "k", "v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.EndItem(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if rows := allRows(t, s); len(rows) != 1 || string(rows[0].Value) != "v" {
+		t.Fatalf("outbox rows %+v, want the one emitted", rows)
+	}
+}

@@ -68,14 +68,13 @@ func (k *KafkaConfig) resolve(getenv func(string) string) error {
 	return nil
 }
 
-// logKafka says at start how the Kafka clients connect, and warns when
-// the brokers' certificates are not verified.
-func logKafka(logger *slog.Logger, s kafkasec.Settings) {
+// warnKafka warns at start when the brokers' certificates are not
+// verified; how the clients connect is in the start-up line.
+func warnKafka(logger *slog.Logger, s kafkasec.Settings) {
 	if s.Insecure() {
 		logger.Warn("--kafka-tls-insecure-skip-verify: the brokers' certificates are NOT verified; " +
 			"anyone on the path can pose as the cluster")
 	}
-	logger.Info("Kafka clients connect", "security", s.Describe())
 }
 
 // addProductionFlags registers the flags of the production settings:

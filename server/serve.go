@@ -44,6 +44,8 @@ type Main struct {
 	// backlog is the outbox backlog's bound, settled when the database
 	// opens.
 	backlog outbox.BacklogLimit
+	// backlogHow says where the bound came from, for the start-up line.
+	backlogHow string
 }
 
 // NewMain returns a service for cfg; nothing is opened until Run.
@@ -137,7 +139,7 @@ func (m *Main) open(ctx context.Context) error {
 		return err
 	}
 	if len(m.Config.Brokers) > 0 && m.Broker == nil {
-		logKafka(m.Logger, m.Config.Kafka.Settings)
+		warnKafka(m.Logger, m.Config.Kafka.Settings)
 	}
 	if err := m.build(); err != nil {
 		return err
@@ -165,8 +167,7 @@ func (m *Main) settleBacklog() error {
 		m.Logger.Warn("the outbox backlog has no bound: while Kafka is away it grows until the disk is full", "bound", how)
 		return nil
 	}
-	m.Logger.Info("outbox backlog bound: past it ingest pauses until the relay drains it",
-		"max_bytes", lim.Bytes, "max_rows", lim.Rows, "bound", how)
+	m.backlogHow = how // in the start-up line
 	return nil
 }
 

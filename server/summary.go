@@ -15,6 +15,13 @@ import (
 // dev broker or synchronous=normal is in use.
 func (m *Main) logSummary(ctx context.Context) {
 	level, attrs := summary(m.Config, m.Broker != nil, m.URL())
+	if len(m.Config.Brokers) > 0 {
+		attrs = append(attrs, slog.String("kafka_security", m.Config.Kafka.Settings.Describe()))
+	}
+	if !m.backlog.IsZero() {
+		attrs = append(attrs, slog.Int64("max_backlog_bytes", m.backlog.Bytes), slog.Int64("max_backlog_rows", m.backlog.Rows),
+			slog.String("backlog_bound", m.backlogHow))
+	}
 	m.Logger.LogAttrs(ctx, level, "outboxd running", attrs...)
 }
 

@@ -95,8 +95,8 @@ func allClients(t *testing.T, b *secureBroker) {
 		}
 		return nil
 	})
-	if !strings.Contains(p.log.String(), "Kafka clients connect") {
-		t.Fatal("the server did not say how it connects to Kafka")
+	if !strings.Contains(p.log.String(), "kafka_security=") {
+		t.Fatal("the start-up line does not say how the server connects to Kafka")
 	}
 	out, errOut, code := tool(t, "", append([]string{"consume", "--topic", "in.out", "--from-beginning", "--until-end",
 		"--format", "json"}, sec...)...)

@@ -90,7 +90,7 @@ func (q *Query) Name() string { return q.name }
 
 // Params are the names of the query's parameters (":account" is
 // "account"), in the order they first appear.
-func (q *Query) Params() []string { return slices.Clone(q.params) }
+func (q *Query) Params() []string { return append([]string{}, q.params...) }
 
 // PrepareQuery checks that text is one read-only statement (a SELECT,
 // VALUES or WITH ... SELECT, which only reads: SQLite's authorizer

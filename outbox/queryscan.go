@@ -118,3 +118,14 @@ func quotedLen(s string, q byte) (int, error) {
 func isNameChar(c byte) bool {
 	return c == '_' || c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
 }
+
+// CheckQueryText checks, without a database, what PrepareQuery checks
+// first: that text is one SELECT, VALUES or WITH statement whose
+// parameters are named. It returns the parameters' names.
+func CheckQueryText(text string) ([]string, error) {
+	params, err := scanQuery(text)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrQueryRefused, err)
+	}
+	return params, nil
+}

@@ -70,6 +70,7 @@ type Config struct {
 
 	// Record says which feeds are recorded (record_config.go).
 	Record RecordConfig `yaml:"record"`
+	Query  QueryConfig  `yaml:",inline"` // the state queries (queries.go)
 
 	RetryDelay    time.Duration `yaml:"retryDelay"`
 	RetryAttempts int           `yaml:"retryAttempts"`
@@ -132,6 +133,7 @@ func DefaultConfig() Config {
 		Record:          RecordConfig{Feeds: map[string]string{}},
 		Relay:           DefaultRelayConfig(),
 		DevBroker:       DefaultDevBrokerConfig(),
+		Query:           DefaultQueryConfig(),
 
 		RetryDelay:    orders.DefaultRetryDelay,
 		RetryAttempts: orders.DefaultRetryAttempts,
@@ -232,6 +234,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.validateProduction(); err != nil {
+		return err
+	}
+	if err := c.Query.validate(); err != nil {
 		return err
 	}
 	return c.Relay.Validate()
@@ -424,6 +429,7 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	c.DevBroker.flags(fs)
 	addProductionFlags(fs, c)
 	c.Record.flags(fs)
+	c.Query.flags(fs)
 	fs.BoolVar(&c.NewDatabase, "new-database", c.NewDatabase,
 		"start afresh although an earlier database at this --db path published: every output is published again "+
 			"(see Guarantees; command line only, recorded in the database, so needed once)")
@@ -443,9 +449,10 @@ var cmdlineOnly = map[string]bool{"new-database": true}
 // (WithProcessor).
 func ParseConfig(args []string, getenv func(string) string, opts ...Option) (Config, error) {
 	c := DefaultConfig()
-	c.procs = newOptions(opts).procs
-	if c.procs.err != nil {
-		return c, c.procs.err
+	if len(opts) > 0 { // none: the built-ins, left implicit
+		if c.procs = newOptions(opts).procs; c.procs.err != nil {
+			return c, c.procs.err
+		}
 	}
 	c.origins = map[string]string{}
 	var configPath string

@@ -128,7 +128,7 @@ func newOrders(s ProcessorSpec) (ingest.Processor, error) {
 // ParseConfig was given Options.
 func (c *Config) processors() *registry {
 	if c.procs == nil {
-		c.procs = builtinRegistry()
+		return builtinRegistry()
 	}
 	return c.procs
 }

@@ -44,6 +44,8 @@ type Main struct {
 	backlog outbox.BacklogLimit
 	// backlogHow says where the bound came from, for the start-up line.
 	backlogHow string
+	// queries are the state queries the API serves (queries.go).
+	queries []*outbox.Query
 }
 
 // NewMain returns a service for cfg; nothing is opened until Run.
@@ -138,6 +140,9 @@ func (m *Main) open(ctx context.Context) error {
 	}
 	if len(m.Config.Brokers) > 0 && m.Broker == nil {
 		warnKafka(m.Logger, m.Config.Kafka.Settings)
+	}
+	if err := m.loadQueries(steps); err != nil {
+		return err
 	}
 	if err := m.build(); err != nil {
 		return err
@@ -434,6 +439,7 @@ func (m *Main) close() error {
 	if m.listener != nil && (m.API == nil || m.API.URL() == "") {
 		m.listener.Close() // bound, never served
 	}
+	m.closeQueries()
 	if m.Store != nil {
 		errs = append(errs, m.Store.Close())
 	}

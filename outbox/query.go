@@ -225,11 +225,13 @@ func missingObject(err error) bool {
 
 // sqliteText is err's message without the driver's prefix and code.
 func sqliteText(err error) string {
+	msg := err.Error()
 	var se *sqlite.Error
 	if errors.As(err, &se) {
-		return strings.TrimPrefix(se.Error(), "SQL logic error: ")
+		msg = strings.TrimPrefix(se.Error(), "SQL logic error: ")
+		msg = strings.TrimSuffix(msg, fmt.Sprintf(" (%d)", se.Code()))
 	}
-	return err.Error()
+	return msg
 }
 
 func duplicate(names []string) string {

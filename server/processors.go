@@ -38,8 +38,9 @@ type ProcessorSpec struct {
 // ProcessorFactory makes the processor of one feed. It runs once per feed
 // when the server starts, before the database is claimed; an error stops
 // the start with exit code 2 (ExitConfig), naming the feed. The processor
-// it returns may implement ingest.Setup (run once in the feed's first
-// transaction) and the other optional interfaces of package ingest.
+// it returns may implement ingest.Setupper (run in a transaction of its
+// own when the feed starts) and the other optional interfaces of package
+// ingest.
 type ProcessorFactory func(ProcessorSpec) (ingest.Processor, error)
 
 // Option changes how Command runs the service.

@@ -91,7 +91,7 @@ func start(t *testing.T, env []string, args ...string) *proc {
 
 // startBin runs the program bin (a server, or a program built on package
 // server) with args and extra environment.
-func startBin(t *testing.T, bin string, env []string, args ...string) *proc {
+func startBin(t testing.TB, bin string, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)

@@ -135,6 +135,8 @@ func (s *Server) queryTurn(w http.ResponseWriter, r *http.Request) bool {
 func (s *Server) queryFailed(w http.ResponseWriter, r *http.Request, err error) {
 	var pe *outbox.ParamError
 	switch {
+	case r.Context().Err() != nil:
+		return // the client is gone: no one to answer
 	case errors.As(err, &pe):
 		writeError(w, http.StatusBadRequest, CodeBadRequest, pe.Error())
 	case errors.Is(err, outbox.ErrQueryNotReady):

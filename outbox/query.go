@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -166,10 +167,14 @@ func (s *Store) readOnlyColumns(ctx context.Context, text string) ([]string, err
 		}); err != nil {
 			return fmt.Errorf("install the read-only rule: %w", err)
 		}
-		defer r.RegisterAuthorizer(nil)
 		info, err := ci.ColumnInfo(text)
 		for _, c := range info {
 			cols = append(cols, c.Name)
+		}
+		if rerr := r.RegisterAuthorizer(nil); rerr != nil {
+			// A connection left under the read-only rule would refuse the
+			// store's own pragmas: the pool drops it.
+			return driver.ErrBadConn
 		}
 		return err
 	})
@@ -325,6 +330,9 @@ func (q *Query) run(ctx context.Context, args []any, lim QueryLimits) (QueryResu
 	q.mu.Lock()
 	stmt, cols := q.stmt, q.columns
 	q.mu.Unlock()
+	if stmt == nil {
+		return QueryResult{}, errors.New("closed")
+	}
 	rows, err := stmt.QueryContext(ctx, args...)
 	if err != nil {
 		return QueryResult{}, err

@@ -1,6 +1,8 @@
 // Package api is outboxd's HTTP API: per-feed status JSON, the outbox and
 // relay status, dead letters and the operator actions on them, health and
-// readiness probes, Prometheus metrics and an embedded dashboard.
+// readiness probes, Prometheus metrics, an embedded dashboard, and the
+// configured read-only state queries (GET /queries/{name}, run by the
+// store: see outbox.Store.Query).
 //
 // Every status answer is read in one read transaction of the store (or
 // from the feeds' and relay's in-memory state), so its figures come from
@@ -113,6 +115,11 @@ type Config struct {
 	// certificates; nil serves plain HTTP. Binding to anything but a
 	// loopback address without it logs a warning.
 	TLS *tls.Config
+	// Queries are the named state queries served at /queries/{name}
+	// (see queries.go), each run within QueryLimits (zero fields:
+	// outbox.DefaultQueryLimits).
+	Queries     []*outbox.Query
+	QueryLimits outbox.QueryLimits
 }
 
 // defaultBatchMax is the size histograms' top bucket when none is configured.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -195,6 +196,17 @@ func TestOpenAPI_ResponsesMatch(t *testing.T) {
 	}
 	other = newTestServer(t, srv)
 	c.check(other, "POST", rq(junk), testToken, 409)
+
+	// The state queries: an answer, a cut one, bad parameters, an unknown
+	// query, one not ready and one past its time limit.
+	qbase, _ := queryServer(t, outbox.QueryLimits{Timeout: 100 * time.Millisecond, MaxRows: 1}, testQueries...)
+	c.check(qbase, "GET", "/queries", "", 200)
+	c.check(qbase, "GET", "/queries/balance?feed=l&account=alice", "", 200)
+	c.check(qbase, "GET", "/queries/all", "", 200)
+	c.check(qbase, "GET", "/queries/balance?feed=l", "", 400)
+	c.check(qbase, "GET", "/queries/nope", "", 404)
+	c.check(qbase, "GET", "/queries/later?k=a", "", 503)
+	c.check(qbase, "GET", "/queries/spin", "", 504)
 
 	// Every operation of openapi.yaml was exercised.
 	doc, _ := openapi3.NewLoader().LoadFromData(api.OpenAPI)

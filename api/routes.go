@@ -39,6 +39,8 @@ func (s *Server) routes() http.Handler {
 
 	r.Get("/feeds", s.handleFeeds)
 	r.Get("/outbox/status", s.handleOutboxStatus)
+	r.Get("/queries", s.handleQueries)
+	r.Get("/queries/{name}", s.handleQuery)
 	r.Route("/feeds/{name}", func(r chi.Router) {
 		r.Get("/status", s.handleFeedStatus)
 		r.Get("/dead-letters", s.handleDeadLetters)

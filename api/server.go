@@ -38,6 +38,8 @@ type Server struct {
 	deadLetterTurns chan []byte
 	deadLetterWait  time.Duration
 
+	queries *queries
+
 	srv    *http.Server
 	ln     net.Listener
 	served sync.WaitGroup
@@ -77,6 +79,9 @@ func New(cfg Config, store *outbox.Store, feeds []Feed, relay Relay, logger *slo
 		s.tokenHash = h[:]
 	}
 	var err error
+	if s.queries, err = newQueries(cfg.Queries, cfg.QueryLimits); err != nil {
+		return nil, fmt.Errorf("http api: %w", err)
+	}
 	if s.registry, err = s.newRegistry(); err != nil {
 		return nil, fmt.Errorf("http api: register metrics: %w", err)
 	}

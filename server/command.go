@@ -36,14 +36,24 @@ const (
 	ExitFenced = 3
 )
 
+// Run is a whole main: the server's command line of os.Args[1:] on the
+// process's standard output and error, with opts (the caller's own
+// processors, WithProcessor). It returns the exit code for os.Exit:
+//
+//	func main() { os.Exit(server.Run(server.WithProcessor("counter", newCounter))) }
+func Run(opts ...Option) int {
+	return Command(os.Args[1:], os.Stdout, os.Stderr, opts...)
+}
+
 // Command runs the server's command line (the service, or the consume
-// subcommand) and returns its exit code (ExitOK, ExitConfig, ...). It
-// catches SIGINT and SIGTERM first thing; see CommandSignals.
-func Command(args []string, stdout, stderr io.Writer) int {
+// subcommand) and returns its exit code (ExitOK, ExitConfig, ...). opts
+// register the caller's own processors (WithProcessor). It catches SIGINT
+// and SIGTERM first thing; see CommandSignals.
+func Command(args []string, stdout, stderr io.Writer, opts ...Option) int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	return CommandSignals(args, stdout, stderr, sigs)
+	return CommandSignals(args, stdout, stderr, sigs, opts...)
 }
 
 // CommandSignals is Command for a caller that already catches SIGINT and
@@ -53,7 +63,7 @@ func Command(args []string, stdout, stderr io.Writer) int {
 // yet; a running one commits the batch in hand. It exits within the
 // shutdown grace period (ExitFailed past it); a second signal exits at
 // once with 128 plus the signal's number.
-func CommandSignals(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
+func CommandSignals(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, opts ...Option) int {
 	sd := watchSignals(sigs, stderr)
 	defer sd.close()
 	if len(args) > 0 {
@@ -61,17 +71,17 @@ func CommandSignals(args []string, stdout, stderr io.Writer, sigs <-chan os.Sign
 		case "consume":
 			return consumeCommand(sd.ctx, args[1:], stdout, stderr)
 		case "config":
-			return configCommand(args[1:], stdout, stderr)
+			return configCommand(args[1:], stdout, stderr, opts...)
 		case "produce":
 			return produceCommand(sd.ctx, args[1:], os.Stdin, stdout, stderr)
 		case "replay":
-			return replayCommand(sd.ctx, args[1:], stdout, stderr)
+			return replayCommand(sd.ctx, args[1:], stdout, stderr, opts...)
 		case "version", "--version", "-version":
 			fmt.Fprintln(stdout, Version())
 			return 0
 		}
 	}
-	cfg, err := ParseConfig(args, os.Getenv)
+	cfg, err := ParseConfig(args, os.Getenv, opts...)
 	if errors.Is(err, flag.ErrHelp) {
 		usage(stdout)
 		return ExitOK

@@ -23,7 +23,8 @@ import (
 type FeedConfig struct {
 	// Source is "file:PATH" (or "kafka:TOPIC").
 	Source string `yaml:"source"`
-	// Processor is "forward" (default) or "ledger".
+	// Processor is a registered processor's name: "forward" (default),
+	// "ledger", "orders" or one registered with WithProcessor.
 	Processor string `yaml:"processor"`
 	// Topic receives the processor's outputs (default NAME.out).
 	Topic               string `yaml:"topic"`
@@ -69,6 +70,7 @@ type Config struct {
 
 	// Record says which feeds are recorded (record_config.go).
 	Record RecordConfig `yaml:"record"`
+	Query  QueryConfig  `yaml:",inline"` // the state queries (queries.go)
 
 	RetryDelay    time.Duration `yaml:"retryDelay"`
 	RetryAttempts int           `yaml:"retryAttempts"`
@@ -78,6 +80,9 @@ type Config struct {
 	// (relay.Config.NewDatabase). A decision for one start, so it is a
 	// command-line flag only: neither the environment nor the file sets it.
 	NewDatabase bool `yaml:"-"`
+
+	// procs are the processors feeds may name (ParseConfig's Options).
+	procs *registry
 
 	// origins says where each value set by the file, the environment or a
 	// flag came from, by key path ("feeds.ledger.topic"); the others are
@@ -128,6 +133,7 @@ func DefaultConfig() Config {
 		Record:          RecordConfig{Feeds: map[string]string{}},
 		Relay:           DefaultRelayConfig(),
 		DevBroker:       DefaultDevBrokerConfig(),
+		Query:           DefaultQueryConfig(),
 
 		RetryDelay:    orders.DefaultRetryDelay,
 		RetryAttempts: orders.DefaultRetryAttempts,
@@ -223,11 +229,14 @@ func (c *Config) Validate() error {
 		return err
 	}
 	for _, name := range c.FeedNames() {
-		if err := c.Feeds[name].validate(name); err != nil {
+		if err := c.Feeds[name].validate(name, c.processors()); err != nil {
 			return err
 		}
 	}
 	if err := c.validateProduction(); err != nil {
+		return err
+	}
+	if err := c.Query.validate(); err != nil {
 		return err
 	}
 	return c.Relay.Validate()
@@ -250,7 +259,7 @@ func checkAddr(flagName, addr string, zeroPort bool) error {
 	return nil
 }
 
-func (f *FeedConfig) validate(name string) error {
+func (f *FeedConfig) validate(name string, procs *registry) error {
 	if !validName(name) {
 		return fmt.Errorf("feed %q: a name is letters, digits, '.', '_' and '-'", name)
 	}
@@ -265,10 +274,8 @@ func (f *FeedConfig) validate(name string) error {
 	case f.Processor == orders.Name && kind != "kafka":
 		return fmt.Errorf("--processor %s=orders: the orders processor reads a Kafka feed (--feed %s=kafka:TOPIC)", name, name)
 	}
-	switch f.Processor {
-	case "forward", "ledger", "orders":
-	default:
-		return fmt.Errorf("--processor %s=%s: unknown processor (want forward, ledger or orders)", name, f.Processor)
+	if err := procs.check(f.Processor); err != nil {
+		return fmt.Errorf("--processor %s=%s: %w", name, f.Processor, err)
 	}
 	switch f.OnFailure {
 	case ingest.OnFailureDeadLetter, ingest.OnFailureStop:
@@ -408,7 +415,7 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log `LEVEL`: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log `FORMAT`: text or json")
 	perFeedFlag("feed", "source", "", "a feed to read (repeatable): `NAME=file:PATH`, or NAME=kafka:TOPIC for every partition of TOPIC")
-	perFeedFlag("processor", "processor", "forward", "the feed's processor, `NAME=P` with P one of ledger, forward, orders")
+	perFeedFlag("processor", "processor", "forward", "the feed's processor, `NAME=P`: P is a registered processor (built in: ledger, forward, orders)")
 	perFeedFlag("topic", "topic", "NAME.out", "the topic of the feed's outputs, `NAME=TOPIC` (NAME.status for orders)")
 	perFeedFlag("on-failure", "onFailure", ingest.OnFailureDeadLetter,
 		"an item whose retries are spent, `NAME=P`: dead-letter, or stop (the feed stalls and retries it)")
@@ -422,6 +429,7 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	c.DevBroker.flags(fs)
 	addProductionFlags(fs, c)
 	c.Record.flags(fs)
+	c.Query.flags(fs)
 	fs.BoolVar(&c.NewDatabase, "new-database", c.NewDatabase,
 		"start afresh although an earlier database at this --db path published: every output is published again "+
 			"(see Guarantees; command line only, recorded in the database, so needed once)")
@@ -436,9 +444,16 @@ var cmdlineOnly = map[string]bool{"new-database": true}
 // take comma-separated values) and the command line, in that order, and
 // remembers where each value came from (Config.Origin). A mistake in any
 // of them is an error naming it: the file's errors name the line and the
-// key, and an unknown key or flag names the closest known one.
-func ParseConfig(args []string, getenv func(string) string) (Config, error) {
+// key, and an unknown key or flag names the closest known one. opts
+// register the processors feeds may name besides the built-ins
+// (WithProcessor).
+func ParseConfig(args []string, getenv func(string) string, opts ...Option) (Config, error) {
 	c := DefaultConfig()
+	if len(opts) > 0 { // none: the built-ins, left implicit
+		if c.procs = newOptions(opts).procs; c.procs.err != nil {
+			return c, c.procs.err
+		}
+	}
 	c.origins = map[string]string{}
 	var configPath string
 	var given givenSettings

@@ -24,8 +24,8 @@ var secretKey = regexp.MustCompile(`(?i)(password|secret|token)$`)
 
 // configCommand runs `server config [flags]`: it reads the configuration
 // as the server would and prints the effective one as YAML.
-func configCommand(args []string, stdout, stderr io.Writer) int {
-	cfg, err := ParseConfig(args, os.Getenv)
+func configCommand(args []string, stdout, stderr io.Writer, opts ...Option) int {
+	cfg, err := ParseConfig(args, os.Getenv, opts...)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(stdout, "Usage: server config [the server's flags]\n\nPrints the configuration the server would run with "+
 			"(flags, OUTBOXD_* variables, the --config file and defaults merged) as YAML that --config reads back, "+

@@ -41,14 +41,19 @@ type replayOptions struct {
 	JSON      bool
 	Verbose   bool
 	Paths     []string
+
+	procs *registry // the processors a replay may name
 }
 
 // replayCommand replays recordings (files, or directories of them) and,
 // with --diff, compares the result with a database.
-func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...Option) int {
 	o, code, done := parseReplay(args, stdout, stderr)
 	if done {
 		return code
+	}
+	if o.procs = newOptions(opts).procs; o.procs.err != nil {
+		return badUsage(stderr, o.procs.err)
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if o.Verbose {
@@ -153,7 +158,7 @@ func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*repl
 	for _, f := range set.Files {
 		rep.Files = append(rep.Files, f.Path)
 	}
-	proc, err := replayProcessorOf(h, o.Processor, logger, &rep.Processor)
+	proc, err := replayProcessorOf(h, o.Processor, o.procs, logger, &rep.Processor)
 	if err != nil {
 		return nil, err
 	}
@@ -204,11 +209,12 @@ func (rep *replayReport) diff(ctx context.Context, store *outbox.Store, feed, pa
 
 // replayProcessorOf builds the processor to replay with: name, or the
 // recorded one, with the recorded configuration.
-func replayProcessorOf(h recording.Header, name string, logger *slog.Logger, info *replayProcessor) (ingest.Processor, error) {
+func replayProcessorOf(h recording.Header, name string, procs *registry, logger *slog.Logger, info *replayProcessor) (ingest.Processor, error) {
 	if name == "" {
 		name = h.Processor
 	}
 	c := DefaultConfig()
+	c.procs = procs
 	fc, err := feedConfigOf(h, name, &c)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", recording.ErrBadRecord, err)

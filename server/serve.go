@@ -14,9 +14,7 @@ import (
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/filefeed"
-	"github.com/outboxd/outboxd/ingest/forward"
 	"github.com/outboxd/outboxd/ingest/kafkafeed"
-	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/ingest/orders"
 	"github.com/outboxd/outboxd/internal/devkafka"
 	"github.com/outboxd/outboxd/outbox"
@@ -46,6 +44,8 @@ type Main struct {
 	backlog outbox.BacklogLimit
 	// backlogHow says where the bound came from, for the start-up line.
 	backlogHow string
+	// queries are the state queries the API serves (queries.go).
+	queries []*outbox.Query
 }
 
 // NewMain returns a service for cfg; nothing is opened until Run.
@@ -141,6 +141,9 @@ func (m *Main) open(ctx context.Context) error {
 	if len(m.Config.Brokers) > 0 && m.Broker == nil {
 		warnKafka(m.Logger, m.Config.Kafka.Settings)
 	}
+	if err := m.loadQueries(steps); err != nil {
+		return err
+	}
 	if err := m.build(); err != nil {
 		return err
 	}
@@ -211,7 +214,7 @@ func (m *Main) newLoop(name string, fc *FeedConfig) (*ingest.Loop, error) {
 	kind, target, _ := strings.Cut(fc.Source, ":")
 	proc, err := newProcessor(name, target, fc, m.Config, m.Logger)
 	if err != nil {
-		return nil, err
+		return nil, &ConfigError{Err: err} // before the claim: a server on the database is untouched
 	}
 	feed, err := m.newFeed(name, fc, kind, target, proc)
 	if err != nil {
@@ -240,26 +243,25 @@ func (m *Main) newLoop(name string, fc *FeedConfig) (*ingest.Loop, error) {
 	return ingest.NewLoop(m.Store, feed, proc, cfg)
 }
 
-// newProcessor makes feed name's processor; target is what the feed reads
-// (a path, a topic).
+// newProcessor makes feed name's processor with the factory registered
+// under fc.Processor; target is what the feed reads (a path, a topic).
 func newProcessor(name, target string, fc *FeedConfig, c Config, logger *slog.Logger) (ingest.Processor, error) {
-	switch fc.Processor {
-	case orders.Name:
-		oc := orders.DefaultConfig(name, target)
-		oc.StatusTopic = fc.Topic
-		oc.RetryDelay, oc.RetryAttempts = c.RetryDelay, c.RetryAttempts
-		oc.Logger = logger
-		p, err := orders.New(oc)
-		if err != nil {
-			return nil, fmt.Errorf("feed %s: %w", name, err)
-		}
-		return p, nil
-	case ledger.Name:
-		return ledger.New(fc.Topic), nil
-	case forward.Name:
-		return forward.New(fc.Topic, fc.KeyField), nil
+	procs := c.processors()
+	if err := procs.check(fc.Processor); err != nil {
+		return nil, fmt.Errorf("feed %s: %w", name, err)
 	}
-	return nil, fmt.Errorf("feed %s: unknown processor %q", name, fc.Processor)
+	kind, _, _ := strings.Cut(fc.Source, ":")
+	p, err := procs.make[fc.Processor](ProcessorSpec{
+		Feed: name, Processor: fc.Processor, Topic: fc.Topic, Kind: kind, Target: target,
+		KeyField: fc.KeyField, Logger: logger, Config: c,
+	})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("feed %s: processor %s: %w", name, fc.Processor, err)
+	case p == nil:
+		return nil, fmt.Errorf("feed %s: processor %s: its factory made none", name, fc.Processor)
+	}
+	return p, nil
 }
 
 // newFeed makes the feed of kind reading target. A Kafka feed also reads
@@ -437,6 +439,7 @@ func (m *Main) close() error {
 	if m.listener != nil && (m.API == nil || m.API.URL() == "") {
 		m.listener.Close() // bound, never served
 	}
+	m.closeQueries()
 	if m.Store != nil {
 		errs = append(errs, m.Store.Close())
 	}

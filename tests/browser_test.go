@@ -333,7 +333,7 @@ func waitTextUntil(t *testing.T, ctx context.Context, deadline time.Time, sel, w
 }
 
 // freePort returns a loopback port nothing listens on (as of now).
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -86,6 +86,13 @@ func start(t *testing.T, env []string, args ...string) *proc {
 			bin = seamBin
 		}
 	}
+	return startBin(t, bin, env, args...)
+}
+
+// startBin runs the program bin (a server, or a program built on package
+// server) with args and extra environment.
+func startBin(t testing.TB, bin string, env []string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}

@@ -1,0 +1,176 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// QueryConcurrency is how many state queries run at once. The store's
+// read pool has four connections: one is always left to the relay and
+// the status endpoints, so queries in a loop never stall publishing.
+const QueryConcurrency = 3
+
+// Error codes of the query endpoint.
+const (
+	CodeQueryNotReady = "query_not_ready"
+	CodeQueryTimeout  = "query_timeout"
+)
+
+// queries are the named state queries and their limits.
+type queries struct {
+	byName map[string]*outbox.Query
+	names  []string // in configuration order
+	limits outbox.QueryLimits
+	turns  chan struct{}
+}
+
+func newQueries(qs []*outbox.Query, lim outbox.QueryLimits) (*queries, error) {
+	d := outbox.DefaultQueryLimits()
+	if lim.Timeout == 0 {
+		lim.Timeout = d.Timeout
+	}
+	if lim.MaxRows == 0 {
+		lim.MaxRows = d.MaxRows
+	}
+	if lim.MaxBytes == 0 {
+		lim.MaxBytes = d.MaxBytes
+	}
+	if err := lim.Validate(); err != nil {
+		return nil, err
+	}
+	q := &queries{byName: make(map[string]*outbox.Query, len(qs)), limits: lim, turns: make(chan struct{}, QueryConcurrency)}
+	for _, x := range qs {
+		if _, dup := q.byName[x.Name()]; dup {
+			return nil, fmt.Errorf("query %s given twice", x.Name())
+		}
+		q.byName[x.Name()] = x
+		q.names = append(q.names, x.Name())
+	}
+	return q, nil
+}
+
+// QueryInfo describes one configured query in GET /queries.
+type QueryInfo struct {
+	Name   string   `json:"name"`
+	Params []string `json:"params"`
+}
+
+// QueryList is the body of GET /queries.
+type QueryList struct {
+	Queries []QueryInfo `json:"queries"`
+	// Limits are the limits every query runs within.
+	TimeoutMillis int64 `json:"timeoutMillis"`
+	MaxRows       int   `json:"maxRows"`
+	MaxBytes      int   `json:"maxBytes"`
+}
+
+func (s *Server) handleQueries(w http.ResponseWriter, r *http.Request) {
+	l := QueryList{Queries: []QueryInfo{}, TimeoutMillis: s.queries.limits.Timeout.Milliseconds(),
+		MaxRows: s.queries.limits.MaxRows, MaxBytes: s.queries.limits.MaxBytes}
+	for _, n := range s.queries.names {
+		l.Queries = append(l.Queries, QueryInfo{Name: n, Params: s.queries.byName[n].Params()})
+	}
+	writeJSON(w, http.StatusOK, l)
+}
+
+// handleQuery runs a named query with the request's query-string
+// parameters: 200 with its rows (cut at a limit, and then saying which),
+// 400 for parameters unknown, missing or repeated, 404 for an unknown
+// query, 503 while what it reads does not exist yet or all turns are
+// taken, 504 past its time limit.
+func (s *Server) handleQuery(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "name")
+	q, ok := s.queries.byName[name]
+	if !ok {
+		writeError(w, http.StatusNotFound, CodeNotFound, "no query "+name+" is configured")
+		return
+	}
+	params, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "query "+name+": the query string: "+err.Error())
+		return
+	}
+	if !s.queryTurn(w, r) {
+		return
+	}
+	defer func() { <-s.queries.turns }()
+	res, err := s.store.Query(r.Context(), q, params, s.queries.limits)
+	if err != nil {
+		s.queryFailed(w, r, err)
+		return
+	}
+	writeBody(w, http.StatusOK, encodeQueryResult(name, res))
+}
+
+// queryTurn waits, at most a query's time limit, for one of the
+// QueryConcurrency turns; it answers 503 when none comes.
+func (s *Server) queryTurn(w http.ResponseWriter, r *http.Request) bool {
+	select {
+	case s.queries.turns <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(s.queries.limits.Timeout)
+	defer t.Stop()
+	select {
+	case s.queries.turns <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-r.Context().Done():
+	}
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, CodeBusy, fmt.Sprintf("%d queries are running; try again", QueryConcurrency))
+	return false
+}
+
+func (s *Server) queryFailed(w http.ResponseWriter, r *http.Request, err error) {
+	var pe *outbox.ParamError
+	switch {
+	case r.Context().Err() != nil:
+		return // the client is gone: no one to answer
+	case errors.As(err, &pe):
+		writeError(w, http.StatusBadRequest, CodeBadRequest, pe.Error())
+	case errors.Is(err, outbox.ErrQueryNotReady):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, CodeQueryNotReady, err.Error())
+	case errors.Is(err, outbox.ErrQueryTimeout):
+		writeError(w, http.StatusGatewayTimeout, CodeQueryTimeout, err.Error())
+	default:
+		s.fail(w, r, err)
+	}
+}
+
+// encodeQueryResult is the body of a query's answer:
+// {"query":NAME,"columns":[...],"rows":[{...},...]} with "truncated":
+// "rows" or "bytes" when a limit cut it. Its size is the rows' (at most
+// the byte limit) plus the names.
+func encodeQueryResult(name string, res outbox.QueryResult) []byte {
+	head, _ := json.Marshal(struct {
+		Query   string   `json:"query"`
+		Columns []string `json:"columns"`
+	}{name, res.Columns}) // strings always encode
+	var b bytes.Buffer
+	b.Grow(len(head) + res.Bytes + len(res.Rows) + 40)
+	b.Write(head[:len(head)-1])
+	if res.Truncated != "" {
+		b.WriteString(`,"truncated":"` + res.Truncated + `"`)
+	}
+	b.WriteString(`,"rows":[`)
+	for i, row := range res.Rows {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(row)
+	}
+	b.WriteString("]}\n")
+	return b.Bytes()
+}

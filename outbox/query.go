@@ -1,0 +1,412 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"modernc.org/sqlite"
+)
+
+// QueryLimits bound one run of a Query.
+type QueryLimits struct {
+	// Timeout is how long the statement may run: past it SQLite interrupts
+	// it and Query returns ErrQueryTimeout.
+	Timeout time.Duration
+	// MaxRows is the most rows an answer holds; MaxBytes the most bytes
+	// its rows take, encoded as JSON. An answer cut at either says so
+	// (QueryResult.Truncated).
+	MaxRows, MaxBytes int
+}
+
+// DefaultQueryLimits are 1 second, 1,000 rows and 1 MiB.
+func DefaultQueryLimits() QueryLimits {
+	return QueryLimits{Timeout: time.Second, MaxRows: 1000, MaxBytes: 1 << 20}
+}
+
+// Validate reports a limit that is not positive.
+func (l QueryLimits) Validate() error {
+	if l.Timeout <= 0 || l.MaxRows < 1 || l.MaxBytes < 1 {
+		return fmt.Errorf("query limits %v, %d rows, %d bytes: want each above 0", l.Timeout, l.MaxRows, l.MaxBytes)
+	}
+	return nil
+}
+
+// Errors of queries.
+var (
+	// ErrQueryNotReady: the query names a table (or a column) the
+	// database does not hold yet, such as one a processor creates when its
+	// feed starts. The query is checked again on each run until it
+	// compiles.
+	ErrQueryNotReady = errors.New("not ready: the database does not hold what it reads yet")
+	// ErrQueryTimeout: the statement ran past QueryLimits.Timeout and was
+	// interrupted.
+	ErrQueryTimeout = errors.New("ran past its time limit")
+	// ErrQueryRefused: the statement is not a single read-only SELECT.
+	ErrQueryRefused = errors.New("refused")
+)
+
+// ParamError is a run of a query with parameters it does not take
+// (Unknown) or without some it needs (Missing), or with one given more
+// than once (Repeated). Each list is sorted.
+type ParamError struct {
+	Query                      string
+	Unknown, Missing, Repeated []string
+}
+
+func (e *ParamError) Error() string {
+	var parts []string
+	for _, p := range []struct {
+		what  string
+		names []string
+	}{{"unknown", e.Unknown}, {"missing", e.Missing}, {"given more than once", e.Repeated}} {
+		if len(p.names) > 0 {
+			parts = append(parts, p.what+" parameter "+strings.Join(p.names, ", "))
+		}
+	}
+	return fmt.Sprintf("query %s: %s", e.Query, strings.Join(parts, "; "))
+}
+
+// Query is a named read-only statement, checked by PrepareQuery. It is
+// safe for concurrent use.
+type Query struct {
+	name, text string
+	params     []string
+
+	mu      sync.Mutex
+	columns []string // set once the statement compiled on this database
+	stmt    *sql.Stmt
+}
+
+// Name is the query's name.
+func (q *Query) Name() string { return q.name }
+
+// Params are the names of the query's parameters (":account" is
+// "account"), in the order they first appear.
+func (q *Query) Params() []string { return append([]string{}, q.params...) }
+
+// PrepareQuery checks that text is one read-only statement (a SELECT,
+// VALUES or WITH ... SELECT, which only reads: SQLite's authorizer
+// refuses anything else while compiling it on a read connection), that
+// its parameters are named (:name, @name or $name; not ?), and that its
+// result columns have distinct names. An error wraps ErrQueryRefused, or
+// is SQLite's own (a syntax error). When the statement names a table or
+// column the database does not hold yet, PrepareQuery returns the query
+// and an error wrapping ErrQueryNotReady: each Run checks it again until
+// it compiles.
+func (s *Store) PrepareQuery(ctx context.Context, name, text string) (*Query, error) {
+	params, err := scanQuery(text)
+	if err != nil {
+		return nil, fmt.Errorf("query %s: %w: %v", name, ErrQueryRefused, err)
+	}
+	q := &Query{name: name, text: text, params: params}
+	if err := s.compileQuery(ctx, q); err != nil {
+		if errors.Is(err, ErrQueryNotReady) {
+			return q, err
+		}
+		return nil, err
+	}
+	return q, nil
+}
+
+// compileQuery compiles q on a read connection under the read-only rule
+// and prepares it, once.
+func (s *Store) compileQuery(ctx context.Context, q *Query) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stmt != nil {
+		return nil
+	}
+	cols, err := s.readOnlyColumns(ctx, q.text)
+	if err != nil {
+		return fmt.Errorf("query %s: %w", q.name, err)
+	}
+	if dup := duplicate(cols); dup != "" {
+		return fmt.Errorf("query %s: %w: two result columns are named %q (name each with AS)", q.name, ErrQueryRefused, dup)
+	}
+	stmt, err := s.rdb.PrepareContext(ctx, q.text)
+	if err != nil {
+		return fmt.Errorf("query %s: prepare: %w", q.name, err)
+	}
+	q.columns, q.stmt = cols, stmt
+	return nil
+}
+
+// readOnlyColumns compiles text on a read connection with an authorizer
+// that lets it only read, and returns its result columns.
+func (s *Store) readOnlyColumns(ctx context.Context, text string) ([]string, error) {
+	conn, err := s.rdb.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read connection: %w", err)
+	}
+	defer conn.Close()
+	var denied string
+	var cols []string
+	err = conn.Raw(func(dc any) error {
+		r, ok := dc.(sqlite.AuthorizerRegisterer)
+		ci, ok2 := dc.(interface {
+			ColumnInfo(string) ([]sqlite.ColumnInfo, error)
+		})
+		if !ok || !ok2 {
+			return errors.New("the SQLite driver has no authorizer")
+		}
+		if err := r.RegisterAuthorizer(func(a sqlite.AuthorizerActionCode, arg1, arg2, _, _ string) sqlite.AuthorizerReturnCode {
+			if why := notReadOnly(a, arg1, arg2); why != "" {
+				denied = why
+				return sqlite.AuthorizerDeny
+			}
+			return sqlite.AuthorizerOK
+		}); err != nil {
+			return fmt.Errorf("install the read-only rule: %w", err)
+		}
+		info, err := ci.ColumnInfo(text)
+		for _, c := range info {
+			cols = append(cols, c.Name)
+		}
+		if rerr := r.RegisterAuthorizer(nil); rerr != nil {
+			// A connection left under the read-only rule would refuse the
+			// store's own pragmas: the pool drops it.
+			return driver.ErrBadConn
+		}
+		return err
+	})
+	switch {
+	case denied != "":
+		return nil, fmt.Errorf("%w: %s: a query may only read", ErrQueryRefused, denied)
+	case err != nil && missingObject(err):
+		return nil, fmt.Errorf("%w (%v)", ErrQueryNotReady, sqliteText(err))
+	case err != nil:
+		return nil, errors.New(sqliteText(err))
+	case len(cols) == 0:
+		return nil, fmt.Errorf("%w: it returns no columns", ErrQueryRefused)
+	}
+	return cols, nil
+}
+
+// describePragmas are the pragmas a query may read as table-valued
+// functions (pragma_table_info(...)): they only describe the schema.
+var describePragmas = map[string]bool{
+	"table_info": true, "table_xinfo": true, "table_list": true, "index_info": true, "index_xinfo": true,
+	"index_list": true, "foreign_key_list": true, "collation_list": true, "function_list": true,
+	"module_list": true, "pragma_list": true, "database_list": true, "compile_options": true,
+}
+
+// notReadOnly says why an operation SQLite asks leave for is more than a
+// read, "" for a read.
+func notReadOnly(a sqlite.AuthorizerActionCode, arg1, arg2 string) string {
+	switch a {
+	case sqlite.AuthSelect, sqlite.AuthRead, sqlite.AuthRecursive:
+		return ""
+	case sqlite.AuthFunction:
+		if strings.EqualFold(arg2, "load_extension") {
+			return "load_extension"
+		}
+		return ""
+	case sqlite.AuthPragma:
+		if describePragmas[strings.ToLower(arg1)] {
+			return ""
+		}
+		return "PRAGMA " + arg1
+	case sqlite.AuthInsert, sqlite.AuthUpdate, sqlite.AuthDelete:
+		return "writes " + arg1
+	}
+	return fmt.Sprintf("operation %d on %s", a, arg1)
+}
+
+// missingObject reports whether err is SQLite saying a table or column is
+// not there.
+func missingObject(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "no such table") || strings.Contains(msg, "no such column")
+}
+
+// sqliteText is err's message without the driver's prefix and code.
+func sqliteText(err error) string {
+	msg := err.Error()
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		msg = strings.TrimPrefix(se.Error(), "SQL logic error: ")
+		msg = strings.TrimSuffix(msg, fmt.Sprintf(" (%d)", se.Code()))
+	}
+	return msg
+}
+
+func duplicate(names []string) string {
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if seen[n] {
+			return n
+		}
+		seen[n] = true
+	}
+	return ""
+}
+
+// QueryResult is one run's answer.
+type QueryResult struct {
+	// Columns are the statement's result columns, in order.
+	Columns []string
+	// Rows are the rows read, each a JSON object of its columns in order:
+	// integers and reals as numbers (an infinite real as the string
+	// "Infinity" or "-Infinity"), text as strings, blobs as base64
+	// strings, NULL as null.
+	Rows []json.RawMessage
+	// Bytes is the size of Rows' encodings together.
+	Bytes int
+	// Truncated is "" for the whole answer, or the limit that cut it:
+	// "rows" (more rows followed) or "bytes" (the next row would have
+	// passed MaxBytes).
+	Truncated string
+}
+
+// Query runs q with params (each parameter's value as text: SQLite's
+// affinity rules compare it with an INTEGER column as a number) on the
+// read pool, one statement and so one read transaction: every row comes
+// from the same commit, and ingest is never waited for. Errors: a
+// *ParamError for parameters unknown, missing or repeated; one wrapping
+// ErrQueryNotReady while what q reads does not exist; ErrQueryTimeout
+// past lim.Timeout; ctx's error when ctx ends first. It is safe for
+// concurrent use.
+func (s *Store) Query(ctx context.Context, q *Query, params map[string][]string, lim QueryLimits) (QueryResult, error) {
+	args, err := q.bind(params)
+	if err != nil {
+		return QueryResult{}, err
+	}
+	if err := s.compileQuery(ctx, q); err != nil {
+		return QueryResult{}, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, lim.Timeout)
+	defer cancel()
+	res, err := q.run(rctx, args, lim)
+	if err != nil && ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+		return QueryResult{}, fmt.Errorf("query %s: %w (%v)", q.name, ErrQueryTimeout, lim.Timeout)
+	}
+	if err != nil {
+		return QueryResult{}, fmt.Errorf("query %s: %w", q.name, err)
+	}
+	return res, nil
+}
+
+// bind checks params against q's parameters and returns them as named
+// arguments.
+func (q *Query) bind(params map[string][]string) ([]any, error) {
+	pe := &ParamError{Query: q.name}
+	for name, vs := range params {
+		switch {
+		case !slices.Contains(q.params, name):
+			pe.Unknown = append(pe.Unknown, name)
+		case len(vs) > 1:
+			pe.Repeated = append(pe.Repeated, name)
+		}
+	}
+	args := make([]any, 0, len(q.params))
+	for _, name := range q.params {
+		vs, ok := params[name]
+		if !ok || len(vs) == 0 {
+			pe.Missing = append(pe.Missing, name)
+			continue
+		}
+		args = append(args, sql.Named(name, vs[0]))
+	}
+	if len(pe.Unknown)+len(pe.Missing)+len(pe.Repeated) > 0 {
+		slices.Sort(pe.Unknown)
+		slices.Sort(pe.Missing)
+		slices.Sort(pe.Repeated)
+		return nil, pe
+	}
+	return args, nil
+}
+
+// run reads the rows within lim.
+func (q *Query) run(ctx context.Context, args []any, lim QueryLimits) (QueryResult, error) {
+	q.mu.Lock()
+	stmt, cols := q.stmt, q.columns
+	q.mu.Unlock()
+	if stmt == nil {
+		return QueryResult{}, errors.New("closed")
+	}
+	rows, err := stmt.QueryContext(ctx, args...)
+	if err != nil {
+		return QueryResult{}, err
+	}
+	defer rows.Close()
+	res := QueryResult{Columns: cols, Rows: []json.RawMessage{}}
+	vals := make([]any, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	names := encodedNames(cols)
+	for rows.Next() {
+		if len(res.Rows) == lim.MaxRows {
+			res.Truncated = "rows"
+			break
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return QueryResult{}, err
+		}
+		row, err := encodeRow(names, vals)
+		if err != nil {
+			return QueryResult{}, err
+		}
+		if res.Bytes+len(row) > lim.MaxBytes {
+			res.Truncated = "bytes"
+			break
+		}
+		res.Rows = append(res.Rows, row)
+		res.Bytes += len(row)
+	}
+	return res, rows.Err()
+}
+
+// encodedNames are the columns' names as JSON strings followed by ':'.
+func encodedNames(cols []string) [][]byte {
+	out := make([][]byte, len(cols))
+	for i, c := range cols {
+		b, _ := json.Marshal(c) // a string always encodes
+		out[i] = append(b, ':')
+	}
+	return out
+}
+
+// encodeRow encodes one row as a JSON object, its columns in order.
+func encodeRow(names [][]byte, vals []any) (json.RawMessage, error) {
+	b := []byte{'{'}
+	for i, v := range vals {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, names[i]...)
+		if f, ok := v.(float64); ok && math.IsInf(f, 0) {
+			v = "Infinity"
+			if f < 0 {
+				v = "-Infinity"
+			}
+		}
+		e, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("encode column %s: %w", names[i], err)
+		}
+		b = append(b, e...)
+	}
+	return append(b, '}'), nil
+}
+
+// Close releases the query's prepared statement; a later Query prepares
+// it again.
+func (q *Query) Close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stmt != nil {
+		q.stmt.Close()
+		q.stmt = nil
+	}
+}

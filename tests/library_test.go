@@ -1,0 +1,185 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// readmeProgram is the Go code block of README's "Your own processor".
+func readmeProgram(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n### Your own processor\n")
+	if !ok {
+		t.Fatal(`README.md has no "### Your own processor" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, code, ok := strings.Cut(section, "\n```go\n")
+	if !ok {
+		t.Fatal("README's own processor section has no Go code block")
+	}
+	code, _, ok = strings.Cut(code, "\n```\n")
+	if !ok {
+		t.Fatal("README's Go code block does not end")
+	}
+	return code + "\n"
+}
+
+// buildReadmeProgram writes README's program into a fresh module that
+// takes outboxd from this repository, and builds it.
+func buildReadmeProgram(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"main.go": readmeProgram(t),
+		"go.mod": "module example.com/words\n\ngo 1.26.0\n\nrequire github.com/outboxd/outboxd v0.0.0\n\n" +
+			"replace github.com/outboxd/outboxd => " + root + "\n",
+		"go.sum": string(sum),
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "words")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build of README's program: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestLibrary_ReadmeProgram builds README's own-processor program as a
+// user would, in a module of its own, runs it over a file with the dev
+// broker, and reads what it published with its own consume subcommand.
+func TestLibrary_ReadmeProgram(t *testing.T) {
+	bin := buildReadmeProgram(t)
+	dir := t.TempDir()
+	db := filepath.Join(dir, "data", "outboxd.db")
+	words := filepath.Join(dir, "words.txt")
+	if err := os.WriteFile(words, []byte("apple\nbanana\napple\n\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	queries := filepath.Join(dir, "outboxd.yaml")
+	if err := os.WriteFile(queries, []byte("queries:\n  count: SELECT word, n FROM word_counts WHERE word = :word\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broker, api := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
+	p := startBin(t, bin, nil, "--config", queries, "--db", db, "--http", api, "--dev-broker-addr", broker,
+		"--feed", "words=file:"+words, "--processor", "words=counter")
+	waitRelayed(t, db, 4) // three counts and the empty line's dead letter
+
+	run := func(args ...string) (string, string) {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%v: %v: %s", args, err, errb.String())
+		}
+		return out.String(), errb.String()
+	}
+	out, stderr := run("consume", "--brokers", broker, "--topic", "words.out", "--from-beginning", "--until-end", "--format", "json")
+	if strings.TrimSpace(stderr) != "3 records" {
+		t.Fatalf("consume words.out: %s", stderr)
+	}
+	counts := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r struct {
+			Key, Value string
+			Headers    []struct{ Key, Value string }
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		if len(r.Headers) < 2 || r.Headers[1].Key != "outboxd-feed" || r.Headers[1].Value != "words" {
+			t.Fatalf("record %s: want the header outboxd-feed words", line)
+		}
+		counts[r.Key] = append(counts[r.Key], r.Value)
+	}
+	if got := fmt.Sprint(counts); got != "map[apple:[1 2] banana:[1]]" {
+		t.Fatalf("counts published %s, want apple 1 then 2, banana 1", got)
+	}
+	out, stderr = run("consume", "--brokers", broker, "--topic", "words.dlq", "--from-beginning", "--until-end", "--format", "json")
+	if strings.TrimSpace(stderr) != "1 records" || !strings.Contains(out, `{"key":"outboxd-reason","value":"malformed"}`) {
+		t.Fatalf("consume words.dlq: %s\n%s", stderr, out)
+	}
+	// The library's server serves the state queries over the processor's
+	// own table, created by its Setup.
+	code, body := httpGet(t, "http://"+api+"/queries/count?word=apple")
+	if want := `{"query":"count","columns":["word","n"],"rows":[{"word":"apple","n":2}]}` + "\n"; code != 200 || body != want {
+		t.Fatalf("GET /queries/count: %d %s, want 200 %s", code, body, want)
+	}
+	if code := p.stop(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+	// An unknown processor is one line naming the registered ones, exit 2.
+	cmd := exec.Command(bin, "--db", db, "--feed", "words=file:"+words, "--processor", "words=nope")
+	b, _ := cmd.CombinedOutput()
+	want := `server: --processor words=nope: unknown processor "nope" (registered: counter, forward, ledger, orders) (see server -h)` + "\n"
+	if cmd.ProcessState.ExitCode() != 2 || string(b) != want {
+		t.Fatalf("unknown processor: exit %d, %q; want 2, %q", cmd.ProcessState.ExitCode(), b, want)
+	}
+}
+
+// waitRelayed waits until the database holds rows outbox rows and the
+// relay has published them all.
+func waitRelayed(t *testing.T, db string, rows int64) {
+	t.Helper()
+	wait(t, 60*time.Second, func() error {
+		s, err := outbox.Open(context.Background(), outbox.DefaultConfig(db))
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		last, err := s.LastOutboxID(context.Background())
+		if err != nil {
+			return err
+		}
+		if last != rows {
+			return fmt.Errorf("%d outbox rows, want %d", last, rows)
+		}
+		return relayDone(context.Background(), s)
+	})
+}
+
+// httpGet returns the status and body of a GET.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, string(b)
+}

@@ -1,0 +1,172 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchmarkQueries_UnderIngest measures the state queries against the
+// server binary while it ingests a ledger file at full speed (relay off):
+// the ingest rate with no client, with one and then with 50 clients each
+// asking for a balance in a loop, and those queries' latency. It reports, it does not
+// assert: run it alone, under the shared lock,
+//
+//	go test -run '^$' -bench BenchmarkQueries_UnderIngest -benchtime 1x ./tests/
+func BenchmarkQueries_UnderIngest(b *testing.B) {
+	const (
+		lines    = 1_000_000
+		accounts = 1000
+		clients  = 50
+	)
+	dir := b.TempDir()
+	input, cfg := filepath.Join(dir, "ledger.csv"), filepath.Join(dir, "outboxd.yaml")
+	var sb strings.Builder
+	for i := range lines {
+		fmt.Fprintf(&sb, "acct-%04d,1\n", i%accounts)
+	}
+	if err := os.WriteFile(input, []byte(sb.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte(queriesYAML), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	end := int64(sb.Len())
+	for range b.N {
+		quiet := ingestRate(b, dir, "quiet", cfg, input, end, 0, nil)
+		var one, lat latencies
+		single := ingestRate(b, dir, "single", cfg, input, end, 1, &one)
+		p50one, p99one, maxOne := one.percentiles()
+		b.Logf("one client querying in a loop: ingest %.0f lines/s (%.2f of alone); %d queries, %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms",
+			single, single/quiet, one.count(), float64(one.count())/one.seconds(), ms(p50one), ms(p99one), ms(maxOne))
+		b.ReportMetric(ms(p99one), "query-p99-ms-1-client")
+		loaded := ingestRate(b, dir, "loaded", cfg, input, end, clients, &lat)
+		p50, p99, max := lat.percentiles()
+		b.ReportMetric(quiet, "lines/s-quiet")
+		b.ReportMetric(loaded, "lines/s-50-clients")
+		b.ReportMetric(loaded/quiet, "ingest-ratio")
+		b.ReportMetric(float64(lat.count())/lat.seconds(), "queries/s")
+		b.ReportMetric(ms(p50), "query-p50-ms")
+		b.ReportMetric(ms(p99), "query-p99-ms")
+		b.ReportMetric(ms(max), "query-max-ms")
+		b.Logf("ingest %.0f lines/s alone, %.0f with %d clients querying (%.2f); %d queries, %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms",
+			quiet, loaded, clients, loaded/quiet, lat.count(), float64(lat.count())/lat.seconds(), ms(p50), ms(p99), ms(max))
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// ingestRate runs the server on a fresh database over input with clients
+// querying a balance in a loop, and returns the lines per second from its
+// first stored position to the file's end.
+func ingestRate(b *testing.B, dir, name, cfg, input string, end int64, clients int, lat *latencies) float64 {
+	b.Helper()
+	api := "127.0.0.1:" + freePort(b)
+	db := filepath.Join(dir, name+".db")
+	p := startBin(b, serverBin, nil, "--config", cfg, "--db", db, "--http", api, "--relay", "none",
+		"--feed", "ledger=file:"+input, "--processor", "ledger=ledger")
+	defer p.kill()
+	base := "http://" + api
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	defer func() { stop.Store(true); wg.Wait() }()
+	for i := range clients {
+		wg.Go(func() { queryLoop(base, fmt.Sprintf("acct-%04d", i), &stop, lat) })
+	}
+	var t0 time.Time
+	var pos0 int64
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		pos := statusPosition(base)
+		if pos > 0 && t0.IsZero() {
+			t0, pos0 = time.Now(), pos
+		}
+		if pos == end {
+			lines := float64(end-pos0) / float64(len("acct-0000,1\n"))
+			return lines / time.Since(t0).Seconds()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.Fatalf("%s: the feed did not reach %d within 5 minutes", name, end)
+	return 0
+}
+
+// queryLoop asks for account's balance until stop, recording each answer's
+// latency in lat.
+func queryLoop(base, account string, stop *atomic.Bool, lat *latencies) {
+	cl := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}, Timeout: 10 * time.Second}
+	url := base + "/queries/balance?account=" + account
+	for !stop.Load() {
+		t := time.Now()
+		res, err := cl.Get(url)
+		if err != nil {
+			time.Sleep(10 * time.Millisecond) // the server is not up yet
+			continue
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			lat.add(time.Since(t))
+		}
+	}
+}
+
+// statusPosition is the ledger feed's position, -1 while unknown.
+func statusPosition(base string) int64 {
+	res, err := http.Get(base + "/feeds/ledger/status")
+	if err != nil {
+		return -1
+	}
+	defer res.Body.Close()
+	var st struct{ Position int64 }
+	if json.NewDecoder(res.Body).Decode(&st) != nil {
+		return -1
+	}
+	return st.Position
+}
+
+// latencies collects query latencies from many goroutines.
+type latencies struct {
+	mu          sync.Mutex
+	d           []time.Duration
+	first, last time.Time
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if l.first.IsZero() {
+		l.first = now
+	}
+	l.last = now
+	l.d = append(l.d, d)
+}
+
+func (l *latencies) count() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.d) }
+
+func (l *latencies) seconds() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(l.last.Sub(l.first).Seconds(), 1e-9)
+}
+
+func (l *latencies) percentiles() (p50, p99, max time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.d) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Clone(l.d)
+	slices.Sort(s)
+	return s[len(s)/2], s[len(s)*99/100], s[len(s)-1]
+}

@@ -68,7 +68,9 @@ func publishedThrough(ctx context.Context, q sqlx.QueryerContext) (int64, error)
 	return id, nil
 }
 
-// FeedStatus returns what is stored about feed name, from one snapshot.
+// FeedStatus returns what is stored about feed name, from one snapshot;
+// only its backlog may be an earlier snapshot's, when the last count of
+// the feed's pending rows was slow enough to be reused (see Backlog).
 // published is the last outbox id the caller knows published (the relay's
 // own view, which may be ahead of the stored one); the backlog counts the
 // rows after the larger of the two. It returns an error wrapping

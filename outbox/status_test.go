@@ -129,7 +129,9 @@ func TestStore_FeedStatusOneSnapshot(t *testing.T) {
 		if len(snap.Positions) == 1 {
 			pos = snap.Positions[0].Position
 		}
-		if snap.Applied != pos || snap.Backlog.Pending != pos {
+		// The backlog is the snapshot's, or a slow scan's reused (see
+		// Store.Backlog): never one of a later commit.
+		if snap.Applied != pos || snap.Backlog.Pending > pos {
 			t.Fatalf("applied %d, position %d, pending %d: not from one commit", snap.Applied, pos, snap.Backlog.Pending)
 		}
 		reads++

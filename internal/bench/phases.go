@@ -54,7 +54,7 @@ func (e *engineRun) close() error {
 // end. Its database, a full outbox, is what the relay phase drains.
 func (b *bench) runIngest(ctx context.Context) error {
 	b.backlog = b.path("ingest.db")
-	res, err := b.ingestFile(ctx, "ingest", b.backlog, b.data)
+	res, err := b.ingestFile(ctx, "ingest", b.ingestSpec(b.backlog, b.data), b.data)
 	if err != nil {
 		return err
 	}
@@ -62,10 +62,16 @@ func (b *bench) runIngest(ctx context.Context) error {
 	return nil
 }
 
-// ingestFile runs the server over d into the database at db, relay off,
-// and checks it wrote one outbox row per line.
-func (b *bench) ingestFile(ctx context.Context, name, db string, d lineData) (*phaseResult, error) {
-	e, err := b.startEngine(ctx, engineSpec{db: db, source: "file:" + d.Path, topic: b.topic("relay"), relay: "none"})
+// ingestSpec is an ingest phase's server: the file of d into db, relay
+// off.
+func (b *bench) ingestSpec(db string, d lineData) engineSpec {
+	return engineSpec{db: db, source: "file:" + d.Path, topic: b.topic("relay"), relay: "none"}
+}
+
+// ingestFile runs the server of s over d, and checks it wrote one outbox
+// row per line.
+func (b *bench) ingestFile(ctx context.Context, name string, s engineSpec, d lineData) (*phaseResult, error) {
+	e, err := b.startEngine(ctx, s)
 	if err != nil {
 		return nil, err
 	}

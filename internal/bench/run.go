@@ -105,10 +105,15 @@ func (b *bench) runPhases(ctx context.Context) error {
 		{"naive_sqlite", b.runNaiveSQLite},
 		{"raw_produce", b.runRawProduce},
 		{"ingest", b.runIngest},
+	}
+	if b.o.Record {
+		phases = append(phases, benchPhase{"ingest_recorded", b.runIngestRecorded}, benchPhase{"replay", b.runReplayRecording})
+	}
+	phases = append(phases, []benchPhase{
 		{"relay", b.runRelay},
 		{"end_to_end", b.runEndToEnd},
 		{"latency", b.runLatency},
-	}
+	}...)
 	for _, p := range phases {
 		if err := b.runPhase(ctx, p); err != nil {
 			return err

@@ -31,9 +31,10 @@ const serverStopTimeout = 30 * time.Second
 // engineSpec is what one engine phase runs.
 type engineSpec struct {
 	db     string
-	source string // "file:PATH" or "kafka:TOPIC"
-	topic  string // the feed's output topic
-	relay  string // exactly-once or none
+	source string   // "file:PATH" or "kafka:TOPIC"
+	topic  string   // the feed's output topic
+	relay  string   // exactly-once or none
+	extra  []string // more of the server's flags (--record DIR)
 }
 
 // serverArgs is the server's command line for s, with the bench's settings.
@@ -58,7 +59,7 @@ func (b *bench) serverArgs(s engineSpec) []string {
 	if s.relay != "none" || strings.HasPrefix(s.source, "kafka:") {
 		a = append(a, "--brokers", strings.Join(b.brokers, ","))
 	}
-	return a
+	return append(a, s.extra...)
 }
 
 // serverProc is the server running in a child process.

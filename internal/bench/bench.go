@@ -247,7 +247,9 @@ raw_sqlite; the relay's producer sending its records, raw_produce) and the
 naive three-statements-per-line loop; then the server itself, in a child
 process: file -> SQLite (ingest), its relay draining that outbox (relay),
 file -> Kafka (end_to_end), and the append-to-visible latency at a fixed
-load, with the CPU time and memory of each. --sweep accounts measures
+load, with the CPU time and memory of each. --record adds ingest with
+the feed recorded (ingest_recorded) and server replay of that recording,
+diffed against its run (replay). --sweep accounts measures
 raw_sqlite and ingest at growing state sizes instead. Progress goes to
 stderr, results to stdout.
 

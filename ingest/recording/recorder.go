@@ -64,8 +64,8 @@ type Recorder struct {
 	log *slog.Logger
 
 	w        *Writer
-	hdr      Header       // the current file's
-	item     *pendingItem // handed over, its outcome not yet
+	hdr      Header      // the current file's
+	item     pendingItem // handed over, its outcome not yet (when held)
 	last     map[int32]outbox.Checkpoint
 	prepared bool
 	active   bool
@@ -75,9 +75,13 @@ type Recorder struct {
 	bytes  int64 // written by the closed parts
 }
 
+// pendingItem is an item handed over whose outcome has not come yet. The
+// recorder keeps one, reused for every item: the ingest loop hands over
+// one item at a time.
 type pendingItem struct {
-	r ingest.Record
-	d ingest.Delivery
+	held bool
+	r    ingest.Record
+	d    ingest.Delivery
 }
 
 var _ ingest.Recorder = (*Recorder)(nil)
@@ -159,7 +163,7 @@ func (r *Recorder) fail(err error) {
 	if r.w != nil {
 		r.w.f.Close()
 	}
-	r.active, r.w, r.item = false, nil, nil
+	r.active, r.w, r.item = false, nil, pendingItem{}
 	r.mu.Lock()
 	r.status.Recording, r.status.Error = false, err.Error()
 	r.mu.Unlock()
@@ -171,7 +175,7 @@ func (r *Recorder) Begin() {
 		return
 	}
 	r.w.Discard()
-	r.item, r.prepared = nil, false
+	r.item, r.prepared = pendingItem{}, false
 }
 
 // Handled keeps an item until its outcome, or adds an epoch change or a
@@ -184,15 +188,12 @@ func (r *Recorder) Handled(rec ingest.Record, d ingest.Delivery) {
 		r.w.Control(rec)
 		return
 	}
-	if r.item == nil {
-		r.item = &pendingItem{}
-	}
-	r.item.r, r.item.d = rec, d
+	r.item = pendingItem{held: true, r: rec, d: d}
 }
 
 // Outcome adds the item last handled, with o.
 func (r *Recorder) Outcome(o ingest.Outcome) {
-	if !r.active || r.item == nil {
+	if !r.active || !r.item.held {
 		return
 	}
 	if n := itemSize(r.item.r.Item); n > MaxItemBytes {
@@ -201,8 +202,7 @@ func (r *Recorder) Outcome(o ingest.Outcome) {
 		return
 	}
 	r.w.Item(r.item.r, r.item.d, o)
-	r.item.r = ingest.Record{} // the feed's slices: not kept
-	r.item = nil
+	r.item = pendingItem{} // the feed's slices: not kept
 }
 
 // Prepare writes the transaction.

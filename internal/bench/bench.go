@@ -121,7 +121,7 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 	fs.BoolVar(&o.Verbose, "verbose", o.Verbose, "show the engine's logs on stderr")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest any one phase may take")
 	fs.BoolVar(&o.Record, "record", o.Record, "also measure ingest with the feed recorded (ingest_recorded) and server replay of that recording, checked identical to the recorded run (replay)")
-	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of each phase to FILE.<phase>, for go tool pprof")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of each phase to FILE.<phase>, for go tool pprof, and of the server child of an engine phase (and of the replay command) to FILE.<phase>.server")
 	return fs
 }
 
@@ -198,7 +198,7 @@ func Command(args []string, stdout, stderr io.Writer) int {
 		return benchBrokerChild(os.Stdin, stdout, stderr)
 	}
 	if os.Getenv(envBenchServer) != "" {
-		return server.Command(args, stdout, stderr)
+		return runServerChild(args, stdout, stderr)
 	}
 	o, err := parseBenchFlags(args)
 	if errors.Is(err, flag.ErrHelp) {

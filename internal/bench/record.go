@@ -158,7 +158,7 @@ func (b *bench) runChild(ctx context.Context, args []string) ([]byte, childRun, 
 		return nil, childRun{}, fmt.Errorf("find this program: %w", err)
 	}
 	cmd := exec.CommandContext(ctx, exe, append([]string{"bench"}, args...)...)
-	cmd.Env = append(serverEnv(os.Environ()), envBenchServer+"=1")
+	cmd.Env = b.childEnv(b.phase)
 	stdout := &cappedBuffer{max: maxChildOutput}
 	stderr := &tailBuffer{max: 64 << 10}
 	cmd.Stdout, cmd.Stderr = stdout, stderr

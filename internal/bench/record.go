@@ -66,6 +66,7 @@ type replayResult struct {
 func (b *bench) runIngestRecorded(ctx context.Context) error {
 	s := b.ingestSpec(b.path(recordedDB), b.data)
 	s.extra = []string{"--record", b.path(recordingDir)}
+	settleDisk()
 	res, err := b.ingestFile(ctx, "ingest_recorded", s, b.data)
 	if err != nil {
 		return err

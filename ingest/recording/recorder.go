@@ -64,8 +64,7 @@ type Recorder struct {
 	log *slog.Logger
 
 	w        *Writer
-	hdr      Header      // the current file's
-	item     pendingItem // handed over, its outcome not yet (when held)
+	hdr      Header // the current file's
 	last     map[int32]outbox.Checkpoint
 	prepared bool
 	active   bool
@@ -73,15 +72,6 @@ type Recorder struct {
 	mu     sync.Mutex
 	status Status
 	bytes  int64 // written by the closed parts
-}
-
-// pendingItem is an item handed over whose outcome has not come yet. The
-// recorder keeps one, reused for every item: the ingest loop hands over
-// one item at a time.
-type pendingItem struct {
-	held bool
-	r    ingest.Record
-	d    ingest.Delivery
 }
 
 var _ ingest.Recorder = (*Recorder)(nil)
@@ -163,7 +153,7 @@ func (r *Recorder) fail(err error) {
 	if r.w != nil {
 		r.w.f.Close()
 	}
-	r.active, r.w, r.item = false, nil, pendingItem{}
+	r.active, r.w = false, nil
 	r.mu.Lock()
 	r.status.Recording, r.status.Error = false, err.Error()
 	r.mu.Unlock()
@@ -175,11 +165,11 @@ func (r *Recorder) Begin() {
 		return
 	}
 	r.w.Discard()
-	r.item, r.prepared = pendingItem{}, false
+	r.prepared = false
 }
 
-// Handled keeps an item until its outcome, or adds an epoch change or a
-// loss.
+// Handled encodes an item at once (the feed's buffers are not kept), its
+// frame ended by its outcome, or adds an epoch change or a loss.
 func (r *Recorder) Handled(rec ingest.Record, d ingest.Delivery) {
 	if !r.active {
 		return
@@ -188,21 +178,20 @@ func (r *Recorder) Handled(rec ingest.Record, d ingest.Delivery) {
 		r.w.Control(rec)
 		return
 	}
-	r.item = pendingItem{held: true, r: rec, d: d}
+	if n := itemSize(rec.Item); n > MaxItemBytes {
+		r.fail(fmt.Errorf("item at %s[%d] position %d holds %d bytes, over the %d a recording holds",
+			d.Feed, d.Partition, d.Position, n, MaxItemBytes))
+		return
+	}
+	r.w.BeginItem(rec, d)
 }
 
 // Outcome adds the item last handled, with o.
 func (r *Recorder) Outcome(o ingest.Outcome) {
-	if !r.active || !r.item.held {
+	if !r.active {
 		return
 	}
-	if n := itemSize(r.item.r.Item); n > MaxItemBytes {
-		r.fail(fmt.Errorf("item at %s[%d] position %d holds %d bytes, over the %d a recording holds",
-			r.item.d.Feed, r.item.d.Partition, r.item.d.Position, n, MaxItemBytes))
-		return
-	}
-	r.w.Item(r.item.r, r.item.d, o)
-	r.item = pendingItem{} // the feed's slices: not kept
+	r.w.EndItem(o)
 }
 
 // Prepare writes the transaction.

@@ -21,6 +21,8 @@ type Cursor[T any] struct {
 	what string
 	scan func(*sqlx.Rows) (T, error)
 	err  error
+	// release, when set, gives back the connection the query runs on.
+	release func() error
 }
 
 // Next returns the next row; false at the end or on an error (see Err).
@@ -49,18 +51,65 @@ func (c *Cursor[T]) Err() error {
 }
 
 // Close releases the query.
-func (c *Cursor[T]) Close() error { return c.rows.Close() }
+func (c *Cursor[T]) Close() error {
+	err := c.rows.Close()
+	if c.release != nil {
+		if rerr := c.release(); err == nil {
+			err = rerr
+		}
+		c.release = nil
+	}
+	return err
+}
 
 // OutputsByPlace walks every outbox row of feed, ordered by partition,
 // epoch, position and id, through the read-only pool. A key or value
 // stored empty comes back empty, not nil.
+//
+// No index orders the outbox by place (one would cost every ingested row
+// a second B-tree insert), so SQLite sorts every row of the feed: on a
+// connection of its own whose temporary store is a file, so that the sort
+// spills to disk past the connection's page cache instead of holding the
+// whole outbox in memory.
 func (s *Store) OutputsByPlace(ctx context.Context, feed string) (*Cursor[Row], error) {
-	rows, err := s.rdb.QueryxContext(ctx, `SELECT *, key IS NOT NULL AS key_set, value IS NOT NULL AS value_set
-FROM outbox WHERE feed = ? ORDER BY partition, epoch, position, id`, feed)
+	conn, restore, err := s.fileSortConn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the outputs of %s: %w", feed, err)
 	}
-	return &Cursor[Row]{rows: rows, what: "the outputs of " + feed, scan: scanOutput}, nil
+	rows, err := conn.QueryxContext(ctx, `SELECT *, key IS NOT NULL AS key_set, value IS NOT NULL AS value_set
+FROM outbox WHERE feed = ? ORDER BY partition, epoch, position, id`, feed)
+	if err != nil {
+		restore()
+		return nil, fmt.Errorf("read the outputs of %s: %w", feed, err)
+	}
+	return &Cursor[Row]{rows: rows, what: "the outputs of " + feed, scan: scanOutput, release: restore}, nil
+}
+
+// fileSortConn takes a connection of the read pool and makes its
+// temporary store a file; restore sets it back as it was and returns the
+// connection to the pool.
+func (s *Store) fileSortConn(ctx context.Context) (*sqlx.Conn, func() error, error) {
+	conn, err := s.rdb.Connx(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var was int
+	if err := conn.GetContext(ctx, &was, "PRAGMA temp_store"); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	if _, err := conn.ExecContext(ctx, "PRAGMA temp_store = FILE"); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	restore := func() error {
+		_, err := conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA temp_store = %d", was))
+		if cerr := conn.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
+	return conn, restore, nil
 }
 
 func scanOutput(rows *sqlx.Rows) (Row, error) {

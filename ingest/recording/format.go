@@ -78,8 +78,19 @@ var (
 // returns the buffer.
 func appendFrame(buf []byte, kind byte, body func([]byte) []byte) []byte {
 	start := len(buf)
-	buf = append(buf, sync0, sync1, 0, 0, 0, 0, 0, 0, 0, 0, kind)
-	buf = body(buf)
+	buf = appendFrameHead(buf, kind)
+	return endFrame(body(buf), start)
+}
+
+// appendFrameHead appends the head of a frame of kind, its length and
+// checksum left for endFrame.
+func appendFrameHead(buf []byte, kind byte) []byte {
+	return append(buf, sync0, sync1, 0, 0, 0, 0, 0, 0, 0, 0, kind)
+}
+
+// endFrame fills in the length and checksum of the frame that starts at
+// start and ends at the end of buf.
+func endFrame(buf []byte, start int) []byte {
 	n := len(buf) - start - frameHead
 	binary.BigEndian.PutUint32(buf[start+2:], uint32(n))
 	crc := crc32.Update(0, crcTable, buf[start+2:start+6])

@@ -347,3 +347,62 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// TestWriter_ItemInTwoSteps: an item begun and ended is the frame Item
+// writes; one begun and not ended is dropped (by the next item or the
+// transaction's prepare); an epoch change that comes while an item is
+// begun is recorded before it.
+func TestWriter_ItemInTwoSteps(t *testing.T) {
+	item := func(pos int64, v string) (ingest.Record, ingest.Delivery) {
+		return ingest.Record{Kind: ingest.RecordItem, Epoch: "e", Position: pos, Item: ingest.Item{Key: []byte("k"), Value: []byte(v)}},
+			ingest.Delivery{Feed: "f", Sequence: pos, Epoch: "e", Position: pos, Attempt: 1}
+	}
+	applied := ingest.Outcome{Result: ingest.ResultApplied, Attempts: 1}
+	path := filepath.Join(t.TempDir(), "r.rec")
+	w, err := Create(path, testHeader())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, d1 := item(1, "one")
+	w.BeginItem(r1, d1)
+	w.BeginItem(item(2, "dropped: no outcome"))
+	r3, d3 := item(3, "three")
+	w.BeginItem(r3, d3)
+	epoch := ingest.Record{Kind: ingest.RecordEpoch, Epoch: "e2", Position: 0}
+	w.Control(epoch)
+	if !w.EndItem(applied) || w.EndItem(applied) {
+		t.Fatal("EndItem: want true once, then false")
+	}
+	r4, d4 := item(4, "four")
+	w.Item(r4, d4, applied)
+	w.BeginItem(item(5, "dropped at prepare"))
+	must(t, w.Prepare(map[int32]outbox.Checkpoint{0: {Epoch: "e", Position: 4}}))
+	must(t, w.Commit())
+	must(t, w.Close())
+	data, err := os.ReadFile(path)
+	must(t, err)
+	txns, _, err := readAll(data)
+	must(t, err)
+	if len(txns) != 1 {
+		t.Fatalf("%d transactions, want 1", len(txns))
+	}
+	want := []Entry{{Record: epoch}, {Record: r3, Delivery: d3, Outcome: applied}, {Record: r4, Delivery: d4, Outcome: applied}}
+	got := txns[0].Entries
+	if len(got) != len(want) {
+		t.Fatalf("entries %+v, want %+v", got, want)
+	}
+	for i := range want {
+		g, e := got[i], want[i]
+		if g.Record.Kind != e.Record.Kind || g.Record.Epoch != e.Record.Epoch || !bytes.Equal(g.Record.Item.Value, e.Record.Item.Value) ||
+			g.Delivery.Position != e.Delivery.Position || g.Outcome != e.Outcome {
+			t.Fatalf("entry %d: %+v, want %+v", i, g, e)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -64,8 +64,7 @@ type Recorder struct {
 	log *slog.Logger
 
 	w        *Writer
-	hdr      Header       // the current file's
-	item     *pendingItem // handed over, its outcome not yet
+	hdr      Header // the current file's
 	last     map[int32]outbox.Checkpoint
 	prepared bool
 	active   bool
@@ -73,11 +72,6 @@ type Recorder struct {
 	mu     sync.Mutex
 	status Status
 	bytes  int64 // written by the closed parts
-}
-
-type pendingItem struct {
-	r ingest.Record
-	d ingest.Delivery
 }
 
 var _ ingest.Recorder = (*Recorder)(nil)
@@ -159,7 +153,7 @@ func (r *Recorder) fail(err error) {
 	if r.w != nil {
 		r.w.f.Close()
 	}
-	r.active, r.w, r.item = false, nil, nil
+	r.active, r.w = false, nil
 	r.mu.Lock()
 	r.status.Recording, r.status.Error = false, err.Error()
 	r.mu.Unlock()
@@ -171,11 +165,11 @@ func (r *Recorder) Begin() {
 		return
 	}
 	r.w.Discard()
-	r.item, r.prepared = nil, false
+	r.prepared = false
 }
 
-// Handled keeps an item until its outcome, or adds an epoch change or a
-// loss.
+// Handled encodes an item at once (the feed's buffers are not kept), its
+// frame ended by its outcome, or adds an epoch change or a loss.
 func (r *Recorder) Handled(rec ingest.Record, d ingest.Delivery) {
 	if !r.active {
 		return
@@ -184,25 +178,20 @@ func (r *Recorder) Handled(rec ingest.Record, d ingest.Delivery) {
 		r.w.Control(rec)
 		return
 	}
-	if r.item == nil {
-		r.item = &pendingItem{}
+	if n := itemSize(rec.Item); n > MaxItemBytes {
+		r.fail(fmt.Errorf("item at %s[%d] position %d holds %d bytes, over the %d a recording holds",
+			d.Feed, d.Partition, d.Position, n, MaxItemBytes))
+		return
 	}
-	r.item.r, r.item.d = rec, d
+	r.w.BeginItem(rec, d)
 }
 
 // Outcome adds the item last handled, with o.
 func (r *Recorder) Outcome(o ingest.Outcome) {
-	if !r.active || r.item == nil {
+	if !r.active {
 		return
 	}
-	if n := itemSize(r.item.r.Item); n > MaxItemBytes {
-		r.fail(fmt.Errorf("item at %s[%d] position %d holds %d bytes, over the %d a recording holds",
-			r.item.d.Feed, r.item.d.Partition, r.item.d.Position, n, MaxItemBytes))
-		return
-	}
-	r.w.Item(r.item.r, r.item.d, o)
-	r.item.r = ingest.Record{} // the feed's slices: not kept
-	r.item = nil
+	r.w.EndItem(o)
 }
 
 // Prepare writes the transaction.

@@ -24,32 +24,44 @@ type Entry struct {
 
 // appendItem appends an item's frame.
 func appendItem(buf []byte, r ingest.Record, d ingest.Delivery, o ingest.Outcome) []byte {
-	return appendFrame(buf, kindItem, func(b []byte) []byte {
-		b = binary.AppendVarint(b, int64(d.Partition))
-		b = appendString(b, d.Topic)
-		b = binary.AppendUvarint(b, uint64(d.Sequence))
-		b = appendString(b, d.Epoch)
-		b = binary.AppendVarint(b, d.Position)
-		b = binary.AppendUvarint(b, uint64(d.Attempt))
-		b = appendBytes(b, r.Item.Key)
-		b = appendBytes(b, r.Item.Value)
-		b = binary.AppendUvarint(b, uint64(len(r.Item.Headers)))
-		for _, h := range r.Item.Headers {
-			b = appendString(b, h.Key)
-			b = appendBytes(b, h.Value)
-		}
-		b = appendString(b, r.BadReason)
-		if r.BadErr != nil {
-			b = appendBytes(b, []byte(r.BadErr.Error()))
-		} else {
-			b = appendBytes(b, nil)
-		}
-		b = append(b, byte(o.Result))
-		b = appendString(b, o.Reason)
-		b = appendString(b, o.Error)
-		b = binary.AppendUvarint(b, uint64(o.Attempts))
-		return binary.AppendUvarint(b, uint64(o.DeadLetterID))
-	})
+	start := len(buf)
+	buf = appendItemHead(buf, r, d)
+	return endFrame(appendItemOutcome(buf, o), start)
+}
+
+// appendItemHead appends an item's frame up to its outcome: the frame's
+// head, the delivery and the item.
+func appendItemHead(buf []byte, r ingest.Record, d ingest.Delivery) []byte {
+	b := appendFrameHead(buf, kindItem)
+	b = binary.AppendVarint(b, int64(d.Partition))
+	b = appendString(b, d.Topic)
+	b = binary.AppendUvarint(b, uint64(d.Sequence))
+	b = appendString(b, d.Epoch)
+	b = binary.AppendVarint(b, d.Position)
+	b = binary.AppendUvarint(b, uint64(d.Attempt))
+	b = appendBytes(b, r.Item.Key)
+	b = appendBytes(b, r.Item.Value)
+	b = binary.AppendUvarint(b, uint64(len(r.Item.Headers)))
+	for _, h := range r.Item.Headers {
+		b = appendString(b, h.Key)
+		b = appendBytes(b, h.Value)
+	}
+	b = appendString(b, r.BadReason)
+	if r.BadErr != nil {
+		b = appendBytes(b, []byte(r.BadErr.Error()))
+	} else {
+		b = appendBytes(b, nil)
+	}
+	return b
+}
+
+// appendItemOutcome appends the rest of an item's payload: its outcome.
+func appendItemOutcome(b []byte, o ingest.Outcome) []byte {
+	b = append(b, byte(o.Result))
+	b = appendString(b, o.Reason)
+	b = appendString(b, o.Error)
+	b = binary.AppendUvarint(b, uint64(o.Attempts))
+	return binary.AppendUvarint(b, uint64(o.DeadLetterID))
 }
 
 // appendEpoch appends an epoch change's frame.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/outbox"
@@ -24,6 +25,9 @@ type Writer struct {
 	buf  []byte
 	size int64
 	txn  uint64
+	// open is where the frame of an item begun (BeginItem) and not yet
+	// ended starts in buf, -1 when there is none.
+	open int
 }
 
 // Create writes a new recording file at path with header h. The file
@@ -40,7 +44,7 @@ func Create(path string, h Header) (*Writer, error) {
 	}
 	start := binary.BigEndian.AppendUint16([]byte(Magic), Version)
 	start = appendFrame(start, kindHeader, func(b []byte) []byte { return append(b, hb...) })
-	w := &Writer{f: f, path: path, size: int64(len(start))}
+	w := &Writer{f: f, path: path, size: int64(len(start)), open: -1}
 	if err := w.start(tmp, start); err != nil {
 		f.Close()
 		os.Remove(tmp)
@@ -73,20 +77,61 @@ func (w *Writer) Size() int64 { return w.size }
 
 // Item adds an item with its delivery and outcome to the transaction.
 func (w *Writer) Item(r ingest.Record, d ingest.Delivery, o ingest.Outcome) {
+	w.DropItem()
 	w.buf = appendItem(w.buf, r, d, o)
 }
 
-// Control adds an epoch change or a loss to the transaction.
+// BeginItem encodes an item and its delivery into the transaction at
+// once, so that nothing of the feed's buffers is kept; EndItem adds its
+// outcome. An item begun and not ended is dropped by the next BeginItem,
+// Item or Discard.
+func (w *Writer) BeginItem(r ingest.Record, d ingest.Delivery) {
+	w.DropItem()
+	w.open = len(w.buf)
+	w.buf = appendItemHead(w.buf, r, d)
+}
+
+// EndItem adds the outcome of the item begun, ending its frame; it
+// reports false when no item was begun.
+func (w *Writer) EndItem(o ingest.Outcome) bool {
+	if w.open < 0 {
+		return false
+	}
+	w.buf = endFrame(appendItemOutcome(w.buf, o), w.open)
+	w.open = -1
+	return true
+}
+
+// DropItem drops the item begun and not ended, if any.
+func (w *Writer) DropItem() {
+	if w.open >= 0 {
+		w.buf = w.buf[:w.open]
+		w.open = -1
+	}
+}
+
+// Control adds an epoch change or a loss to the transaction. One that
+// comes while an item is begun goes before it, as the item's frame is
+// written once its outcome is known.
 func (w *Writer) Control(r ingest.Record) {
+	var held []byte
+	if w.open >= 0 {
+		held = slices.Clone(w.buf[w.open:])
+		w.buf = w.buf[:w.open]
+	}
 	if r.Kind == ingest.RecordEpoch {
 		w.buf = appendEpoch(w.buf, r)
 	} else {
 		w.buf = appendLoss(w.buf, r)
 	}
+	if held != nil {
+		w.open = len(w.buf)
+		w.buf = append(w.buf, held...)
+	}
 }
 
 // Discard drops the transaction's records: it did not commit.
-func (w *Writer) Discard() { w.buf = w.buf[:0] }
+func (w *Writer) Discard() { w.buf, w.open = w.buf[:0], -1 }
 
 // maxKeptBuffer is the largest transaction buffer kept for the next one.
 const maxKeptBuffer = 4 << 20
@@ -94,6 +139,7 @@ const maxKeptBuffer = 4 << 20
 // Prepare writes the transaction's records and its prepare frame, with
 // the checkpoints it stores: call it right before the store's COMMIT.
 func (w *Writer) Prepare(cps map[int32]outbox.Checkpoint) error {
+	w.DropItem() // no outcome came: not part of the transaction
 	w.txn++
 	w.buf = appendPrepare(w.buf, w.txn, cps)
 	err := w.write(w.buf)

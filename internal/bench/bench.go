@@ -51,6 +51,9 @@ type benchOptions struct {
 	// CPUProfile names a file for a CPU profile of each phase, written
 	// as FILE.<phase> (go tool pprof reads it).
 	CPUProfile string
+	// Record adds the phases ingest_recorded (ingest with --record) and
+	// replay (server replay of that recording, diffed against its run).
+	Record bool
 }
 
 // defaultBenchOptions are the engine's own defaults, so that the bench
@@ -117,7 +120,8 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 	fs.BoolVar(&o.Verify, "verify", o.Verify, "check every output arrived exactly once and the balances (exit 1 otherwise)")
 	fs.BoolVar(&o.Verbose, "verbose", o.Verbose, "show the engine's logs on stderr")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest any one phase may take")
-	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of each phase to FILE.<phase>, for go tool pprof")
+	fs.BoolVar(&o.Record, "record", o.Record, "also measure ingest with the feed recorded (ingest_recorded) and server replay of that recording, checked identical to the recorded run (replay)")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of each phase to FILE.<phase>, for go tool pprof, and of the server child of an engine phase (and of the replay command) to FILE.<phase>.server")
 	return fs
 }
 
@@ -151,6 +155,10 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--sweep accounts: forward keeps no state: give --processor ledger or orders")
 	case o.Chart != "" && o.Sweep == "":
 		return fmt.Errorf("--chart: draws a sweep: give --sweep accounts")
+	case o.Record && o.Sweep != "":
+		return fmt.Errorf("--record: measures the recording of one ingest run, not a sweep: leave out --sweep")
+	case o.Record && o.Processor == "orders":
+		return fmt.Errorf("--record: measures the file feed's recording: give --processor ledger or forward")
 	case len(o.SweepSizes) == 0:
 		return fmt.Errorf("--sweep-sizes: none given")
 	case o.Rate < 0:
@@ -190,7 +198,7 @@ func Command(args []string, stdout, stderr io.Writer) int {
 		return benchBrokerChild(os.Stdin, stdout, stderr)
 	}
 	if os.Getenv(envBenchServer) != "" {
-		return server.Command(args, stdout, stderr)
+		return runServerChild(args, stdout, stderr)
 	}
 	o, err := parseBenchFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -239,7 +247,9 @@ raw_sqlite; the relay's producer sending its records, raw_produce) and the
 naive three-statements-per-line loop; then the server itself, in a child
 process: file -> SQLite (ingest), its relay draining that outbox (relay),
 file -> Kafka (end_to_end), and the append-to-visible latency at a fixed
-load, with the CPU time and memory of each. --sweep accounts measures
+load, with the CPU time and memory of each. --record adds ingest with
+the feed recorded (ingest_recorded) and server replay of that recording,
+diffed against its run (replay). --sweep accounts measures
 raw_sqlite and ingest at growing state sizes instead. Progress goes to
 stderr, results to stdout.
 

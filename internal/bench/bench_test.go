@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/ingest/ledger"
+	"github.com/outboxd/outboxd/ingest/recording"
 	"github.com/outboxd/outboxd/relay"
 )
 
@@ -95,6 +96,39 @@ func TestBenchCommand(t *testing.T) {
 		}
 	})
 
+	t.Run("Record", func(t *testing.T) {
+		res := run(t, "--lines", "20000", "--rate", "0", "--record")
+		for _, phase := range []string{"ingest", "ingest_recorded", "replay"} {
+			if got := res[phase]["count"]; got != 20000.0 {
+				t.Errorf("%s.count = %v, want 20000", phase, got)
+			}
+			cpu, _ := res[phase]["cpu"].(map[string]any)
+			if got, _ := cpu["per_item_us"].(float64); got <= 0 {
+				t.Errorf("%s.cpu.per_item_us = %v, want more than 0", phase, cpu["per_item_us"])
+			}
+		}
+		want := map[string]any{"verdict": "identical", "identical": true, "applied": 20000.0, "dead_lettered": 0.0,
+			"replays_skipped": 0.0, "outputs": 20000.0, "decisions_differing": 0.0, "torn_tails": 0.0, "unconfirmed": 0.0,
+			"deliveries": 20000.0, "outputs_compared": 20000.0, "tables_compared": 1.0, "rows_compared": 1000.0}
+		for k, v := range want {
+			if res["replay"][k] != v {
+				t.Errorf("replay.%s = %v, want %v (replay: %v)", k, res["replay"][k], v, res["replay"])
+			}
+		}
+		rec := res["recording"]
+		if rec["files"] != 1.0 || bytesOf(rec, "bytes") < 20000*20 || bytesOf(rec, "snapshot_bytes") <= 0 {
+			t.Errorf("recording = %v, want one file of at least 20 bytes a line and a snapshot", rec)
+		}
+		for _, k := range []string{"ingest_recorded_ingest", "ingest_recorded_ingest_cpu"} {
+			if got, _ := res["ratios"][k].(float64); got <= 0 {
+				t.Errorf("ratios.%s = %v, want more than 0", k, res["ratios"][k])
+			}
+		}
+		if res["settings"]["record"] != true || res["verify"]["ok"] != true || res["verify"]["failures"] != nil {
+			t.Errorf("settings %v, verify %v", res["settings"], res["verify"])
+		}
+	})
+
 	t.Run("Forward", func(t *testing.T) {
 		res := run(t, "--processor", "forward", "--line-bytes", "300", "--lines", "5000", "--rate", "0")
 		if got := res["settings"]["file_bytes"]; got != 5000*300.0 {
@@ -150,7 +184,8 @@ func TestBenchCommand(t *testing.T) {
 	t.Run("ErrBadFlag", func(t *testing.T) {
 		for _, args := range [][]string{{"--lines", "0"}, {"--no-such-flag"}, {"--synchronous", "off"}, {"--relay-batch", "0"},
 			{"extra"}, {"--processor", "sql"}, {"--line-bytes", "-1"}, {"--sweep", "lines"}, {"--chart", "x.svg"},
-			{"--sweep", "accounts", "--processor", "forward"}, {"--sweep-sizes", "10,x"}} {
+			{"--sweep", "accounts", "--processor", "forward"}, {"--sweep-sizes", "10,x"},
+			{"--record", "--sweep", "accounts"}, {"--record", "--processor", "orders"}} {
 			var stdout, stderr bytes.Buffer
 			if code := Command(args, &stdout, &stderr); code != 2 {
 				t.Errorf("%v: exit %d, want 2", args, code)
@@ -163,6 +198,54 @@ func TestBenchCommand(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestCheckReplay shows the --record phase's check fails on each way a
+// replay can differ from its recorded run.
+func TestCheckReplay(t *testing.T) {
+	const lines = 100
+	good := func() replayReport {
+		return replayReport{Verdict: "identical",
+			Replay: recording.Summary{Items: lines, Applied: lines - 3, DeadLettered: 3, Outputs: lines},
+			Diff: &recording.DiffResult{Identical: true, Deliveries: lines, OutputsReplayed: lines, OutputsDatabase: lines,
+				Tables: []recording.TableDiff{{Table: "ledger_balances", RowsReplayed: 7, RowsDatabase: 7}}}}
+	}
+	var v verifyResult
+	checkReplay(good(), lines, &v)
+	if len(v.Failures) != 0 {
+		t.Fatalf("a replay identical to its run: %v", v.Failures)
+	}
+	for name, mutate := range map[string]func(r *replayReport){
+		"Divergent": func(r *replayReport) {
+			r.Verdict, r.Diff.Identical, r.Diff.Divergent = "divergent", false, 1
+			r.Diff.First = &recording.Divergence{Epoch: "e", Position: 42}
+		},
+		"NoDiff":        func(r *replayReport) { r.Diff = nil },
+		"FewerItems":    func(r *replayReport) { r.Replay.Items, r.Replay.Applied = lines-1, lines-4 },
+		"Replays":       func(r *replayReport) { r.Replay.ReplaysSkipped = 1 },
+		"FewerOutputs":  func(r *replayReport) { r.Replay.Outputs = lines - 1 },
+		"Decisions":     func(r *replayReport) { r.Replay.DecisionsDiffering = 2 },
+		"Torn":          func(r *replayReport) { r.Replay.Torn = []recording.TailReport{{File: "x.rec"}} },
+		"Unconfirmed":   func(r *replayReport) { r.Replay.Unconfirmed = []recording.TailReport{{File: "x.rec"}} },
+		"FewerCompared": func(r *replayReport) { r.Diff.Deliveries, r.Diff.OutputsDatabase = lines-1, lines-1 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := good()
+			mutate(&r)
+			var v verifyResult
+			checkReplay(r, lines, &v)
+			if len(v.Failures) != 1 {
+				t.Fatalf("failures %q, want one", v.Failures)
+			}
+		})
+	}
+	r := good()
+	r.Verdict, r.Diff.Identical, r.Diff.Divergent = "divergent", false, 1
+	r.Diff.First = &recording.Divergence{Epoch: "e", Position: 42}
+	checkReplay(r, lines, &v)
+	if len(v.Failures) != 1 || !strings.Contains(v.Failures[0], "position 42") {
+		t.Errorf("divergent: %q, want the first divergent position named", v.Failures)
+	}
 }
 
 func TestLexOrder(t *testing.T) {
@@ -246,4 +329,10 @@ func TestServerEnv(t *testing.T) {
 	if want := []string{"PATH=/bin", "GOGC=100"}; !slices.Equal(got, want) {
 		t.Errorf("serverEnv = %v, want %v", got, want)
 	}
+}
+
+// bytesOf is the number m holds at k, 0 when it holds none.
+func bytesOf(m map[string]any, k string) float64 {
+	f, _ := m[k].(float64)
+	return f
 }

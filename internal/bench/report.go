@@ -14,20 +14,25 @@ import (
 // benchResult is everything a run measured. Its JSON field names are
 // stable: scripts read them. A phase that did not run is null.
 type benchResult struct {
-	ReadFloor   *phaseResult   `json:"read_floor"`
-	CommitFloor *phaseResult   `json:"commit_floor"`
-	RawSQLite   *phaseResult   `json:"raw_sqlite"`
-	NaiveSQLite *phaseResult   `json:"naive_sqlite"`
-	RawProduce  *phaseResult   `json:"raw_produce"`
-	Ingest      *phaseResult   `json:"ingest"`
-	Relay       *phaseResult   `json:"relay"`
-	EndToEnd    *phaseResult   `json:"end_to_end"`
-	Ratios      benchRatios    `json:"ratios"`
-	Latency     *latencyResult `json:"latency"`
-	Sweep       *sweepResult   `json:"sweep,omitempty"`
-	RSS         rssResult      `json:"rss"`
-	Verify      verifyResult   `json:"verify"`
-	Settings    benchSettings  `json:"settings"`
+	ReadFloor   *phaseResult `json:"read_floor"`
+	CommitFloor *phaseResult `json:"commit_floor"`
+	RawSQLite   *phaseResult `json:"raw_sqlite"`
+	NaiveSQLite *phaseResult `json:"naive_sqlite"`
+	RawProduce  *phaseResult `json:"raw_produce"`
+	Ingest      *phaseResult `json:"ingest"`
+	// IngestRecorded, Recording and Replay are measured with --record
+	// (record.go), null without.
+	IngestRecorded *phaseResult     `json:"ingest_recorded"`
+	Recording      *recordingResult `json:"recording"`
+	Replay         *replayResult    `json:"replay"`
+	Relay          *phaseResult     `json:"relay"`
+	EndToEnd       *phaseResult     `json:"end_to_end"`
+	Ratios         benchRatios      `json:"ratios"`
+	Latency        *latencyResult   `json:"latency"`
+	Sweep          *sweepResult     `json:"sweep,omitempty"`
+	RSS            rssResult        `json:"rss"`
+	Verify         verifyResult     `json:"verify"`
+	Settings       benchSettings    `json:"settings"`
 }
 
 // phaseResult is one throughput measurement.
@@ -62,6 +67,11 @@ type benchRatios struct {
 	IngestRawSQLite float64 `json:"ingest_raw_sqlite"`
 	RelayRawProduce float64 `json:"relay_raw_produce"`
 	EndToEndCeiling float64 `json:"end_to_end_ceiling"`
+	// IngestRecorded is ingest_recorded / ingest in lines/s (1 = recording
+	// costs nothing), IngestRecordedCPU the same of their CPU per line
+	// (1.05 = recording costs 5% more CPU); 0 without --record.
+	IngestRecorded    float64 `json:"ingest_recorded_ingest"`
+	IngestRecordedCPU float64 `json:"ingest_recorded_ingest_cpu"`
 }
 
 // latencyResult is the append-to-visible latency at a fixed offered load.
@@ -144,6 +154,7 @@ type benchSettings struct {
 	GOGC          int    `json:"gogc"` // -1: off
 	OS            string `json:"os"`
 	Arch          string `json:"arch"`
+	Record        bool   `json:"record"`
 }
 
 // newBenchResult starts a result with the run's settings.
@@ -154,7 +165,7 @@ func newBenchResult(o benchOptions) *benchResult {
 			Processor: o.Processor, Lines: o.Lines, Accounts: o.Accounts, LineBytes: o.LineBytes, Synchronous: o.Synchronous,
 			BatchMax: o.BatchMax, BatchWait: o.BatchWait.String(), RelayBatch: o.RelayBatch, RelayWait: o.RelayWait.String(),
 			Partitions: topicPartitions, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-			GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: o.GOGC, OS: runtime.GOOS, Arch: runtime.GOARCH,
+			GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: o.GOGC, OS: runtime.GOOS, Arch: runtime.GOARCH, Record: o.Record,
 		},
 	}
 }
@@ -165,6 +176,8 @@ func (r *benchResult) fillRatios() {
 	r.Ratios.IngestRawSQLite = ratio(r.Ingest, r.RawSQLite)
 	r.Ratios.RelayRawProduce = ratio(r.Relay, r.RawProduce)
 	r.Ratios.EndToEndCeiling = ratio(r.EndToEnd, slower(r.RawSQLite, r.RawProduce))
+	r.Ratios.IngestRecorded = ratio(r.IngestRecorded, r.Ingest)
+	r.Ratios.IngestRecordedCPU = cpuRatio(r.IngestRecorded, r.Ingest)
 	r.Verify.OK = r.Verify.Enabled && len(r.Verify.Failures) == 0
 }
 
@@ -184,6 +197,14 @@ func ratio(a, b *phaseResult) float64 {
 		return 0
 	}
 	return round3(a.PerSecond / b.PerSecond)
+}
+
+// cpuRatio is a's CPU per item over b's (0 if either is unknown).
+func cpuRatio(a, b *phaseResult) float64 {
+	if a == nil || b == nil || a.CPU == nil || b.CPU == nil || b.CPU.PerItemUS == 0 {
+		return 0
+	}
+	return round3(a.CPU.PerItemUS / b.CPU.PerItemUS)
 }
 
 func round1(f float64) float64 { return math.Round(f*10) / 10 }
@@ -225,10 +246,15 @@ func (r *benchResult) table(w io.Writer) error {
 		{"naive_sqlite", "lines/s", "", r.NaiveSQLite},
 		{"raw_produce", "records/s", "", r.RawProduce},
 		{"ingest", "lines/s", ratioText(r.Ratios.IngestRawSQLite, "raw_sqlite"), r.Ingest},
+		{"ingest_recorded", "lines/s", ratioText(r.Ratios.IngestRecorded, "ingest"), r.IngestRecorded},
+		{"replay", "items/s", "", r.replayPhase()},
 		{"relay", "records/s", ratioText(r.Ratios.RelayRawProduce, "raw_produce"), r.Relay},
 		{"end_to_end", "lines/s", ratioText(r.Ratios.EndToEndCeiling, "the slower of raw_sqlite, raw_produce"), r.EndToEnd},
 	}
 	for _, row := range rows {
+		if row.p == nil && !s.Record && (row.name == "ingest_recorded" || row.name == "replay") {
+			continue
+		}
 		if row.p == nil {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t\t\t\t\n", row.name)
 			continue
@@ -244,8 +270,17 @@ func (r *benchResult) table(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(w)
+	r.recordLines(w)
 	r.tail(w)
 	return nil
+}
+
+// replayPhase is the replay's throughput row, nil when it did not run.
+func (r *benchResult) replayPhase() *phaseResult {
+	if r.Replay == nil {
+		return nil
+	}
+	return &r.Replay.phaseResult
 }
 
 // tail writes the latency, memory, verification and settings lines.

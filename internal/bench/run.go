@@ -30,6 +30,7 @@ type bench struct {
 
 	data    lineData
 	backlog string // the ingest phase's database, drained by the relay phase
+	phase   string // the phase running, which names the child's CPU profile
 	res     *benchResult
 }
 
@@ -105,10 +106,15 @@ func (b *bench) runPhases(ctx context.Context) error {
 		{"naive_sqlite", b.runNaiveSQLite},
 		{"raw_produce", b.runRawProduce},
 		{"ingest", b.runIngest},
+	}
+	if b.o.Record {
+		phases = append(phases, benchPhase{"ingest_recorded", b.runIngestRecorded}, benchPhase{"replay", b.runReplayRecording})
+	}
+	phases = append(phases, []benchPhase{
 		{"relay", b.runRelay},
 		{"end_to_end", b.runEndToEnd},
 		{"latency", b.runLatency},
-	}
+	}...)
 	for _, p := range phases {
 		if err := b.runPhase(ctx, p); err != nil {
 			return err
@@ -125,6 +131,8 @@ func (b *bench) runPhase(ctx context.Context, p benchPhase) error {
 	pctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
 	defer cancel()
 	b.say("%s ...", p.name)
+	b.phase = p.name
+	defer func() { b.phase = "" }()
 	stopProfile, err := b.startProfile(p.name)
 	if err != nil {
 		return err
@@ -165,7 +173,8 @@ func (m *inProcess) finish(b *bench, name string, res *phaseResult) {
 
 // startProfile starts a CPU profile of a phase when --cpuprofile asks for
 // one; the returned function stops it. Engine phases run in the server's
-// process, so their profile shows only the bench's side.
+// process, so their profile shows only the bench's side: the server child
+// writes its own (childEnv).
 func (b *bench) startProfile(phase string) (stop func(), err error) {
 	if b.o.CPUProfile == "" {
 		return func() {}, nil

@@ -3,8 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/server"
 )
 
 // envBenchServer, set in its environment, makes `server bench ARGS` run
@@ -19,6 +22,42 @@ import (
 // child process, so that what they measure is what users run, and its CPU
 // time and memory are its own.
 const envBenchServer = "OUTBOXD_BENCH_SERVER_CHILD"
+
+// envBenchProfile, set beside envBenchServer, names the file the child
+// writes a CPU profile of its whole run to (--cpuprofile).
+const envBenchProfile = "OUTBOXD_BENCH_SERVER_CPUPROFILE"
+
+// childEnv is the environment of a child running the server: the bench's
+// own without OUTBOXD_ settings, and with --cpuprofile, where its profile
+// of phase goes.
+func (b *bench) childEnv(phase string) []string {
+	env := append(serverEnv(os.Environ()), envBenchServer+"=1")
+	if b.o.CPUProfile != "" && phase != "" {
+		env = append(env, envBenchProfile+"="+b.o.CPUProfile+"."+phase+".server")
+	}
+	return env
+}
+
+// runServerChild is the child's side: `server ARGS`, profiled when the
+// bench asked for it.
+func runServerChild(args []string, stdout, stderr io.Writer) int {
+	path := os.Getenv(envBenchProfile)
+	if path == "" {
+		return server.Command(args, stdout, stderr)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: cpu profile: %v\n", err)
+		return 1
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintf(stderr, "bench: cpu profile: %v\n", err)
+		return 1
+	}
+	defer pprof.StopCPUProfile()
+	return server.Command(args, stdout, stderr)
+}
 
 // benchFeed is the feed name of every engine phase (each has its own
 // database).
@@ -31,9 +70,10 @@ const serverStopTimeout = 30 * time.Second
 // engineSpec is what one engine phase runs.
 type engineSpec struct {
 	db     string
-	source string // "file:PATH" or "kafka:TOPIC"
-	topic  string // the feed's output topic
-	relay  string // exactly-once or none
+	source string   // "file:PATH" or "kafka:TOPIC"
+	topic  string   // the feed's output topic
+	relay  string   // exactly-once or none
+	extra  []string // more of the server's flags (--record DIR)
 }
 
 // serverArgs is the server's command line for s, with the bench's settings.
@@ -58,7 +98,7 @@ func (b *bench) serverArgs(s engineSpec) []string {
 	if s.relay != "none" || strings.HasPrefix(s.source, "kafka:") {
 		a = append(a, "--brokers", strings.Join(b.brokers, ","))
 	}
-	return a
+	return append(a, s.extra...)
 }
 
 // serverProc is the server running in a child process.
@@ -79,7 +119,7 @@ func (b *bench) startServer(args []string) (*serverProc, error) {
 	}
 	p := &serverProc{done: make(chan struct{}), logs: &tailBuffer{max: 64 << 10}}
 	p.cmd = exec.Command(exe, append([]string{"bench"}, args...)...)
-	p.cmd.Env = append(serverEnv(os.Environ()), envBenchServer+"=1")
+	p.cmd.Env = b.childEnv(b.phase)
 	p.cmd.Stderr = p.logs
 	if b.o.Verbose {
 		p.cmd.Stderr = multiWriter{p.logs, os.Stderr}

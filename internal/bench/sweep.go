@@ -98,7 +98,7 @@ func (b *bench) sweepPoint(ctx context.Context, n int) (sweepPoint, error) {
 	if p.RawSQLite, err = b.rawSQLite(ctx, "raw_sqlite"+name, floor, d, prefillBalance); err != nil {
 		return p, err
 	}
-	if p.Ingest, err = b.ingestFile(ctx, "ingest"+name, engine, d); err != nil {
+	if p.Ingest, err = b.ingestFile(ctx, "ingest"+name, b.ingestSpec(engine, d), d); err != nil {
 		return p, err
 	}
 	p.IngestRawSQLite = ratio(p.Ingest, p.RawSQLite)

@@ -24,7 +24,7 @@ func (f *Feed) advance() (bool, error) {
 	c := f.cur
 	now := f.clock()
 	unwatched := now.Sub(c.lookedAt) > f.lookGap
-	before := c.mtime
+	before, lookedBefore := c.mtime, c.lookedAt
 	c.lookedAt = now
 	size, err := c.stat()
 	if err != nil {
@@ -35,7 +35,14 @@ func (f *Feed) advance() (bool, error) {
 	case err != nil:
 		return false, err
 	case truncated:
-		return true, f.restart(size, before, unwatched)
+		err := f.restart(size, before, unwatched)
+		if errors.Is(err, errUnsettled) {
+			// Looked at again once the rotation is done, as if not yet:
+			// the copy is chosen by what was seen before the truncation.
+			c.mtime, c.lookedAt = before, lookedBefore
+			return false, nil
+		}
+		return true, err
 	}
 	c.saw(size)
 	if size > c.split.fed() {
@@ -51,6 +58,9 @@ func (f *Feed) advance() (bool, error) {
 func (f *Feed) begin() (bool, error) {
 	if f.floor != nil {
 		g, err := f.nextGeneration(*f.floor)
+		if errors.Is(err, errUnsettled) {
+			return false, nil // a rotation is under way: look again once it is done
+		}
 		if err != nil || g != nil {
 			if g != nil {
 				f.floor = nil
@@ -179,7 +189,13 @@ func (f *Feed) rotate() (bool, error) {
 	if err != nil || here {
 		return false, err
 	}
+	if grown, err := f.grewBeforeRotation(); err != nil || grown {
+		return grown, err
+	}
 	g, err := f.nextGeneration(markOf(f.cur))
+	if errors.Is(err, errUnsettled) {
+		return false, nil // a rotation is under way: look again once it is done
+	}
 	if err != nil {
 		return false, err
 	}
@@ -194,6 +210,25 @@ func (f *Feed) rotate() (bool, error) {
 		return false, err
 	}
 	return true, f.switchTo(next)
+}
+
+// grewBeforeRotation reports whether the current file, announced and no
+// longer at the path, holds bytes past what was read: a writer rotates a
+// file only after its last write to it, so what it wrote between the
+// feed's last look and the rotation is there now, and is read before the
+// feed moves on (else it would be passed over unread, with no loss known).
+func (f *Feed) grewBeforeRotation() (bool, error) {
+	c := f.cur
+	if c.epoch == "" {
+		return false, nil // no line yet: passed over, see announceCurrent
+	}
+	size, err := c.stat()
+	if err != nil || size <= c.split.fed() {
+		return false, err
+	}
+	c.saw(size)
+	c.atEOF = false
+	return true, nil
 }
 
 // switchTo closes the current file, read to its end, and makes s the

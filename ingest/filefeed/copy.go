@@ -46,7 +46,7 @@ func (f *Feed) findCopy(want copyWant) (*fileSource, error) {
 // copies returns the generations that match want, opened, oldest first;
 // renamed reports that one was renamed between the listing and its opening.
 func (f *Feed) copies(want copyWant) (matches []*fileSource, renamed bool, err error) {
-	gens, err := listGenerations(f.path)
+	gens, err := f.generations()
 	if err != nil {
 		return nil, false, err
 	}

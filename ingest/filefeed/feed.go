@@ -174,6 +174,10 @@ type Feed struct {
 	// among the generations: never read again.
 	passed map[fileID]bool
 
+	// listOnce takes one listing of the path's directory: tests list in
+	// the middle of a rotation through it.
+	listOnce func(path string) ([]generation, error)
+
 	clock   func() time.Time // the feed's clock, for how long it did not look
 	lookGap time.Duration    // longer without a look: writes may have been missed
 	waiting atomic.Pointer[string]
@@ -200,6 +204,7 @@ func New(path string, opts Options) *Feed {
 		done:     make(chan struct{}),
 		lostGens: map[fileID]bool{},
 		passed:   map[fileID]bool{},
+		listOnce: listGenerationsOnce,
 		clock:    time.Now,
 		lookGap:  max(4*opts.PollInterval, minLookGap),
 	}

@@ -189,9 +189,6 @@ func (f *Feed) rotate() (bool, error) {
 	if err != nil || here {
 		return false, err
 	}
-	if grown, err := f.grewBeforeRotation(); err != nil || grown {
-		return grown, err
-	}
 	g, err := f.nextGeneration(markOf(f.cur))
 	if errors.Is(err, errUnsettled) {
 		return false, nil // a rotation is under way: look again once it is done
@@ -199,24 +196,34 @@ func (f *Feed) rotate() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if g != nil {
+	if g == nil {
+		if next == nil {
+			f.setWaiting(why)
+			return false, nil
+		}
+		if _, ok, err := next.fingerprint(); err != nil || !ok {
+			return false, err
+		}
+	}
+	grown, err := f.grewBeforeRotation()
+	switch {
+	case (err != nil || grown) && g != nil:
+		f.held = append(f.held, g) // its turn comes after the current file's end
+		return grown, err
+	case err != nil || grown:
+		return grown, err
+	case g != nil:
 		return true, f.switchTo(g)
-	}
-	if next == nil {
-		f.setWaiting(why)
-		return false, nil
-	}
-	if _, ok, err := next.fingerprint(); err != nil || !ok {
-		return false, err
 	}
 	return true, f.switchTo(next)
 }
 
 // grewBeforeRotation reports whether the current file, announced and no
-// longer at the path, holds bytes past what was read: a writer rotates a
-// file only after its last write to it, so what it wrote between the
-// feed's last look and the rotation is there now, and is read before the
-// feed moves on (else it would be passed over unread, with no loss known).
+// longer at the path, holds bytes past what was read, now that the feed has
+// found the file that follows it: a writer moves on to the next file only
+// after its last write to this one, so what it wrote between the feed's
+// last look and that move is there now, and is read before the feed moves
+// on (else it would be passed over unread, with no loss known).
 func (f *Feed) grewBeforeRotation() (bool, error) {
 	c := f.cur
 	if c.epoch == "" {
@@ -313,7 +320,7 @@ func (f *Feed) upcoming() (next *fileSource, here bool, why, err error) {
 // reported lost (LossCompressed, once each) and passed.
 func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 	for range listTries {
-		gens, err := listGenerations(f.path)
+		gens, err := f.generations()
 		if err != nil {
 			return nil, err
 		}

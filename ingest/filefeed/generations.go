@@ -134,15 +134,20 @@ func (g generation) before(h generation) bool {
 	return g.name < h.name
 }
 
+// generations lists the generations of the feed's path (see
+// listGenerations).
+func (f *Feed) generations() ([]generation, error) { return listGenerations(f.path, f.listOnce) }
+
 // listGenerations returns the generations of path, oldest first: the
 // regular files in the path's directory whose names generationSuffix
 // accepts, except the file now at the path itself. A compressed file whose
 // uncompressed twin is also there is the twin being compressed, and left
-// out. It lists until two listings in a row agree, so that renames during
+// out. listOnce takes one listing (listGenerationsOnce). It lists until two
+// listings in a row agree, so that renames during
 // a rotation do not show a file twice or hide one, and returns an error
 // wrapping errUnsettled when none did within listSettle. A missing
 // directory has no generations.
-func listGenerations(path string) ([]generation, error) {
+func listGenerations(path string, listOnce func(string) ([]generation, error)) ([]generation, error) {
 	var last []generation
 	deadline := time.Now().Add(listSettle)
 	for try := 0; ; try++ {
@@ -162,10 +167,6 @@ func listGenerations(path string) ([]generation, error) {
 		}
 	}
 }
-
-// listOnce takes one listing; tests replace it to list in the middle of a
-// rotation at a moment of their choosing.
-var listOnce = listGenerationsOnce
 
 func listGenerationsOnce(path string) ([]generation, error) {
 	dir, base := filepath.Dir(path), filepath.Base(path)

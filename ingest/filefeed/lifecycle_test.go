@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -913,4 +915,113 @@ func TestGenerationOrder(t *testing.T) {
 			t.Errorf("%s (%v) should come before %s (%v)", tc.older.name, tc.older.mtime, tc.newer.name, tc.newer.mtime)
 		}
 	}
+}
+
+// TestFeed_RotationRaces plays, deterministically, the moments of a
+// rotation storm at which the feed looks: through its listing function, the
+// test lists or writes at the instant the feed lists the generations.
+func TestFeed_RotationRaces(t *testing.T) {
+	t.Run("ListingsThatDisagree", func(t *testing.T) {
+		t.Parallel()
+		// Renames move a generation past the directory reader: listings
+		// taken back to back show it in one and not in the next. The one
+		// that hides it must not be taken for the chain, or the generation
+		// is passed over for good, with no loss recorded.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rotate()
+		ff.write("b1\n")
+		b := ff.epoch()
+		ff.rotate()
+		ff.write("c1\n")
+		c := ff.epoch()
+		hidden := ff.identityOf(ff.path + ".1")
+		calls := 0
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			gens, err := listGenerationsOnce(path)
+			calls++
+			if calls <= 2*listTries && calls%2 == 1 {
+				gens = slices.DeleteFunc(gens, func(g generation) bool { return g.id.sameInode(hidden) })
+			}
+			return gens, err
+		}
+		f.mu.Unlock()
+		ffExpect(t, f, ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1"))
+		if calls <= 2*listTries {
+			t.Fatalf("%d listings: the test did not play listings that disagree", calls)
+		}
+	})
+	t.Run("ListingsNeverSettle", func(t *testing.T) {
+		t.Parallel()
+		// While listings keep disagreeing, the feed moves nowhere (neither
+		// past the generation it cannot be sure of nor to the path), and
+		// goes on once they agree.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rotate()
+		ff.write("b1\n")
+		b := ff.epoch()
+		ff.rotate()
+		ff.write("c1\n")
+		c := ff.epoch()
+		hidden := ff.identityOf(ff.path + ".1")
+		var settled atomic.Bool
+		calls := 0
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			gens, err := listGenerationsOnce(path)
+			calls++
+			if !settled.Load() && calls%2 == 1 {
+				gens = slices.DeleteFunc(gens, func(g generation) bool { return g.id.sameInode(hidden) })
+			}
+			return gens, err
+		}
+		f.mu.Unlock()
+		ffNoMore(t, f)
+		settled.Store(true)
+		ffExpect(t, f, ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1"))
+	})
+	t.Run("WrittenWhileTheFeedLooks", func(t *testing.T) {
+		t.Parallel()
+		// logrotate's create: the file is renamed and an empty one made at
+		// the path; the writer puts its last line into the renamed file and
+		// then its first one into the new file, while the feed is between
+		// its look at the old file and its move to the new one.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		old := ff.rename(".1")
+		ff.write("")
+		fi, err := os.Stat(ff.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := fileIDOf(fi)
+		next.fp, _ = fileFingerprint([]byte("b1\n"))
+		b := next.String()
+		wrote := false
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			if !wrote {
+				wrote = true
+				ff.write("a2\n", old)
+				ff.write("b1\n")
+			}
+			return listGenerationsOnce(path)
+		}
+		f.mu.Unlock()
+		ffExpect(t, f, ffItem(a, 6, "a2"), ffEpochRec(b), ffItem(b, 3, "b1"))
+		if !wrote {
+			t.Fatal("the feed never listed the generations: the test did not write while it looked")
+		}
+	})
 }

@@ -45,7 +45,7 @@ func (f *Feed) findStored(stored fileEpoch, at *fileSource) (*fileSource, error)
 		return at, nil
 	}
 	for range listTries {
-		gens, err := listGenerations(f.path)
+		gens, err := f.generations()
 		if err != nil {
 			return nil, err
 		}
@@ -214,7 +214,7 @@ func sameBytes(a, b *fileSource, from, to int64) (bool, error) {
 // file s) was modified after since: the checkpoint's file, whose inode s
 // now has, was rotated away, not truncated, and s is a new file.
 func (f *Feed) rotatedSince(since time.Time, s *fileSource) (bool, error) {
-	gens, err := listGenerations(f.path)
+	gens, err := f.generations()
 	if err != nil {
 		return false, err
 	}
@@ -274,7 +274,7 @@ func (f *Feed) compressedStored(stored fileEpoch, cp outbox.Checkpoint, m *chain
 	if m == nil {
 		return false, nil
 	}
-	gens, err := listGenerations(f.path)
+	gens, err := f.generations()
 	if err != nil {
 		return false, err
 	}

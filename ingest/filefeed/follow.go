@@ -365,17 +365,19 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 // the file is truncated, the copy is found as one (see findCopy). Read as a
 // generation of its own, they would be read twice.
 func (f *Feed) copyInProgress(g generation) (bool, error) {
-	if g.compressed || g.held != nil || f.next == nil || g.size > f.next.size {
+	if g.compressed || g.held != nil || f.next == nil {
 		return false, nil
+	}
+	// The size as seen now: the file at the path may have grown since it
+	// was opened, and a copy of it as it is now is larger than it was then.
+	if _, err := f.next.stat(); err != nil || g.size > f.next.size {
+		return false, err
 	}
 	s, err := openGeneration(g, f.opts.MaxLine)
 	if err != nil || s == nil {
 		return false, err
 	}
 	defer s.close()
-	if _, err := f.next.stat(); err != nil {
-		return false, err
-	}
 	head := min(s.size, compareMax)
 	same, err := sameBytes(s, f.next, 0, head)
 	if err != nil || !same || head == s.size {

@@ -988,6 +988,31 @@ func TestFeed_RotationRaces(t *testing.T) {
 		settled.Store(true)
 		ffExpect(t, f, ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1"))
 	})
+	for _, pos := range []int64{0, 3} {
+		t.Run(fmt.Sprintf("CopiedBeforeTheCheckpointAt%d", pos), func(t *testing.T) {
+			t.Parallel()
+			// The feed saw 3 bytes of the file; the writer went on, and
+			// copied and truncated it before the checkpoint (at pos) was
+			// stored; then the server was killed. The copy is older than
+			// the checkpoint and longer than what it saw, but it is the
+			// only copy: the rest of the epoch is read from it.
+			ff := ffNewFile(t)
+			ff.write("a1\n")
+			a := ff.epoch()
+			ff.write("a2\n")
+			cpy := ff.copyTruncate(".1")
+			ff.write("b1\n")
+			stored := time.Now()
+			ff.touch(stored.Add(-time.Second), cpy)
+			f := ff.open(ffStoredAt(a, pos, 3, stored))
+			b := nextFileEpoch(ff.identity(), a)
+			var want []string
+			if pos == 0 {
+				want = append(want, ffItem(a, 3, "a1"))
+			}
+			ffExpect(t, f, append(want, ffItem(a, 6, "a2"), ffEpochRec(b), ffItem(b, 3, "b1"))...)
+		})
+	}
 	t.Run("WrittenWhileTheFeedLooks", func(t *testing.T) {
 		t.Parallel()
 		// logrotate's create: the file is renamed and an empty one made at

@@ -110,7 +110,8 @@ func (f *Feed) resumeIn(home, at *fileSource, stored fileEpoch, cp outbox.Checkp
 		}
 		return errors.Join(err, f.closeSource(home))
 	}
-	want := copyWant{of: stored.id, pos: cp.Position, size: cp.End, tail: lineEnd(cp.Position), since: time.Unix(0, cp.UpdatedAt)}
+	want := copyWant{of: stored.id, pos: cp.Position, size: cp.End, tail: lineEnd(cp.Position),
+		since: time.Unix(0, cp.UpdatedAt), lone: true}
 	cpy, err := f.findCopy(want)
 	if err != nil {
 		return errors.Join(err, f.closeSource(home))

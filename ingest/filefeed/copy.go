@@ -20,6 +20,9 @@ type copyWant struct {
 	// file was last seen, and a copy made between the two (of a file grown
 	// since it was seen) is older than since and longer than size.
 	lone bool
+	// readToo takes copies being read or read in this run too (see
+	// readHere), which are otherwise passed over.
+	readToo bool
 }
 
 // findCopy returns the copy of the file want describes, opened, or nil. A
@@ -57,7 +60,8 @@ func (f *Feed) copies(want copyWant) (matches []*fileSource, renamed bool, err e
 		return nil, false, err
 	}
 	for _, g := range gens {
-		if g.compressed || g.held != nil || g.id.sameInode(want.of) || g.size < max(want.pos, want.size) {
+		if g.compressed || g.held != nil || g.id.sameInode(want.of) || g.size < max(want.pos, want.size) ||
+			f.readHere(g.id) && !want.readToo {
 			continue
 		}
 		s, moved, err := f.openCopy(g, want)
@@ -69,6 +73,13 @@ func (f *Feed) copies(want copyWant) (matches []*fileSource, renamed bool, err e
 		}
 	}
 	return matches, false, nil
+}
+
+// readHere reports whether the file on id's inode is being read, or was
+// read to its end in this run: a copy read as a generation of its own
+// before its file started over is not read again as that file's copy.
+func (f *Feed) readHere(id fileID) bool {
+	return f.passed[inodeOf(id)] || f.cur != nil && f.cur.id.sameInode(id)
 }
 
 // closeAll closes the files of matches but keep.

@@ -212,10 +212,16 @@ func (f *Feed) rotate() (bool, error) {
 		return grown, err
 	case err != nil || grown:
 		return grown, err
-	case g != nil:
-		return true, f.switchTo(g)
+	case g == nil:
+		g = next
 	}
-	return true, f.switchTo(next)
+	if err := f.switchTo(g); err != nil {
+		if errors.Is(err, errUnsettled) {
+			return false, nil // g is held or next still: looked at again once the rotation is done
+		}
+		return false, err
+	}
+	return true, nil
 }
 
 // grewBeforeRotation reports whether the current file, announced and no
@@ -243,18 +249,10 @@ func (f *Feed) grewBeforeRotation() (bool, error) {
 // fingerprint is read again: s may have been open for a while (the next
 // file, a held one) and have started over in place since.
 func (f *Feed) switchTo(s *fileSource) error {
-	fp, ok, err := s.fingerprint()
+	s, err := f.firstLife(s)
 	if err != nil {
 		return err
 	}
-	s.id.fp = ""
-	if ok {
-		s.id.fp = fp
-	}
-	if _, err := s.stat(); err != nil {
-		return err
-	}
-	s.seen = s.size
 	old := f.cur
 	if old.unread() {
 		f.lose(cmp.Or(old.epoch, unannouncedEpoch(old)), old.split.pos, old.seen, LossUnterminated)
@@ -270,6 +268,57 @@ func (f *Feed) switchTo(s *fileSource) error {
 		f.announce(s)
 	}
 	return old.close()
+}
+
+// firstLife returns the file to switch to in place of s, the file that
+// follows the current one, with its fingerprint read again and its size
+// looked at: s itself, or the copy that holds what s held when it was
+// opened, when s started over in place since (copytruncate) before any of
+// it was read. The copy is read first, in its own identity, and s after it
+// (s stays the next file, or is held); with no copy, what s held is a
+// RecordLoss of unknown extent. On an error s is as it was.
+func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
+	first, before, seen := s.id, s.mtime, s.seen
+	since := s.openedAt // a copy of what s held when opened is made after that
+	fp, ok, err := s.fingerprint()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.stat(); err != nil {
+		return nil, err
+	}
+	if !ok {
+		fp = ""
+	}
+	if first.fp == "" || fp == first.fp {
+		s.id.fp, s.seen = fp, s.size
+		return s, nil
+	}
+	cpy, err := f.findCopy(copyWant{of: first, size: seen, since: since, readToo: true})
+	if err != nil {
+		s.mtime = before
+		if s != f.next {
+			f.held = append(f.held, s)
+		}
+		return nil, err
+	}
+	f.log.Info("the next file started over in place before it was read", logFile, s.file.Name(), logEpoch, first.String())
+	s.id.fp, s.seen = fp, s.size
+	if s != f.next {
+		f.held = append(f.held, s)
+	}
+	switch {
+	case cpy != nil && f.readHere(cpy.id):
+		// Read already, as a generation of its own.
+		f.unhold(s)
+		return s, cpy.close()
+	case cpy == nil:
+		f.lose(first.String(), 0, ingest.UnknownPosition, LossTruncated)
+		f.unhold(s)
+		return s, nil
+	}
+	f.log.Info("reading what it held from its copy", logFile, cpy.file.Name())
+	return cpy, nil
 }
 
 // unannouncedEpoch is the identity a file that never had a first line is

@@ -1013,6 +1013,49 @@ func TestFeed_RotationRaces(t *testing.T) {
 			ffExpect(t, f, append(want, ffItem(a, 6, "a2"), ffEpochRec(b), ffItem(b, 3, "b1"))...)
 		})
 	}
+	t.Run("NextFileCopiedAndTruncatedWhileTheFeedLooks", func(t *testing.T) {
+		t.Parallel()
+		// The feed has the file at the path open as the next one while a
+		// generation before it is read; the file is copied and truncated
+		// (and written again) after the feed listed the generations and
+		// before it moves to the file: what the file held when the feed
+		// opened it is read from the copy, then what it holds now.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rotate()
+		ff.write("b1\n")
+		b := ff.epoch()
+		ff.rotate()
+		ff.write("c1\n")
+		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffEpochRec(b) {
+			t.Fatalf("got %v, want the epoch of the generation after the first", got)
+		}
+		calls, cpy := 0, ""
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			gens, err := listGenerationsOnce(path)
+			if calls++; calls == 2 { // the listing that settles the chain
+				ff.rotateCopies()
+				cpy = ff.copyTruncate(".1")
+				ff.write("dd1\n")
+			}
+			return gens, err
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 5))
+		if cpy == "" {
+			t.Fatal("the feed never listed the generations: the test did not copy while it looked")
+		}
+		eCopy, e2 := ff.epochOf(cpy), ff.epoch()
+		want := []string{ffItem(b, 3, "b1"), ffEpochRec(eCopy), ffItem(eCopy, 3, "c1"), ffEpochRec(e2), ffItem(e2, 4, "dd1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
 	t.Run("WrittenWhileTheFeedLooks", func(t *testing.T) {
 		t.Parallel()
 		// logrotate's create: the file is renamed and an empty one made at

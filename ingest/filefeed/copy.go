@@ -20,9 +20,6 @@ type copyWant struct {
 	// file was last seen, and a copy made between the two (of a file grown
 	// since it was seen) is older than since and longer than size.
 	lone bool
-	// readToo takes copies being read or read in this run too (see
-	// readHere), which are otherwise passed over.
-	readToo bool
 }
 
 // findCopy returns the copy of the file want describes, opened, or nil. A
@@ -60,8 +57,7 @@ func (f *Feed) copies(want copyWant) (matches []*fileSource, renamed bool, err e
 		return nil, false, err
 	}
 	for _, g := range gens {
-		if g.compressed || g.held != nil || g.id.sameInode(want.of) || g.size < max(want.pos, want.size) ||
-			f.readHere(g.id) && !want.readToo {
+		if g.compressed || g.held != nil || g.id.sameInode(want.of) || g.size < max(want.pos, want.size) {
 			continue
 		}
 		s, moved, err := f.openCopy(g, want)

@@ -294,7 +294,7 @@ func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 		s.id.fp, s.seen = fp, s.size
 		return s, nil
 	}
-	cpy, err := f.findCopy(copyWant{of: first, size: seen, since: since, readToo: true})
+	cpy, err := f.findCopy(copyWant{of: first, size: seen, since: since})
 	if err != nil {
 		s.mtime = before
 		if s != f.next {
@@ -398,6 +398,15 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 				renamed = true
 				break
 			}
+			if writing, err := f.beingWritten(s); err != nil || writing {
+				if s != g.held {
+					err = errors.Join(err, s.close())
+				}
+				if writing {
+					err = errors.Join(errUnsettled, err)
+				}
+				return nil, err
+			}
 			f.unhold(s)
 			return s, nil
 		}
@@ -433,6 +442,21 @@ func (f *Feed) copyInProgress(g generation) (bool, error) {
 		return same, err
 	}
 	return sameBytes(s, f.next, max(s.size-tailSize, head), s.size)
+}
+
+// beingWritten reports whether s, the next generation, has no first line
+// yet and was modified within the look gap: a copy being written
+// (copytruncate writes it after creating it), not a file that ended
+// without one. Taken now, it would be passed over unread (see
+// announceCurrent); it is looked at again later instead.
+func (f *Feed) beingWritten(s *fileSource) (bool, error) {
+	if _, ok, err := s.fingerprint(); err != nil || ok {
+		return false, err
+	}
+	if _, err := s.stat(); err != nil {
+		return false, err
+	}
+	return time.Since(s.mtime) < f.lookGap, nil
 }
 
 // inodeOf is id without its fingerprint: the key of a file on disk.

@@ -1056,6 +1056,44 @@ func TestFeed_RotationRaces(t *testing.T) {
 		}
 		ffNoMore(t, f)
 	})
+	t.Run("CopyBeingWritten", func(t *testing.T) {
+		t.Parallel()
+		// The feed finds the path empty after a rotation and lists the
+		// generations just as the next file, already written, is being
+		// copied (copytruncate): the copy is there, still empty. It is
+		// waited for, not passed over as a file that never had a line; by
+		// the next look the copy is written and the file truncated and
+		// written again.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rename(".1")
+		calls := 0
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			switch calls++; calls {
+			case 1:
+				ff.write("b1\n")
+				ff.rotateCopies()
+				ff.write("", ff.path+".1")
+			case 3:
+				ff.write("b1\n", ff.path+".1")
+				ff.truncate(0)
+				ff.write("c1\n")
+			}
+			return listGenerationsOnce(path)
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 4))
+		eCopy, c := ff.epochOf(ff.path+".1"), ff.epoch()
+		want := []string{ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
 	t.Run("WrittenWhileTheFeedLooks", func(t *testing.T) {
 		t.Parallel()
 		// logrotate's create: the file is renamed and an empty one made at

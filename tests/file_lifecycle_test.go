@@ -530,8 +530,24 @@ func flCaughtUp(t *testing.T, db string, in *flInput) {
 	flWaitAt(t, db, e, end)
 }
 
+// envSeed names the variable that replays a run: its seed, as a failed run
+// logged it. The storm also depends on timing, so a seed alone may not
+// bring back a failure; it does bring back the same sequence of writes,
+// rotations and kill moments.
+const envSeed = "OUTBOXD_TEST_SEED"
+
+// flRand returns the test's random source, seeded from OUTBOXD_TEST_SEED
+// when set, else from the clock; the seed is logged either way.
 func flRand(t *testing.T) *rand.Rand {
+	t.Helper()
 	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv(envSeed); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", envSeed, v, err)
+		}
+		seed = s
+	}
 	t.Logf("seed %d", seed)
 	return rand.New(rand.NewPCG(seed, 10))
 }
@@ -732,9 +748,12 @@ func TestFileLifecycle_KillNineRotationStorm(t *testing.T) {
 		}
 		in.write(100)
 	}()
+	var runs []*proc
+	t.Cleanup(func() { flStormLogs(t, in, runs) })
 	kills := 0
 	for writing := true; writing; {
 		p := start(t, nil, flArgs(db, in)...)
+		runs = append(runs, p)
 		time.Sleep(time.Duration(30+rng.IntN(300)) * time.Millisecond) // a random moment to crash at
 		p.kill()
 		kills++
@@ -751,9 +770,37 @@ func TestFileLifecycle_KillNineRotationStorm(t *testing.T) {
 	}
 	t.Logf("%d kill -9s, %d epochs", kills, len(in.epochs))
 	p = flStart(t, db, in)
+	runs = append(runs, p)
 	flCaughtUp(t, db, in)
 	flCheck(t, db, in, nil, p)
 	if code := p.stop(t, 30*time.Second); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM, want 0", code)
 	}
+}
+
+// flStormLogLines are the log lines that tell how the feed moved through
+// the files of a storm.
+var flStormLogLines = regexp.MustCompile(`file rotated|file feed epoch|new epoch|resuming|truncated|copy|lost|generation|inode|gone`)
+
+// flStormLogs logs, when the test failed, the model's epochs and the lines
+// of every run's log that tell how the feed moved through the files: a
+// storm's failure is made of several runs, and the last one alone rarely
+// shows it.
+func flStormLogs(t *testing.T, in *flInput, runs []*proc) {
+	if !t.Failed() {
+		return
+	}
+	var b strings.Builder
+	for i, e := range in.epochs {
+		fmt.Fprintf(&b, "epoch %d: %s on %v, %d bytes\n", i, e.epoch, e.inodes, len(e.data))
+	}
+	for i, p := range runs {
+		fmt.Fprintf(&b, "run %d:\n", i)
+		for _, line := range strings.Split(p.log.String(), "\n") {
+			if flStormLogLines.MatchString(line) {
+				b.WriteString(line + "\n")
+			}
+		}
+	}
+	t.Logf("the storm's epochs and runs:\n%s", b.String())
 }

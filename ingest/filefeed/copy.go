@@ -15,6 +15,11 @@ type copyWant struct {
 	// madeSince takes only a copy modified since since, never one older of
 	// the size seen.
 	madeSince bool
+	// lone takes the only match, whatever its time and size: opened from a
+	// checkpoint, since is when the checkpoint was stored, not when the
+	// file was last seen, and a copy made between the two (of a file grown
+	// since it was seen) is older than since and longer than size.
+	lone bool
 }
 
 // findCopy returns the copy of the file want describes, opened, or nil. A
@@ -27,7 +32,8 @@ type copyWant struct {
 // matches, the oldest modified since want.since is the copy (a copy made or
 // written to after the file was last seen intact), else the newest whose
 // size is exactly what was seen (a copy of the file as seen, modified
-// before: a copy keeping the file's time, of a file not written since).
+// before: a copy keeping the file's time, of a file not written since),
+// else, with want.lone, the only match.
 func (f *Feed) findCopy(want copyWant) (*fileSource, error) {
 	for range listTries {
 		matches, renamed, err := f.copies(want)
@@ -46,7 +52,7 @@ func (f *Feed) findCopy(want copyWant) (*fileSource, error) {
 // copies returns the generations that match want, opened, oldest first;
 // renamed reports that one was renamed between the listing and its opening.
 func (f *Feed) copies(want copyWant) (matches []*fileSource, renamed bool, err error) {
-	gens, err := listGenerations(f.path)
+	gens, err := f.generations()
 	if err != nil {
 		return nil, false, err
 	}
@@ -63,6 +69,13 @@ func (f *Feed) copies(want copyWant) (matches []*fileSource, renamed bool, err e
 		}
 	}
 	return matches, false, nil
+}
+
+// readHere reports whether the file on id's inode is being read, or was
+// read to its end in this run: a copy read as a generation of its own
+// before its file started over is not read again as that file's copy.
+func (f *Feed) readHere(id fileID) bool {
+	return f.passed[inodeOf(id)] || f.cur != nil && f.cur.id.sameInode(id)
 }
 
 // closeAll closes the files of matches but keep.
@@ -104,6 +117,9 @@ func chooseCopy(matches []*fileSource, want copyWant) *fileSource {
 		if matches[i].size == want.size {
 			return matches[i]
 		}
+	}
+	if want.lone && !want.madeSince && len(matches) == 1 {
+		return matches[0]
 	}
 	return nil
 }

@@ -112,8 +112,13 @@ func (o Options) withDefaults() Options {
 // generation.before for their order), oldest first, each to its end in its
 // own epoch, and then the file at the path. So several rotations between two
 // looks, or while the feed was stopped, lose nothing, and a generation read
-// once is never read again. Compressed generations are not read: one that
-// follows the file read is a RecordLoss (LossCompressed).
+// once is never read again. The chain is built only from a listing that two
+// listings in a row agree on: one taken while a rotation renames files may
+// miss a file, and the feed rather waits for the next look. The file read is
+// read to its end again once the one that follows it is found: its writer's
+// last bytes may come between the feed's look and the move. Compressed
+// generations are not read: one that follows the file read is a RecordLoss
+// (LossCompressed).
 //
 // Truncation. A file that starts over in place (shorter than what was read
 // of it, another first line, or other bytes before the read position than
@@ -126,6 +131,10 @@ func (o Options) withDefaults() Options {
 // (4 PollIntervals and at least a second: it was paused or not polled, and
 // writes may have come and gone), or when it was opened from a checkpoint.
 // A truncation seen promptly after every byte seen was read is no loss.
+// The next file (opened at the path while older generations are read) that
+// started over in place before the feed got to it has what it held when
+// opened read from its copy first, in the copy's identity; without one,
+// that is a RecordLoss (LossTruncated) from 0, of unknown extent.
 //
 // Opened from a checkpoint, the feed finds the checkpoint's file again by
 // its inode, at the path or among the generations, and goes on after the
@@ -174,6 +183,10 @@ type Feed struct {
 	// among the generations: never read again.
 	passed map[fileID]bool
 
+	// listOnce takes one listing of the path's directory: tests list in
+	// the middle of a rotation through it.
+	listOnce func(path string) ([]generation, error)
+
 	clock   func() time.Time // the feed's clock, for how long it did not look
 	lookGap time.Duration    // longer without a look: writes may have been missed
 	waiting atomic.Pointer[string]
@@ -200,6 +213,7 @@ func New(path string, opts Options) *Feed {
 		done:     make(chan struct{}),
 		lostGens: map[fileID]bool{},
 		passed:   map[fileID]bool{},
+		listOnce: listGenerationsOnce,
 		clock:    time.Now,
 		lookGap:  max(4*opts.PollInterval, minLookGap),
 	}

@@ -24,7 +24,7 @@ func (f *Feed) advance() (bool, error) {
 	c := f.cur
 	now := f.clock()
 	unwatched := now.Sub(c.lookedAt) > f.lookGap
-	before := c.mtime
+	before, lookedBefore := c.mtime, c.lookedAt
 	c.lookedAt = now
 	size, err := c.stat()
 	if err != nil {
@@ -35,7 +35,14 @@ func (f *Feed) advance() (bool, error) {
 	case err != nil:
 		return false, err
 	case truncated:
-		return true, f.restart(size, before, unwatched)
+		err := f.restart(size, before, unwatched)
+		if errors.Is(err, errUnsettled) {
+			// Looked at again once the rotation is done, as if not yet:
+			// the copy is chosen by what was seen before the truncation.
+			c.mtime, c.lookedAt = before, lookedBefore
+			return false, nil
+		}
+		return true, err
 	}
 	c.saw(size)
 	if size > c.split.fed() {
@@ -51,6 +58,9 @@ func (f *Feed) advance() (bool, error) {
 func (f *Feed) begin() (bool, error) {
 	if f.floor != nil {
 		g, err := f.nextGeneration(*f.floor)
+		if errors.Is(err, errUnsettled) {
+			return false, nil // a rotation is under way: look again once it is done
+		}
 		if err != nil || g != nil {
 			if g != nil {
 				f.floor = nil
@@ -180,20 +190,58 @@ func (f *Feed) rotate() (bool, error) {
 		return false, err
 	}
 	g, err := f.nextGeneration(markOf(f.cur))
+	if errors.Is(err, errUnsettled) {
+		return false, nil // a rotation is under way: look again once it is done
+	}
 	if err != nil {
 		return false, err
 	}
-	if g != nil {
-		return true, f.switchTo(g)
+	if g == nil {
+		if next == nil {
+			f.setWaiting(why)
+			return false, nil
+		}
+		if _, ok, err := next.fingerprint(); err != nil || !ok {
+			return false, err
+		}
 	}
-	if next == nil {
-		f.setWaiting(why)
-		return false, nil
+	grown, err := f.grewBeforeRotation()
+	switch {
+	case (err != nil || grown) && g != nil:
+		f.held = append(f.held, g) // its turn comes after the current file's end
+		return grown, err
+	case err != nil || grown:
+		return grown, err
+	case g == nil:
+		g = next
 	}
-	if _, ok, err := next.fingerprint(); err != nil || !ok {
+	if err := f.switchTo(g); err != nil {
+		if errors.Is(err, errUnsettled) {
+			return false, nil // g is held or next still: looked at again once the rotation is done
+		}
 		return false, err
 	}
-	return true, f.switchTo(next)
+	return true, nil
+}
+
+// grewBeforeRotation reports whether the current file, announced and no
+// longer at the path, holds bytes past what was read, now that the feed has
+// found the file that follows it: a writer moves on to the next file only
+// after its last write to this one, so what it wrote between the feed's
+// last look and that move is there now, and is read before the feed moves
+// on (else it would be passed over unread, with no loss known).
+func (f *Feed) grewBeforeRotation() (bool, error) {
+	c := f.cur
+	if c.epoch == "" {
+		return false, nil // no line yet: passed over, see announceCurrent
+	}
+	size, err := c.stat()
+	if err != nil || size <= c.split.fed() {
+		return false, err
+	}
+	c.saw(size)
+	c.atEOF = false
+	return true, nil
 }
 
 // switchTo closes the current file, read to its end, and makes s the
@@ -201,18 +249,10 @@ func (f *Feed) rotate() (bool, error) {
 // fingerprint is read again: s may have been open for a while (the next
 // file, a held one) and have started over in place since.
 func (f *Feed) switchTo(s *fileSource) error {
-	fp, ok, err := s.fingerprint()
+	s, err := f.firstLife(s)
 	if err != nil {
 		return err
 	}
-	s.id.fp = ""
-	if ok {
-		s.id.fp = fp
-	}
-	if _, err := s.stat(); err != nil {
-		return err
-	}
-	s.seen = s.size
 	old := f.cur
 	if old.unread() {
 		f.lose(cmp.Or(old.epoch, unannouncedEpoch(old)), old.split.pos, old.seen, LossUnterminated)
@@ -228,6 +268,57 @@ func (f *Feed) switchTo(s *fileSource) error {
 		f.announce(s)
 	}
 	return old.close()
+}
+
+// firstLife returns the file to switch to in place of s, the file that
+// follows the current one, with its fingerprint read again and its size
+// looked at: s itself, or the copy that holds what s held when it was
+// opened, when s started over in place since (copytruncate) before any of
+// it was read. The copy is read first, in its own identity, and s after it
+// (s stays the next file, or is held); with no copy, what s held is a
+// RecordLoss of unknown extent. On an error s is as it was.
+func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
+	first, before, seen := s.id, s.mtime, s.seen
+	since := s.openedAt // a copy of what s held when opened is made after that
+	fp, ok, err := s.fingerprint()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.stat(); err != nil {
+		return nil, err
+	}
+	if !ok {
+		fp = ""
+	}
+	if first.fp == "" || fp == first.fp {
+		s.id.fp, s.seen = fp, s.size
+		return s, nil
+	}
+	cpy, err := f.findCopy(copyWant{of: first, size: seen, since: since})
+	if err != nil {
+		s.mtime = before
+		if s != f.next {
+			f.held = append(f.held, s)
+		}
+		return nil, err
+	}
+	f.log.Info("the next file started over in place before it was read", logFile, s.file.Name(), logEpoch, first.String())
+	s.id.fp, s.seen = fp, s.size
+	if s != f.next {
+		f.held = append(f.held, s)
+	}
+	switch {
+	case cpy != nil && f.readHere(cpy.id):
+		// Read already, as a generation of its own.
+		f.unhold(s)
+		return s, cpy.close()
+	case cpy == nil:
+		f.lose(first.String(), 0, ingest.UnknownPosition, LossTruncated)
+		f.unhold(s)
+		return s, nil
+	}
+	f.log.Info("reading what it held from its copy", logFile, cpy.file.Name())
+	return cpy, nil
 }
 
 // unannouncedEpoch is the identity a file that never had a first line is
@@ -278,7 +369,7 @@ func (f *Feed) upcoming() (next *fileSource, here bool, why, err error) {
 // reported lost (LossCompressed, once each) and passed.
 func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 	for range listTries {
-		gens, err := listGenerations(f.path)
+		gens, err := f.generations()
 		if err != nil {
 			return nil, err
 		}
@@ -307,6 +398,15 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 				renamed = true
 				break
 			}
+			if writing, err := f.beingWritten(s); err != nil || writing {
+				if s != g.held {
+					err = errors.Join(err, s.close())
+				}
+				if writing {
+					err = errors.Join(errUnsettled, err)
+				}
+				return nil, err
+			}
 			f.unhold(s)
 			return s, nil
 		}
@@ -323,23 +423,40 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 // the file is truncated, the copy is found as one (see findCopy). Read as a
 // generation of its own, they would be read twice.
 func (f *Feed) copyInProgress(g generation) (bool, error) {
-	if g.compressed || g.held != nil || f.next == nil || g.size > f.next.size {
+	if g.compressed || g.held != nil || f.next == nil {
 		return false, nil
+	}
+	// The size as seen now: the file at the path may have grown since it
+	// was opened, and a copy of it as it is now is larger than it was then.
+	if _, err := f.next.stat(); err != nil || g.size > f.next.size {
+		return false, err
 	}
 	s, err := openGeneration(g, f.opts.MaxLine)
 	if err != nil || s == nil {
 		return false, err
 	}
 	defer s.close()
-	if _, err := f.next.stat(); err != nil {
-		return false, err
-	}
 	head := min(s.size, compareMax)
 	same, err := sameBytes(s, f.next, 0, head)
 	if err != nil || !same || head == s.size {
 		return same, err
 	}
 	return sameBytes(s, f.next, max(s.size-tailSize, head), s.size)
+}
+
+// beingWritten reports whether s, the next generation, has no first line
+// yet and was modified within the look gap: a copy being written
+// (copytruncate writes it after creating it), not a file that ended
+// without one. Taken now, it would be passed over unread (see
+// announceCurrent); it is looked at again later instead.
+func (f *Feed) beingWritten(s *fileSource) (bool, error) {
+	if _, ok, err := s.fingerprint(); err != nil || ok {
+		return false, err
+	}
+	if _, err := s.stat(); err != nil {
+		return false, err
+	}
+	return time.Since(s.mtime) < f.lookGap, nil
 }
 
 // inodeOf is id without its fingerprint: the key of a file on disk.

@@ -25,10 +25,22 @@ var compressedExts = []string{".gz", ".bz2", ".xz", ".zst", ".lz4", ".lzma", ".Z
 // (".1", ".12"); longer ones are dates or times ("20261201", a Unix time).
 const numberedDigits = 6
 
-// listTries bounds how often a directory is listed to get two listings that
-// agree: a rotation that renames files while they are listed would otherwise
-// show one file twice or hide one.
-const listTries = 5
+// listTries bounds how often a directory is listed back to back to get two
+// listings that agree: a rotation that renames files while they are listed
+// would otherwise show one file twice or hide one. Past listTries, listing
+// goes on with a listPause between listings for at most listSettle.
+const (
+	listTries  = 5
+	listPause  = time.Millisecond
+	listSettle = 250 * time.Millisecond
+)
+
+// errUnsettled: the generations beside the path kept changing while they
+// were listed, and no two listings agreed. A listing taken during a rotation
+// may hide a generation (a rename moves it past the directory reader), and a
+// generation missing from the chain is one the feed would move past unread:
+// callers that can look again later do so, the others fail.
+var errUnsettled = errors.New("the generations kept changing while they were listed")
 
 // suffixRank is the place a generation's name gives it in its rotation
 // scheme, for generations modified at the same time.
@@ -122,26 +134,38 @@ func (g generation) before(h generation) bool {
 	return g.name < h.name
 }
 
+// generations lists the generations of the feed's path (see
+// listGenerations).
+func (f *Feed) generations() ([]generation, error) { return listGenerations(f.path, f.listOnce) }
+
 // listGenerations returns the generations of path, oldest first: the
 // regular files in the path's directory whose names generationSuffix
 // accepts, except the file now at the path itself. A compressed file whose
 // uncompressed twin is also there is the twin being compressed, and left
-// out. It lists until two listings agree (at most listTries times), so that
-// renames during a rotation do not show a file twice or hide one. A missing
+// out. listOnce takes one listing (listGenerationsOnce). It lists until two
+// listings in a row agree, so that renames during
+// a rotation do not show a file twice or hide one, and returns an error
+// wrapping errUnsettled when none did within listSettle. A missing
 // directory has no generations.
-func listGenerations(path string) ([]generation, error) {
+func listGenerations(path string, listOnce func(string) ([]generation, error)) ([]generation, error) {
 	var last []generation
-	for range listTries {
-		gens, err := listGenerationsOnce(path)
+	deadline := time.Now().Add(listSettle)
+	for try := 0; ; try++ {
+		gens, err := listOnce(path)
 		if err != nil {
 			return nil, err
 		}
-		if sameListing(gens, last) {
+		if try > 0 && sameListing(gens, last) {
 			return gens, nil
 		}
 		last = gens
+		if try >= listTries {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("list generations of %s: %w", path, errUnsettled)
+			}
+			time.Sleep(listPause)
+		}
 	}
-	return last, nil
 }
 
 func listGenerationsOnce(path string) ([]generation, error) {
@@ -193,7 +217,7 @@ func listGenerationsOnce(path string) ([]generation, error) {
 
 // sameListing reports whether two listings name the same files.
 func sameListing(a, b []generation) bool {
-	return len(a) == len(b) && a != nil && slices.EqualFunc(a, b, func(x, y generation) bool {
+	return len(a) == len(b) && slices.EqualFunc(a, b, func(x, y generation) bool {
 		return x.name == y.name && x.id.sameInode(y.id)
 	})
 }

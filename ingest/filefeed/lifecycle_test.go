@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -913,4 +915,219 @@ func TestGenerationOrder(t *testing.T) {
 			t.Errorf("%s (%v) should come before %s (%v)", tc.older.name, tc.older.mtime, tc.newer.name, tc.newer.mtime)
 		}
 	}
+}
+
+// TestFeed_RotationRaces plays, deterministically, the moments of a
+// rotation storm at which the feed looks: through its listing function, the
+// test lists or writes at the instant the feed lists the generations.
+func TestFeed_RotationRaces(t *testing.T) {
+	t.Run("ListingsThatDisagree", func(t *testing.T) {
+		t.Parallel()
+		// Renames move a generation past the directory reader: listings
+		// taken back to back show it in one and not in the next. The one
+		// that hides it must not be taken for the chain, or the generation
+		// is passed over for good, with no loss recorded.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rotate()
+		ff.write("b1\n")
+		b := ff.epoch()
+		ff.rotate()
+		ff.write("c1\n")
+		c := ff.epoch()
+		hidden := ff.identityOf(ff.path + ".1")
+		calls := 0
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			gens, err := listGenerationsOnce(path)
+			calls++
+			if calls <= 2*listTries && calls%2 == 1 {
+				gens = slices.DeleteFunc(gens, func(g generation) bool { return g.id.sameInode(hidden) })
+			}
+			return gens, err
+		}
+		f.mu.Unlock()
+		ffExpect(t, f, ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1"))
+		if calls <= 2*listTries {
+			t.Fatalf("%d listings: the test did not play listings that disagree", calls)
+		}
+	})
+	t.Run("ListingsNeverSettle", func(t *testing.T) {
+		t.Parallel()
+		// While listings keep disagreeing, the feed moves nowhere (neither
+		// past the generation it cannot be sure of nor to the path), and
+		// goes on once they agree.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rotate()
+		ff.write("b1\n")
+		b := ff.epoch()
+		ff.rotate()
+		ff.write("c1\n")
+		c := ff.epoch()
+		hidden := ff.identityOf(ff.path + ".1")
+		var settled atomic.Bool
+		calls := 0
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			gens, err := listGenerationsOnce(path)
+			calls++
+			if !settled.Load() && calls%2 == 1 {
+				gens = slices.DeleteFunc(gens, func(g generation) bool { return g.id.sameInode(hidden) })
+			}
+			return gens, err
+		}
+		f.mu.Unlock()
+		ffNoMore(t, f)
+		settled.Store(true)
+		ffExpect(t, f, ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1"))
+	})
+	for _, pos := range []int64{0, 3} {
+		t.Run(fmt.Sprintf("CopiedBeforeTheCheckpointAt%d", pos), func(t *testing.T) {
+			t.Parallel()
+			// The feed saw 3 bytes of the file; the writer went on, and
+			// copied and truncated it before the checkpoint (at pos) was
+			// stored; then the server was killed. The copy is older than
+			// the checkpoint and longer than what it saw, but it is the
+			// only copy: the rest of the epoch is read from it.
+			ff := ffNewFile(t)
+			ff.write("a1\n")
+			a := ff.epoch()
+			ff.write("a2\n")
+			cpy := ff.copyTruncate(".1")
+			ff.write("b1\n")
+			stored := time.Now()
+			ff.touch(stored.Add(-time.Second), cpy)
+			f := ff.open(ffStoredAt(a, pos, 3, stored))
+			b := nextFileEpoch(ff.identity(), a)
+			var want []string
+			if pos == 0 {
+				want = append(want, ffItem(a, 3, "a1"))
+			}
+			ffExpect(t, f, append(want, ffItem(a, 6, "a2"), ffEpochRec(b), ffItem(b, 3, "b1"))...)
+		})
+	}
+	t.Run("NextFileCopiedAndTruncatedWhileTheFeedLooks", func(t *testing.T) {
+		t.Parallel()
+		// The feed has the file at the path open as the next one while a
+		// generation before it is read; the file is copied and truncated
+		// (and written again) after the feed listed the generations and
+		// before it moves to the file: what the file held when the feed
+		// opened it is read from the copy, then what it holds now.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rotate()
+		ff.write("b1\n")
+		b := ff.epoch()
+		ff.rotate()
+		ff.write("c1\n")
+		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffEpochRec(b) {
+			t.Fatalf("got %v, want the epoch of the generation after the first", got)
+		}
+		calls, cpy := 0, ""
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			gens, err := listGenerationsOnce(path)
+			if calls++; calls == 2 { // the listing that settles the chain
+				ff.rotateCopies()
+				cpy = ff.copyTruncate(".1")
+				ff.write("dd1\n")
+			}
+			return gens, err
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 5))
+		if cpy == "" {
+			t.Fatal("the feed never listed the generations: the test did not copy while it looked")
+		}
+		eCopy, e2 := ff.epochOf(cpy), ff.epoch()
+		want := []string{ffItem(b, 3, "b1"), ffEpochRec(eCopy), ffItem(eCopy, 3, "c1"), ffEpochRec(e2), ffItem(e2, 4, "dd1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("CopyBeingWritten", func(t *testing.T) {
+		t.Parallel()
+		// The feed finds the path empty after a rotation and lists the
+		// generations just as the next file, already written, is being
+		// copied (copytruncate): the copy is there, still empty. It is
+		// waited for, not passed over as a file that never had a line; by
+		// the next look the copy is written and the file truncated and
+		// written again.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rename(".1")
+		calls := 0
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			switch calls++; calls {
+			case 1:
+				ff.write("b1\n")
+				ff.rotateCopies()
+				ff.write("", ff.path+".1")
+			case 3:
+				ff.write("b1\n", ff.path+".1")
+				ff.truncate(0)
+				ff.write("c1\n")
+			}
+			return listGenerationsOnce(path)
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 4))
+		eCopy, c := ff.epochOf(ff.path+".1"), ff.epoch()
+		want := []string{ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("WrittenWhileTheFeedLooks", func(t *testing.T) {
+		t.Parallel()
+		// logrotate's create: the file is renamed and an empty one made at
+		// the path; the writer puts its last line into the renamed file and
+		// then its first one into the new file, while the feed is between
+		// its look at the old file and its move to the new one.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		old := ff.rename(".1")
+		ff.write("")
+		fi, err := os.Stat(ff.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := fileIDOf(fi)
+		next.fp, _ = fileFingerprint([]byte("b1\n"))
+		b := next.String()
+		wrote := false
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			if !wrote {
+				wrote = true
+				ff.write("a2\n", old)
+				ff.write("b1\n")
+			}
+			return listGenerationsOnce(path)
+		}
+		f.mu.Unlock()
+		ffExpect(t, f, ffItem(a, 6, "a2"), ffEpochRec(b), ffItem(b, 3, "b1"))
+		if !wrote {
+			t.Fatal("the feed never listed the generations: the test did not write while it looked")
+		}
+	})
 }

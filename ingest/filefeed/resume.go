@@ -45,7 +45,7 @@ func (f *Feed) findStored(stored fileEpoch, at *fileSource) (*fileSource, error)
 		return at, nil
 	}
 	for range listTries {
-		gens, err := listGenerations(f.path)
+		gens, err := f.generations()
 		if err != nil {
 			return nil, err
 		}
@@ -110,7 +110,8 @@ func (f *Feed) resumeIn(home, at *fileSource, stored fileEpoch, cp outbox.Checkp
 		}
 		return errors.Join(err, f.closeSource(home))
 	}
-	want := copyWant{of: stored.id, pos: cp.Position, size: cp.End, tail: lineEnd(cp.Position), since: time.Unix(0, cp.UpdatedAt)}
+	want := copyWant{of: stored.id, pos: cp.Position, size: cp.End, tail: lineEnd(cp.Position),
+		since: time.Unix(0, cp.UpdatedAt), lone: true}
 	cpy, err := f.findCopy(want)
 	if err != nil {
 		return errors.Join(err, f.closeSource(home))
@@ -214,7 +215,7 @@ func sameBytes(a, b *fileSource, from, to int64) (bool, error) {
 // file s) was modified after since: the checkpoint's file, whose inode s
 // now has, was rotated away, not truncated, and s is a new file.
 func (f *Feed) rotatedSince(since time.Time, s *fileSource) (bool, error) {
-	gens, err := listGenerations(f.path)
+	gens, err := f.generations()
 	if err != nil {
 		return false, err
 	}
@@ -274,7 +275,7 @@ func (f *Feed) compressedStored(stored fileEpoch, cp outbox.Checkpoint, m *chain
 	if m == nil {
 		return false, nil
 	}
-	gens, err := listGenerations(f.path)
+	gens, err := f.generations()
 	if err != nil {
 		return false, err
 	}

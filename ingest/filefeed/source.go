@@ -27,6 +27,7 @@ type fileSource struct {
 	atEOF bool   // the last read found the end: look at the file before reading on
 
 	mtime    time.Time // the modification time as last seen
+	openedAt time.Time // the modification time when opened: the fingerprint read then was of it
 	lookedAt time.Time // when the feed last looked at the file's size (the feed's clock)
 	last     fileLine  // the last complete line read: evidence of what ends at split.pos
 	// restartOf is the epoch the file had before it started over in place,
@@ -76,6 +77,7 @@ func newFileSource(file *os.File, maxLine int) (*fileSource, error) {
 		seen:  fi.Size(),
 		mtime: fi.ModTime(),
 	}
+	s.openedAt = s.mtime
 	fp, ok, err := s.fingerprint()
 	if err != nil {
 		return nil, err

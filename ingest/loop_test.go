@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // memFeed is an in-memory feed of one partition: a real Feed, for testing
@@ -241,7 +242,7 @@ func counts(t *testing.T, s *outbox.Store) map[string]int {
 		Value string `db:"value"`
 		N     int    `db:"n"`
 	}
-	if err := s.ReadDB().Select(&rows, `SELECT value, n FROM counts`); err != nil {
+	if err := outboxtest.Select(context.Background(), s, &rows, `SELECT value, n FROM counts`); err != nil {
 		t.Fatal(err)
 	}
 	m := map[string]int{}

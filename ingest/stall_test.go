@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/filefeed"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // stallConfig retries a stalled feed every few milliseconds.
@@ -50,13 +51,13 @@ func (b *batchSizes) get() []int {
 func setMaxPages(t *testing.T, s *outbox.Store, n int) int {
 	t.Helper()
 	var pages int
-	if err := s.DB().Get(&pages, "PRAGMA page_count"); err != nil {
+	if err := outboxtest.Get(context.Background(), s, &pages, "PRAGMA page_count"); err != nil {
 		t.Fatal(err)
 	}
 	if n < 0 {
 		n = pages
 	}
-	if _, err := s.DB().Exec(fmt.Sprintf("PRAGMA max_page_count = %d", n)); err != nil {
+	if _, err := outboxtest.Exec(context.Background(), s, fmt.Sprintf("PRAGMA max_page_count = %d", n)); err != nil {
 		t.Fatal(err)
 	}
 	return pages

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // wait polls cond every 50ms until it returns nil, failing the test with
@@ -324,7 +325,7 @@ func seq(from, to int64) []int64 {
 func countOutbox(tb testing.TB, s *outbox.Store) int {
 	tb.Helper()
 	var n int
-	if err := s.ReadDB().Get(&n, `SELECT count(*) FROM outbox`); err != nil {
+	if err := outboxtest.Get(context.Background(), s, &n, `SELECT count(*) FROM outbox`); err != nil {
 		tb.Fatal(err)
 	}
 	return n

@@ -13,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/forward"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 func TestField(t *testing.T) {
@@ -213,7 +214,7 @@ func TestProcessor_Apply(t *testing.T) {
 			t.Fatalf("row place = %s[%d] %s@%d n=%d", r.Feed, r.Partition, r.Epoch, r.Position, r.N)
 		}
 		var typ string
-		must(t, s.DB().Get(&typ, `SELECT typeof(key) FROM outbox`))
+		must(t, outboxtest.Get(context.Background(), s, &typ, `SELECT typeof(key) FROM outbox`))
 		if typ != "null" {
 			t.Fatalf("key stored as %s, want null", typ)
 		}
@@ -279,7 +280,7 @@ func TestProcessor_Apply(t *testing.T) {
 		must(t, errs[0])
 		must(t, errs[1])
 		var types []string
-		must(t, s.DB().Select(&types, `SELECT typeof(key) FROM outbox ORDER BY id`))
+		must(t, outboxtest.Select(context.Background(), s, &types, `SELECT typeof(key) FROM outbox ORDER BY id`))
 		if len(types) != 2 || types[0] != types[1] {
 			t.Fatalf("key of `,v` stored as %s, key of `\"\",v` as %s", types[0], types[1])
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 func TestParse(t *testing.T) {
@@ -210,7 +211,7 @@ func TestProcessor_Apply(t *testing.T) {
 			{"ledger-out", "a", `{"account":"a","amount":7,"balance":12,"feed":"f","epoch":"e","position":30}`, 30, 0},
 		})
 		var lines int
-		must(t, s.ReadDB().Get(&lines, `SELECT lines FROM ledger_balances WHERE feed = 'f' AND account = 'a'`))
+		must(t, outboxtest.Get(context.Background(), s, &lines, `SELECT lines FROM ledger_balances WHERE feed = 'f' AND account = 'a'`))
 		if lines != 2 {
 			t.Fatalf("lines of a = %d, want 2", lines)
 		}
@@ -338,7 +339,7 @@ func TestProcessor_Apply(t *testing.T) {
 				t.Fatalf("balances = %v, want a: %d", got, c.balance)
 			}
 			var lines int
-			must(t, s.ReadDB().Get(&lines, `SELECT lines FROM ledger_balances WHERE feed = 'f' AND account = 'a'`))
+			must(t, outboxtest.Get(context.Background(), s, &lines, `SELECT lines FROM ledger_balances WHERE feed = 'f' AND account = 'a'`))
 			if lines != 1 {
 				t.Fatalf("lines = %d, want 1", lines)
 			}

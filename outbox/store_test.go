@@ -14,6 +14,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/outboxd/outboxd"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -76,9 +77,7 @@ func pragma(t *testing.T, db *sqlx.DB, name string) string {
 
 func equal[T comparable](t *testing.T, what string, got, want T) {
 	t.Helper()
-	if got != want {
-		t.Fatalf("%s = %v, want %v", what, got, want)
-	}
+	testutil.Equal(t, what, got, want)
 }
 
 func TestStore_Open(t *testing.T) {

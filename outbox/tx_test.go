@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -97,12 +98,8 @@ func begin(t *testing.T, s *outbox.Store) *outbox.Tx {
 	return tx
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+// must is testutil.Must.
+var must = testutil.Must
 
 func TestTx_Emit(t *testing.T) {
 	ctx := context.Background()

@@ -6,12 +6,12 @@ import (
 	"encoding/csv"
 	"errors"
 	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/forward"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -147,22 +147,10 @@ func csvRecord(line []byte) ([]string, bool) {
 	return rec, true
 }
 
-func openStore(t *testing.T) *outbox.Store {
-	t.Helper()
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(filepath.Join(t.TempDir(), "t.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+func openStore(t *testing.T) *outbox.Store { return testutil.TempStore(t) }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+// must is testutil.Must.
+var must = testutil.Must
 
 // applyAll runs each item through p, one item each at positions 1, 2, ...,
 // in one committed transaction; it returns Apply's errors (the failed

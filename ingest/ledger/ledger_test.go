@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"maps"
 	"math"
-	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/ledger"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -111,22 +111,10 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-func openStore(t *testing.T) *outbox.Store {
-	t.Helper()
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(filepath.Join(t.TempDir(), "t.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+func openStore(t *testing.T) *outbox.Store { return testutil.TempStore(t) }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+// must is testutil.Must.
+var must = testutil.Must
 
 func delivery(pos int64) ingest.Delivery {
 	return ingest.Delivery{Feed: "f", Epoch: "e", Position: pos, Sequence: 1, Attempt: 1}

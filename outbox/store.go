@@ -12,6 +12,12 @@
 //   - outbox ids are strictly increasing in commit order (AUTOINCREMENT under
 //     a single writer), so a reader that has seen every id <= N has seen every
 //     row committed before the row with id N.
+//
+// No database handle leaves the package: every read and write of another
+// package is a named method, a processor's SQL runs in a Tx (its writes)
+// or a View (its reads outside an item), and other packages' tests use
+// outboxtest. So the store's engine and its connections can change behind
+// its methods.
 package outbox
 
 import (

@@ -264,7 +264,7 @@ func TestTx_RollbackItem(t *testing.T) {
 	must(t, tx.Commit())
 
 	var keys []string
-	must(t, s.ReadDB().Select(&keys, `SELECT key FROM meta ORDER BY key`))
+	must(t, outbox.ReadPoolOf(s).Select(&keys, `SELECT key FROM meta ORDER BY key`))
 	if !slices.Equal(keys, []string{"one"}) {
 		t.Fatalf("state = %q, want [one]", keys)
 	}

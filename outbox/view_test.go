@@ -5,8 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"testing"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -115,5 +118,25 @@ func TestOutboxtest_ExecOnTheWriter(t *testing.T) {
 	tx.Rollback()
 	if code, ok := outbox.SQLiteCode(err); !ok || code&0xff != 13 { // SQLITE_FULL
 		t.Fatalf("a write past max_page_count = %v, want SQLITE_FULL", err)
+	}
+}
+
+// TestStore_NoHandle: no method of a Store or of its transactions hands out
+// a database handle or connection; other packages reach the database
+// through named methods only.
+func TestStore_NoHandle(t *testing.T) {
+	handles := []reflect.Type{
+		reflect.TypeFor[*sql.DB](), reflect.TypeFor[*sql.Conn](), reflect.TypeFor[*sql.Tx](),
+		reflect.TypeFor[*sqlx.DB](), reflect.TypeFor[*sqlx.Conn](), reflect.TypeFor[*sqlx.Tx](),
+	}
+	for _, typ := range []reflect.Type{reflect.TypeFor[*outbox.Store](), reflect.TypeFor[*outbox.Tx](), reflect.TypeFor[*outbox.ReadTx]()} {
+		for i := range typ.NumMethod() {
+			m := typ.Method(i)
+			for j := range m.Type.NumOut() {
+				if out := m.Type.Out(j); slices.Contains(handles, out) {
+					t.Errorf("%s.%s returns a %s", typ, m.Name, out)
+				}
+			}
+		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/outboxd/outboxd/ingest/feedtest"
 	"github.com/outboxd/outboxd/ingest/kafkafeed"
 	"github.com/outboxd/outboxd/internal/kafkasec"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/internal/testutil/securekafka"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -60,22 +61,7 @@ func (s *secured) produce(t *testing.T, n int) {
 }
 
 // lines is a log safe to read while written.
-type lines struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lines) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
+type lines = testutil.SyncBuffer
 
 var acl = securekafka.ACL
 
@@ -192,7 +178,7 @@ func TestFeed_MissingACL(t *testing.T) {
 				waitTrouble(t, f, c.want, false)
 			}
 			feedtest.Wait(t, feedtest.Timeout, func() error {
-				if got := log.count("Kafka refused the feed"); got != 1 {
+				if got := log.Count("Kafka refused the feed"); got != 1 {
 					return fmt.Errorf("%d log lines of the refusal, want 1", got)
 				}
 				return nil
@@ -202,7 +188,7 @@ func TestFeed_MissingACL(t *testing.T) {
 				collectAll(t, f, 3)
 			}
 			waitTrouble(t, f, "", false)
-			if got := log.count("Kafka refused the feed"); got != 1 {
+			if got := log.Count("Kafka refused the feed"); got != 1 {
 				t.Fatalf("%d log lines of the refusal after it was granted, want 1", got)
 			}
 		})
@@ -232,10 +218,10 @@ func TestFeed_WrongPassword(t *testing.T) {
 	if most := int64(took/cfg.RefusedRetry) + 2; n > most {
 		t.Fatalf("%d connections in %v, want at most %d", n, took, most)
 	}
-	if got := log.count("Kafka refused the feed"); got != 1 {
+	if got := log.Count("Kafka refused the feed"); got != 1 {
 		t.Fatalf("%d log lines of the refusal, want 1", got)
 	}
-	if msg, _ := f.Trouble(); log.count("pw-Zq81x") > 0 || strings.Contains(msg, "pw-Zq81x") {
+	if msg, _ := f.Trouble(); log.Count("pw-Zq81x") > 0 || strings.Contains(msg, "pw-Zq81x") {
 		t.Fatal("the password shows in the log or the trouble")
 	}
 	cancel()

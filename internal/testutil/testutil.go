@@ -98,6 +98,14 @@ func (s *SyncBuffer) Bytes() []byte {
 	return bytes.Clone(s.b.Bytes())
 }
 
+// Count returns how many times sub occurs in what has been written so
+// far (how many log lines say something, when sub is in one line only).
+func (s *SyncBuffer) Count(sub string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Count(s.b.Bytes(), []byte(sub))
+}
+
 // MountTmpfs mounts a tmpfs of size (mount's syntax: "1m") at a new
 // directory, unmounted when the test ends, so that a test can fill a disk
 // without filling the machine's. It skips the test when it cannot mount

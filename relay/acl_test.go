@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/internal/kafkasec"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/internal/testutil/securekafka"
 )
 
@@ -67,22 +67,7 @@ func without(m map[string]kfake.ACL, drop string) []kfake.ACL {
 }
 
 // logLines is a slog handler's output, safe to read while written.
-type logLines struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logLines) count(substr string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), substr)
-}
+type logLines = testutil.SyncBuffer
 
 func securedConfig(t *testing.T, s *secured, password string, logs *logLines) Config {
 	cfg := testConfig(t, []string{s.Addr})
@@ -177,16 +162,16 @@ func TestRelay_MissingACL(t *testing.T) {
 				}
 				return nil
 			})
-			if n := logs.count("Kafka refused the relay"); n != 1 {
-				t.Fatalf("%d log lines of the refusal, want 1:\n%s", n, logs.b.String())
+			if n := logs.Count("Kafka refused the relay"); n != 1 {
+				t.Fatalf("%d log lines of the refusal, want 1:\n%s", n, logs.String())
 			}
-			if n := logs.count(strings.ReplaceAll(c.want, `"`, `\"`)); n != 1 {
+			if n := logs.Count(strings.ReplaceAll(c.want, `"`, `\"`)); n != 1 {
 				t.Fatalf("the refusal %q logged %d times, want once", c.want, n)
 			}
 			s.Grant(t, c.grant())
 			rr.waitPublished(t, ids[len(ids)-1])
 			rr.stop(t)
-			if n := logs.count("Kafka allows the relay again"); n != 1 {
+			if n := logs.Count("Kafka allows the relay again"); n != 1 {
 				t.Fatalf("%d log lines of the relay allowed again, want 1", n)
 			}
 			exactlyOnce(t, readCommitted(t, []string{s.Addr}, aclTopic, s.Settings(t, securekafka.AdminUser, securekafka.AdminPassword).Kgo()...), ids)
@@ -238,10 +223,10 @@ func TestRelay_WrongPassword(t *testing.T) {
 	if most := int64(took/cfg.UnauthorizedBackoff) + 2; n > most {
 		t.Fatalf("%d connections in %v, want at most %d (one per %v)", n, took, most, cfg.UnauthorizedBackoff)
 	}
-	if got := logs.count("Kafka refused the relay"); got != 1 {
-		t.Fatalf("%d log lines of the refusal, want 1:\n%s", got, logs.b.String())
+	if got := logs.Count("Kafka refused the relay"); got != 1 {
+		t.Fatalf("%d log lines of the refusal, want 1:\n%s", got, logs.String())
 	}
-	if strings.Contains(logs.b.String(), "not-the-password") || strings.Contains(rr.r.Status().LastError, "not-the-password") {
+	if strings.Contains(logs.String(), "not-the-password") || strings.Contains(rr.r.Status().LastError, "not-the-password") {
 		t.Fatal("the password shows in the log or the status")
 	}
 	if st := rr.r.Status(); st.LastPublishedID != 0 {

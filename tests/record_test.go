@@ -156,18 +156,25 @@ func rewindHalf(t *testing.T, db string, lf ledgerFile) ([]string, int64) {
 	return []string{"OUTBOXD_TEST_REWIND=ledger=" + itoa(rewind)}, replays
 }
 
-// atEnd says whether the feed stands at position end of its second epoch.
-func atEnd(db string, end int64) error {
+// ledgerFeed reads the ledger feed's counters and positions in the
+// database at db, through a store of its own.
+func ledgerFeed(db string) (outbox.FeedStats, []outbox.Checkpoint, error) {
 	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(db))
 	if err != nil {
-		return err
+		return outbox.FeedStats{}, nil, err
 	}
 	defer s.Close()
 	f, err := s.Feed(context.Background(), "ledger")
 	if err != nil {
-		return err
+		return outbox.FeedStats{}, nil, err
 	}
 	cps, err := s.ReadPositions(context.Background(), "ledger")
+	return f, cps, err
+}
+
+// atEnd says whether the feed stands at position end of its second epoch.
+func atEnd(db string, end int64) error {
+	f, cps, err := ledgerFeed(db)
 	if err != nil {
 		return err
 	}
@@ -180,12 +187,7 @@ func atEnd(db string, end int64) error {
 // replaysSkipped says whether the feed has skipped want replays: fewer
 // is an error (the run is not done yet), and so is more.
 func replaysSkipped(db string, want int64) error {
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(db))
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	f, err := s.Feed(context.Background(), "ledger")
+	f, _, err := ledgerFeed(db)
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,11 @@
 // Package outboxd holds what the whole module shares: the SQLite schema.
 //
 // The service itself is in the packages below this one: outbox (the SQLite
-// store), ingest (feeds, processors and the ingest loop), relay (outbox to
-// Kafka), api (HTTP) and cmd/server (the binary).
+// store, the only package with a database handle), ingest (the loop, with
+// its feeds and processors in packages of their own below it), relay
+// (outbox to Kafka), api (HTTP), server (configuration, wiring and
+// signals: the whole service as a library) and cmd/server (the binary);
+// internal/ holds what the binary needs and no library user should.
 package outboxd
 
 import (

@@ -21,6 +21,7 @@ import (
 	"github.com/outboxd/outboxd/ingest/filefeed"
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/internal/testseam"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -39,12 +40,7 @@ func openStore(t *testing.T) *outbox.Store {
 	t.Helper()
 	cfg := outbox.DefaultConfig(filepath.Join(t.TempDir(), "outboxd.db"))
 	cfg.Now = func() time.Time { return clock }
-	s, err := outbox.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return testutil.OpenStore(t, cfg)
 }
 
 // loopFeed adapts a running ingest.Loop to api.Feed, as cmd/server does.
@@ -291,21 +287,8 @@ func (h *harness) script() {
 	h.waitPosition(4, h.epoch1, outbox.StateCaughtUp)
 }
 
-// wait polls cond every 20 ms until it returns nil or timeout passes.
-func wait(tb testing.TB, timeout time.Duration, cond func() error) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// wait is testutil.Wait.
+var wait = testutil.Wait
 
 // do sends a request to the harness's server and returns the status and
 // the body. token, when not "", is sent as a bearer token.

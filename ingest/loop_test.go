@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // memFeed is an in-memory feed of one partition: a real Feed, for testing
@@ -158,15 +159,7 @@ func (c *counter) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery, i
 	return nil
 }
 
-func openStore(t *testing.T) *outbox.Store {
-	t.Helper()
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(filepath.Join(t.TempDir(), "t.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+func openStore(t *testing.T) *outbox.Store { return testutil.TempStore(t) }
 
 func testConfig() ingest.Config {
 	cfg := ingest.DefaultConfig("f")
@@ -195,21 +188,8 @@ func running(t *testing.T, s *outbox.Store, f ingest.Feed, p ingest.Processor, c
 	return l, stop
 }
 
-// wait polls cond every 50 ms until it returns nil or timeout passes.
-func wait(tb testing.TB, timeout time.Duration, cond func() error) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+// wait is testutil.Wait.
+var wait = testutil.Wait
 
 // stateIs is a condition: the loop's state and last error are these.
 func stateIs(l *ingest.Loop, state outbox.FeedState, lastError string) func() error {
@@ -241,7 +221,7 @@ func counts(t *testing.T, s *outbox.Store) map[string]int {
 		Value string `db:"value"`
 		N     int    `db:"n"`
 	}
-	if err := s.ReadDB().Select(&rows, `SELECT value, n FROM counts`); err != nil {
+	if err := outboxtest.Select(context.Background(), s, &rows, `SELECT value, n FROM counts`); err != nil {
 		t.Fatal(err)
 	}
 	m := map[string]int{}
@@ -286,7 +266,5 @@ func stats(t *testing.T, s *outbox.Store) outbox.FeedStats {
 
 func equal[T comparable](t *testing.T, what string, got, want T) {
 	t.Helper()
-	if got != want {
-		t.Fatalf("%s = %v, want %v", what, got, want)
-	}
+	testutil.Equal(t, what, got, want)
 }

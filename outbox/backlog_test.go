@@ -149,7 +149,7 @@ func TestStore_BacklogBytesOnDisk(t *testing.T) {
 	}
 	for _, vsize := range []int{60, 120, 1000} {
 		t.Run(fmt.Sprint(vsize), func(t *testing.T) {
-			if _, err := s.DB().Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+			if _, err := outbox.WriterOf(s).Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 				t.Fatal(err)
 			}
 			before := size()
@@ -157,7 +157,7 @@ func TestStore_BacklogBytesOnDisk(t *testing.T) {
 			for i := range 20 {
 				counted += emitN(t, s, 2000, vsize, int64(i*2000))
 			}
-			if _, err := s.DB().Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+			if _, err := outbox.WriterOf(s).Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 				t.Fatal(err)
 			}
 			grew := size() - before

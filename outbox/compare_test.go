@@ -16,7 +16,7 @@ import (
 func TestOutputsByPlace(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openStore(t)
-	s.ReadDB().SetMaxOpenConns(1) // the one connection the cursor borrows
+	outbox.ReadPoolOf(s).SetMaxOpenConns(1) // the one connection the cursor borrows
 	var wrote []string
 	tx := begin(t, s)
 	for _, p := range []outbox.Place{
@@ -49,7 +49,7 @@ func TestOutputsByPlace(t *testing.T) {
 		t.Fatalf("outputs %v, want %v (written %v)", got, want, wrote)
 	}
 	var store int
-	must(t, s.ReadDB().GetContext(ctx, &store, "PRAGMA temp_store"))
+	must(t, outbox.ReadPoolOf(s).GetContext(ctx, &store, "PRAGMA temp_store"))
 	if store != 2 {
 		t.Fatalf("temp_store %d after the cursor closed, want 2 (memory) as the pool opens it", store)
 	}

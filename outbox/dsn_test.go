@@ -38,7 +38,7 @@ func TestDSN(t *testing.T) {
 		if err := db.QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.DB().QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&store); err != nil {
+		if err := outbox.WriterOf(s).QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&store); err != nil {
 			t.Fatal(err)
 		}
 		if got != v || store != v {

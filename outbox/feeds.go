@@ -226,8 +226,12 @@ VALUES (?, ?, ?, ?, ?, ?, ?)`, l.Feed, l.Partition, now, l.Reason, l.Epoch, l.Fr
 // SetLastError stores a feed's last error ("" clears it).
 func (s *Store) SetLastError(ctx context.Context, feed, msg string) error {
 	_, err := s.db.ExecContext(ctx, `UPDATE feeds SET last_error = ? WHERE name = ?`, msg, feed)
-	s.noteWrite(err)
 	if err != nil {
+		// Only a failure counts for CheckWritable: this one-row update
+		// usually fits in pages the database already has, so its success
+		// after a commit failed on a full disk would vouch for a database
+		// that still cannot take the batch the feed is stalled on.
+		s.noteWrite(err)
 		return fmt.Errorf("store last error of %s: %w", feed, err)
 	}
 	return nil

@@ -3,15 +3,17 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // commitOne commits an empty transaction and returns Commit's error.
@@ -24,44 +26,11 @@ func commitOne(t *testing.T, s *outbox.Store) error {
 	return tx.Commit()
 }
 
-// mountTmpfs mounts a tmpfs of size at a new directory, unmounted when the
-// test ends; it skips the test when that is not possible here.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("a full disk needs a small tmpfs, and mounting one needs root: not root")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s): a full disk cannot be made", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
+// mountTmpfs is testutil.MountTmpfs.
+var mountTmpfs = testutil.MountTmpfs
 
-// fill writes a file in dir until the disk is full, and returns its path.
-func fill(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("fill %s: %v", path, err)
-			}
-			return path
-		}
-	}
-}
+// fill is testutil.FillDisk.
+var fill = testutil.FillDisk
 
 func TestStore_CheckWritable(t *testing.T) {
 	ctx := context.Background()
@@ -110,6 +79,29 @@ func TestStore_CheckWritable(t *testing.T) {
 		}
 		if err := s.CheckWritable(ctx); err != nil {
 			t.Fatalf("CheckWritable after a commit succeeded again = %v", err)
+		}
+	})
+
+	t.Run("LastErrorDoesNotVouch", func(t *testing.T) {
+		// A feed stalled on a full database stores its reason: that
+		// one-row update fits in the pages the database has, and must
+		// not make the database look writable again.
+		s, _ := openStore(t)
+		must(t, s.RegisterFeed(ctx, outbox.FeedInfo{Name: "f", Kind: "file"}))
+		var pages int
+		must(t, outboxtest.Get(ctx, s, &pages, `PRAGMA page_count`))
+		if _, err := outboxtest.Exec(ctx, s, fmt.Sprintf("PRAGMA max_page_count = %d", pages)); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := s.Begin(ctx)
+		must(t, err)
+		if _, err := tx.Exec(ctx, `CREATE TABLE big AS SELECT zeroblob(1000000) AS b`); outbox.Classify(err) != outbox.ClassFull {
+			t.Fatalf("a write past max_page_count = %v, want a full database", err)
+		}
+		tx.Rollback()
+		must(t, s.SetLastError(ctx, "f", "completion failure: disk full"))
+		if err := s.CheckWritable(ctx); err == nil || !strings.Contains(err.Error(), "disk full") {
+			t.Fatalf("CheckWritable after a full database and a stored last error = %v, want disk full", err)
 		}
 	})
 

@@ -21,7 +21,7 @@ func TestStore_WALAndCheckpoint(t *testing.T) {
 	if err != nil || serr != nil || n != fi.Size() || n == 0 {
 		t.Fatalf("WALBytes = %d (%v), the file has %v (%v)", n, err, fi, serr)
 	}
-	if _, err := s.DB().ExecContext(ctx, `CREATE TABLE t (x BLOB); INSERT INTO t VALUES (zeroblob(100000))`); err != nil {
+	if _, err := outbox.WriterOf(s).ExecContext(ctx, `CREATE TABLE t (x BLOB); INSERT INTO t VALUES (zeroblob(100000))`); err != nil {
 		t.Fatal(err)
 	}
 	r, err := s.Checkpoint(ctx)
@@ -65,7 +65,7 @@ func TestStore_DeadLetterReasons(t *testing.T) {
 	}
 	var id, parent, unused int
 	var plan string
-	must(t, s.ReadDB().QueryRowContext(ctx, `EXPLAIN QUERY PLAN
+	must(t, outbox.ReadPoolOf(s).QueryRowContext(ctx, `EXPLAIN QUERY PLAN
 		SELECT feed, reason, COUNT(*) FROM dead_letters GROUP BY feed, reason`).Scan(&id, &parent, &unused, &plan))
 	if plan != "SCAN dead_letters USING COVERING INDEX dead_letters_reason" {
 		t.Fatalf("plan %q: the count must read the index only", plan)

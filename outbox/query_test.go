@@ -248,7 +248,7 @@ func TestStore_PrepareQuery(t *testing.T) {
 			t.Fatalf("run: %v, want ErrQueryRefused", err)
 		}
 		var n int
-		if err := s.ReadDB().Get(&n, `SELECT count(*) FROM sneaky`); err != nil || n != 1 {
+		if err := outbox.ReadPoolOf(s).Get(&n, `SELECT count(*) FROM sneaky`); err != nil || n != 1 {
 			t.Fatalf("sneaky holds %d rows (%v), want 1", n, err)
 		}
 	})

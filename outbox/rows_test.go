@@ -122,7 +122,7 @@ func TestStore_Rows(t *testing.T) {
 		s, _ := openStore(t)
 		emit(t, s, place("f", 1), outbox.Output{Topic: "t", Key: []byte{}, Value: []byte{}})
 		var types []string
-		must(t, s.DB().Select(&types, `SELECT typeof(key) || ',' || typeof(value) FROM outbox`))
+		must(t, outbox.WriterOf(s).Select(&types, `SELECT typeof(key) || ',' || typeof(value) FROM outbox`))
 		// Stored right: zero-length blobs, not NULL.
 		if !slices.Equal(types, []string{"blob,blob"}) {
 			t.Fatalf("stored types = %q, want [blob,blob]", types)

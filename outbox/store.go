@@ -12,6 +12,12 @@
 //   - outbox ids are strictly increasing in commit order (AUTOINCREMENT under
 //     a single writer), so a reader that has seen every id <= N has seen every
 //     row committed before the row with id N.
+//
+// No database handle leaves the package: every read and write of another
+// package is a named method, a processor's SQL runs in a Tx (its writes)
+// or a View (its reads outside an item), and other packages' tests use
+// outboxtest. So the store's engine and its connections can change behind
+// its methods.
 package outbox
 
 import (
@@ -33,6 +39,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/outboxd/outboxd"
+	"github.com/outboxd/outboxd/outbox/internal/handle"
 )
 
 // ErrNotFound is returned when a named feed, dead letter or row does not exist.
@@ -350,12 +357,8 @@ func (s *Store) Synchronous() string { return s.cfg.Synchronous }
 // Now is the store's clock.
 func (s *Store) Now() time.Time { return s.cfg.Now() }
 
-// DB is the writer connection, for tools and tests that need raw SQL. Holding
-// it blocks every writer.
-func (s *Store) DB() *sqlx.DB { return s.db }
-
-// ReadDB is the read-only pool.
-func (s *Store) ReadDB() *sqlx.DB { return s.rdb }
+// The writer connection reaches tests through outboxtest only.
+func init() { handle.Writer = func(s any) *sqlx.DB { return s.(*Store).db } }
 
 // Committed is signalled after each commit that wrote output rows. It has a
 // buffer of one and is meant for a single consumer (the relay).

@@ -14,6 +14,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/outboxd/outboxd"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -76,9 +77,7 @@ func pragma(t *testing.T, db *sqlx.DB, name string) string {
 
 func equal[T comparable](t *testing.T, what string, got, want T) {
 	t.Helper()
-	if got != want {
-		t.Fatalf("%s = %v, want %v", what, got, want)
-	}
+	testutil.Equal(t, what, got, want)
 }
 
 func TestStore_Open(t *testing.T) {
@@ -93,17 +92,17 @@ func TestStore_Open(t *testing.T) {
 		equal(t, "Path()", s.Path(), path)
 		equal(t, "Synchronous()", s.Synchronous(), outbox.SyncFull)
 		// PRAGMAs other than journal_mode are per connection: ask the writer.
-		equal(t, "journal_mode", pragma(t, s.DB(), "journal_mode"), "wal")
-		equal(t, "synchronous", pragma(t, s.DB(), "synchronous"), "2")
-		equal(t, "foreign_keys", pragma(t, s.DB(), "foreign_keys"), "1")
-		equal(t, "busy_timeout", pragma(t, s.DB(), "busy_timeout"), "5000")
-		equal(t, "user_version", pragma(t, s.DB(), "user_version"), fmt.Sprint(len(outboxd.Migrations())))
+		equal(t, "journal_mode", pragma(t, outbox.WriterOf(s), "journal_mode"), "wal")
+		equal(t, "synchronous", pragma(t, outbox.WriterOf(s), "synchronous"), "2")
+		equal(t, "foreign_keys", pragma(t, outbox.WriterOf(s), "foreign_keys"), "1")
+		equal(t, "busy_timeout", pragma(t, outbox.WriterOf(s), "busy_timeout"), "5000")
+		equal(t, "user_version", pragma(t, outbox.WriterOf(s), "user_version"), fmt.Sprint(len(outboxd.Migrations())))
 		// The readers are configured alike, and read-only.
-		equal(t, "readers' journal_mode", pragma(t, s.ReadDB(), "journal_mode"), "wal")
-		equal(t, "readers' synchronous", pragma(t, s.ReadDB(), "synchronous"), "2")
-		equal(t, "readers' query_only", pragma(t, s.ReadDB(), "query_only"), "1")
-		equal(t, "writer's query_only", pragma(t, s.DB(), "query_only"), "0")
-		equal(t, "writer's open connections", s.DB().Stats().MaxOpenConnections, 1)
+		equal(t, "readers' journal_mode", pragma(t, outbox.ReadPoolOf(s), "journal_mode"), "wal")
+		equal(t, "readers' synchronous", pragma(t, outbox.ReadPoolOf(s), "synchronous"), "2")
+		equal(t, "readers' query_only", pragma(t, outbox.ReadPoolOf(s), "query_only"), "1")
+		equal(t, "writer's query_only", pragma(t, outbox.WriterOf(s), "query_only"), "0")
+		equal(t, "writer's open connections", outbox.WriterOf(s).Stats().MaxOpenConnections, 1)
 	})
 
 	t.Run("SyncNormal", func(t *testing.T) {
@@ -111,14 +110,14 @@ func TestStore_Open(t *testing.T) {
 		cfg.Synchronous = outbox.SyncNormal
 		s := openAt(t, cfg)
 		equal(t, "Synchronous()", s.Synchronous(), outbox.SyncNormal)
-		equal(t, "synchronous", pragma(t, s.DB(), "synchronous"), "1")
-		equal(t, "readers' synchronous", pragma(t, s.ReadDB(), "synchronous"), "1")
+		equal(t, "synchronous", pragma(t, outbox.WriterOf(s), "synchronous"), "1")
+		equal(t, "readers' synchronous", pragma(t, outbox.ReadPoolOf(s), "synchronous"), "1")
 	})
 
 	t.Run("ZeroConfigDefaults", func(t *testing.T) {
 		s := openAt(t, outbox.Config{Path: filepath.Join(t.TempDir(), "t.db")})
 		equal(t, "Synchronous()", s.Synchronous(), outbox.SyncFull)
-		equal(t, "synchronous", pragma(t, s.DB(), "synchronous"), "2")
+		equal(t, "synchronous", pragma(t, outbox.WriterOf(s), "synchronous"), "2")
 		if s.Now().IsZero() {
 			t.Fatal("Now() is zero: no default clock")
 		}
@@ -140,7 +139,7 @@ func TestStore_Open(t *testing.T) {
 
 		// Migrations re-run would fail on CREATE TABLE of an existing table.
 		s = openAt(t, outbox.DefaultConfig(path))
-		equal(t, "user_version", pragma(t, s.DB(), "user_version"), fmt.Sprint(len(outboxd.Migrations())))
+		equal(t, "user_version", pragma(t, outbox.WriterOf(s), "user_version"), fmt.Sprint(len(outboxd.Migrations())))
 		f, err := s.Feed(ctx, "f")
 		if err != nil {
 			t.Fatal(err)
@@ -176,8 +175,8 @@ func TestStore_Open(t *testing.T) {
 		db.Close()
 
 		s := openAt(t, outbox.DefaultConfig(path))
-		equal(t, "user_version", pragma(t, s.DB(), "user_version"), fmt.Sprint(len(outboxd.Migrations())))
-		if err := s.DB().Get(&n, `SELECT count(*) FROM sqlite_master WHERE name = 'outbox_feed'`); err != nil || n != 0 {
+		equal(t, "user_version", pragma(t, outbox.WriterOf(s), "user_version"), fmt.Sprint(len(outboxd.Migrations())))
+		if err := outbox.WriterOf(s).Get(&n, `SELECT count(*) FROM sqlite_master WHERE name = 'outbox_feed'`); err != nil || n != 0 {
 			t.Fatalf("outbox_feed after migrating: %d, %v", n, err)
 		}
 		b, err := s.Backlog(ctx, "f", 0)
@@ -205,7 +204,7 @@ func TestStore_Open(t *testing.T) {
 					}
 					t.Fatalf("database not at its path (%v); %s holds %q", err, root, names)
 				}
-				equal(t, "busy_timeout", pragma(t, s.DB(), "busy_timeout"), "5000")
+				equal(t, "busy_timeout", pragma(t, outbox.WriterOf(s), "busy_timeout"), "5000")
 			})
 		}
 	})
@@ -217,7 +216,7 @@ func TestStore_Open(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := len(outboxd.Migrations())
-		if _, err := s.DB().Exec(fmt.Sprintf("PRAGMA user_version = %d", n+1)); err != nil {
+		if _, err := outbox.WriterOf(s).Exec(fmt.Sprintf("PRAGMA user_version = %d", n+1)); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Close(); err != nil {
@@ -340,7 +339,7 @@ func TestStore_ReadDB(t *testing.T) {
 	s, _ := openStore(t)
 
 	t.Run("ErrWrite", func(t *testing.T) {
-		_, err := s.ReadDB().ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('k', 'v')`)
+		_, err := outbox.ReadPoolOf(s).ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('k', 'v')`)
 		if err == nil {
 			t.Fatal("wrote through the read-only pool")
 		}
@@ -348,18 +347,18 @@ func TestStore_ReadDB(t *testing.T) {
 			t.Fatalf("error = %q", err)
 		}
 		var n int
-		if err := s.DB().Get(&n, `SELECT count(*) FROM meta WHERE key = 'k'`); err != nil {
+		if err := outbox.WriterOf(s).Get(&n, `SELECT count(*) FROM meta WHERE key = 'k'`); err != nil {
 			t.Fatal(err)
 		}
 		equal(t, "rows written", n, 0)
 	})
 
 	t.Run("SeesCommits", func(t *testing.T) {
-		if _, err := s.DB().ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('seen', 'yes')`); err != nil {
+		if _, err := outbox.WriterOf(s).ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('seen', 'yes')`); err != nil {
 			t.Fatal(err)
 		}
 		var v string
-		if err := s.ReadDB().Get(&v, `SELECT value FROM meta WHERE key = 'seen'`); err != nil {
+		if err := outbox.ReadPoolOf(s).Get(&v, `SELECT value FROM meta WHERE key = 'seen'`); err != nil {
 			t.Fatal(err)
 		}
 		equal(t, "value", v, "yes")
@@ -379,7 +378,7 @@ func TestStore_ReadDB(t *testing.T) {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		var n int
-		if err := s.ReadDB().GetContext(rctx, &n, `SELECT count(*) FROM meta WHERE key = 'pending'`); err != nil {
+		if err := outbox.ReadPoolOf(s).GetContext(rctx, &n, `SELECT count(*) FROM meta WHERE key = 'pending'`); err != nil {
 			t.Fatal(err)
 		}
 		equal(t, "uncommitted rows seen", n, 0)
@@ -408,10 +407,10 @@ func TestStore_Close(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DB().Ping(); err == nil {
+	if err := outbox.WriterOf(s).Ping(); err == nil {
 		t.Fatal("writer still usable after Close")
 	}
-	if err := s.ReadDB().Ping(); err == nil {
+	if err := outbox.ReadPoolOf(s).Ping(); err == nil {
 		t.Fatal("readers still usable after Close")
 	}
 }

@@ -40,7 +40,7 @@ func TestTx_Hooks(t *testing.T) {
 		})
 		must(t, tx.Commit())
 		var v string
-		must(t, s.ReadDB().Get(&v, `SELECT value FROM meta WHERE key = 'k'`))
+		must(t, outbox.ReadPoolOf(s).Get(&v, `SELECT value FROM meta WHERE key = 'k'`))
 		equal(t, "value", v, "v")
 	})
 

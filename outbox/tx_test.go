@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -97,12 +98,8 @@ func begin(t *testing.T, s *outbox.Store) *outbox.Tx {
 	return tx
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+// must is testutil.Must.
+var must = testutil.Must
 
 func TestTx_Emit(t *testing.T) {
 	ctx := context.Background()
@@ -267,7 +264,7 @@ func TestTx_RollbackItem(t *testing.T) {
 	must(t, tx.Commit())
 
 	var keys []string
-	must(t, s.ReadDB().Select(&keys, `SELECT key FROM meta ORDER BY key`))
+	must(t, outbox.ReadPoolOf(s).Select(&keys, `SELECT key FROM meta ORDER BY key`))
 	if !slices.Equal(keys, []string{"one"}) {
 		t.Fatalf("state = %q, want [one]", keys)
 	}

@@ -57,7 +57,7 @@ func TestTx_Lost(t *testing.T) {
 		t.Fatalf("Commit: %v, want ErrTxLost", err)
 	}
 	var n int
-	if err := s.ReadDB().Get(&n, `SELECT count(*) FROM sqlite_schema WHERE name = 't'`); err != nil || n != 0 {
+	if err := outbox.ReadPoolOf(s).Get(&n, `SELECT count(*) FROM sqlite_schema WHERE name = 't'`); err != nil || n != 0 {
 		t.Fatalf("the lost transaction's table: %d, %v; want none", n, err)
 	}
 	if rows := allRows(t, s); len(rows) != 0 {

@@ -1,34 +1,25 @@
 package relay
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/internal/kafkasec"
-	"github.com/outboxd/outboxd/internal/testcerts"
+	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/internal/testutil/securekafka"
 )
 
 // secured is a kfake broker with TLS, SASL SCRAM-SHA-512 and ACLs: a
 // superuser "admin" and the relay's user "relay", whose grants the test
 // sets.
-type secured struct {
-	addr    string
-	ca      *testcerts.CA
-	accepts atomic.Int64 // connections accepted
-	admin   *kadm.Client
-}
+type secured struct{ *securekafka.Broker }
 
 const (
 	relayUser     = "relay"
@@ -39,88 +30,18 @@ const (
 
 func startSecured(t *testing.T, grants ...kfake.ACL) *secured {
 	t.Helper()
-	ca, err := testcerts.NewCA(t.TempDir(), "acl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := ca.Server("broker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &secured{addr: ln.Addr().String(), ca: ca}
-	c := newCluster(t,
-		kfake.ListenFn(func(string, string) (net.Listener, error) { return countingListener{ln, &s.accepts}, nil }),
-		kfake.TLS(testcerts.ServerTLS(srv, nil)), kfake.EnableSASL(), kfake.EnableACLs(),
-		kfake.Superuser(kafkasec.MechanismSCRAMSHA512, "admin", "admin-secret"),
-		kfake.User(kafkasec.MechanismSCRAMSHA512, relayUser, relayPassword, grants...),
-		kfake.SeedTopics(3, aclTopic), kfake.SeedTopics(1, DefaultProgressTopic))
-	_ = c
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(s.addr)},
-		s.settings(t, "admin", "admin-secret").Kgo()...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	s.admin = kadm.NewClient(cl)
-	return s
-}
-
-// settings are the client settings of user over the broker's TLS.
-func (s *secured) settings(t *testing.T, user, password string) kafkasec.Settings {
-	t.Helper()
-	cfg := kafkasec.Config{TLS: kafkasec.TLSConfig{CAFile: s.ca.File},
-		SASL: kafkasec.SASLConfig{Mechanism: kafkasec.MechanismSCRAMSHA512, User: user}}
-	st, err := cfg.Resolve(func(k string) string {
-		if k == kafkasec.EnvPassword {
-			return password
-		}
-		return ""
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
-// grant gives the relay's user op on a resource, as an operator would.
-func (s *secured) grant(t *testing.T, b *kadm.ACLBuilder) {
-	t.Helper()
-	res, err := s.admin.CreateACLs(context.Background(), b.Allow("User:"+relayUser))
-	if err == nil {
-		for _, r := range res {
-			if r.Err != nil {
-				err = r.Err
-			}
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-type countingListener struct {
-	net.Listener
-	n *atomic.Int64
-}
-
-func (l countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.n.Add(1)
-	}
-	return c, err
+	return &secured{securekafka.Start(t, securekafka.Options{
+		Mechanism: kafkasec.MechanismSCRAMSHA512, User: relayUser, Password: relayPassword, Grants: grants,
+		Cluster: []kfake.Opt{kfake.SeedTopics(3, aclTopic), kfake.SeedTopics(1, DefaultProgressTopic)},
+	})}
 }
 
 func topicACL(name string, op kmsg.ACLOperation) kfake.ACL {
-	return kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
+	return securekafka.ACL(kmsg.ACLResourceTypeTopic, name, op)
 }
 
 func txnACL(name string, op kmsg.ACLOperation) kfake.ACL {
-	return kfake.ACL{Resource: kmsg.ACLResourceTypeTransactionalId, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
+	return securekafka.ACL(kmsg.ACLResourceTypeTransactionalId, name, op)
 }
 
 // fullGrants is what an exactly-once relay needs with its topics there:
@@ -146,26 +67,11 @@ func without(m map[string]kfake.ACL, drop string) []kfake.ACL {
 }
 
 // logLines is a slog handler's output, safe to read while written.
-type logLines struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logLines) count(substr string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), substr)
-}
+type logLines = testutil.SyncBuffer
 
 func securedConfig(t *testing.T, s *secured, password string, logs *logLines) Config {
-	cfg := testConfig(t, []string{s.addr})
-	cfg.Kafka = s.settings(t, relayUser, password)
+	cfg := testConfig(t, []string{s.Addr})
+	cfg.Kafka = s.Settings(t, relayUser, password)
 	cfg.TransactionalID = aclTxnID
 	cfg.UnauthorizedBackoff = 300 * time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -202,7 +108,7 @@ func TestRelay_SecuredExactlyOnce(t *testing.T) {
 	rr := startRelay(t, store, securedConfig(t, s, relayPassword, &logs))
 	rr.waitPublished(t, ids[len(ids)-1])
 	rr.stop(t)
-	recs := readCommitted(t, []string{s.addr}, aclTopic, s.settings(t, "admin", "admin-secret").Kgo()...)
+	recs := readCommitted(t, []string{s.Addr}, aclTopic, s.Settings(t, securekafka.AdminUser, securekafka.AdminPassword).Kgo()...)
 	exactlyOnce(t, recs, ids)
 	checkKeyOrder(t, recs)
 }
@@ -240,7 +146,7 @@ func TestRelay_MissingACL(t *testing.T) {
 				// first batch as the superuser.
 				var adminLogs logLines
 				cfg := securedConfig(t, s, relayPassword, &adminLogs)
-				cfg.Kafka = s.settings(t, "admin", "admin-secret")
+				cfg.Kafka = s.Settings(t, securekafka.AdminUser, securekafka.AdminPassword)
 				first := startRelay(t, store, cfg)
 				first.waitPublished(t, ids[len(ids)-1])
 				first.stop(t)
@@ -249,26 +155,26 @@ func TestRelay_MissingACL(t *testing.T) {
 			rr := startRelay(t, store, securedConfig(t, s, relayPassword, &logs))
 			waitState(t, rr, StateUnauthorized, c.want)
 			// Several refusals later, still one log line.
-			before := s.accepts.Load()
+			before := s.Accepts.Load()
 			wait(t, 10*time.Second, func() error {
-				if n := s.accepts.Load() - before; n < 3 {
+				if n := s.Accepts.Load() - before; n < 3 {
 					return fmt.Errorf("%d connections since the first refusal", n)
 				}
 				return nil
 			})
-			if n := logs.count("Kafka refused the relay"); n != 1 {
-				t.Fatalf("%d log lines of the refusal, want 1:\n%s", n, logs.b.String())
+			if n := logs.Count("Kafka refused the relay"); n != 1 {
+				t.Fatalf("%d log lines of the refusal, want 1:\n%s", n, logs.String())
 			}
-			if n := logs.count(strings.ReplaceAll(c.want, `"`, `\"`)); n != 1 {
+			if n := logs.Count(strings.ReplaceAll(c.want, `"`, `\"`)); n != 1 {
 				t.Fatalf("the refusal %q logged %d times, want once", c.want, n)
 			}
-			s.grant(t, c.grant())
+			s.Grant(t, c.grant())
 			rr.waitPublished(t, ids[len(ids)-1])
 			rr.stop(t)
-			if n := logs.count("Kafka allows the relay again"); n != 1 {
+			if n := logs.Count("Kafka allows the relay again"); n != 1 {
 				t.Fatalf("%d log lines of the relay allowed again, want 1", n)
 			}
-			exactlyOnce(t, readCommitted(t, []string{s.addr}, aclTopic, s.settings(t, "admin", "admin-secret").Kgo()...), ids)
+			exactlyOnce(t, readCommitted(t, []string{s.Addr}, aclTopic, s.Settings(t, securekafka.AdminUser, securekafka.AdminPassword).Kgo()...), ids)
 		})
 	}
 	t.Run("Create", func(t *testing.T) {
@@ -278,7 +184,7 @@ func TestRelay_MissingACL(t *testing.T) {
 		var logs logLines
 		rr := startRelay(t, store, securedConfig(t, s, relayPassword, &logs))
 		waitState(t, rr, StateUnauthorized, `User:relay lacks Create on topic "new"`)
-		s.grant(t, kadm.NewACLs().Topics("new").Operations(kadm.OpCreate))
+		s.Grant(t, kadm.NewACLs().Topics("new").Operations(kadm.OpCreate))
 		rr.waitPublished(t, ids[len(ids)-1])
 	})
 	t.Run("IdempotentWrite", func(t *testing.T) {
@@ -306,21 +212,21 @@ func TestRelay_WrongPassword(t *testing.T) {
 	cfg := securedConfig(t, s, "not-the-password", &logs)
 	rr := startRelay(t, store, cfg)
 	waitState(t, rr, StateUnauthorized, "SASL", "SCRAM-SHA-512", `"relay"`, "wrong user or password")
-	start, n0 := time.Now(), s.accepts.Load()
+	start, n0 := time.Now(), s.Accepts.Load()
 	wait(t, 10*time.Second, func() error {
-		if s.accepts.Load()-n0 < 4 {
-			return fmt.Errorf("%d connections", s.accepts.Load()-n0)
+		if s.Accepts.Load()-n0 < 4 {
+			return fmt.Errorf("%d connections", s.Accepts.Load()-n0)
 		}
 		return nil
 	})
-	took, n := time.Since(start), s.accepts.Load()-n0
+	took, n := time.Since(start), s.Accepts.Load()-n0
 	if most := int64(took/cfg.UnauthorizedBackoff) + 2; n > most {
 		t.Fatalf("%d connections in %v, want at most %d (one per %v)", n, took, most, cfg.UnauthorizedBackoff)
 	}
-	if got := logs.count("Kafka refused the relay"); got != 1 {
-		t.Fatalf("%d log lines of the refusal, want 1:\n%s", got, logs.b.String())
+	if got := logs.Count("Kafka refused the relay"); got != 1 {
+		t.Fatalf("%d log lines of the refusal, want 1:\n%s", got, logs.String())
 	}
-	if strings.Contains(logs.b.String(), "not-the-password") || strings.Contains(rr.r.Status().LastError, "not-the-password") {
+	if strings.Contains(logs.String(), "not-the-password") || strings.Contains(rr.r.Status().LastError, "not-the-password") {
 		t.Fatal("the password shows in the log or the status")
 	}
 	if st := rr.r.Status(); st.LastPublishedID != 0 {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/internal/kafkasec"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 func TestAtLeastOnce_Publish(t *testing.T) {
@@ -49,7 +50,7 @@ func TestAtLeastOnce_RepeatsOnlyUnmarked(t *testing.T) {
 	if err := rr.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DB().Exec(`UPDATE relay_progress SET last_id = 90 WHERE relay_id = ?`, relayID); err != nil {
+	if _, err := outboxtest.Exec(context.Background(), s, `UPDATE relay_progress SET last_id = 90 WHERE relay_id = ?`, relayID); err != nil {
 		t.Fatal(err)
 	}
 	rr2 := startRelay(t, s, cfg)

@@ -6,13 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/outboxd/outboxd/internal/devkafka"
+	"github.com/outboxd/outboxd/internal/testutil"
 )
 
 // TestDevBroker_RelayAndConsume runs the relay against the dev broker and
@@ -33,7 +32,7 @@ func TestDevBroker_RelayAndConsume(t *testing.T) {
 	rr.waitPublished(t, ids[len(ids)-1])
 	exactlyOnce(t, readCommitted(t, brokers, "dev"), ids)
 
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -43,7 +42,7 @@ func TestDevBroker_RelayAndConsume(t *testing.T) {
 		done <- err
 	}()
 	wait(t, 10*time.Second, func() error {
-		if n := out.lines(); n < len(ids) {
+		if n := bytes.Count(out.Bytes(), []byte("\n")); n < len(ids) {
 			return fmt.Errorf("%d lines", n)
 		}
 		return nil
@@ -53,7 +52,7 @@ func TestDevBroker_RelayAndConsume(t *testing.T) {
 		t.Fatalf("Consume returned %v", err)
 	}
 	seen := map[int64]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(out.bytes()))
+	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
 	for sc.Scan() {
 		var r devkafka.ConsumedRecord
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
@@ -84,25 +83,3 @@ func consumedID(t *testing.T, r devkafka.ConsumedRecord) int64 {
 	t.Fatalf("record without %s: %+v", HeaderID, r)
 	return 0
 }
-
-// syncBuffer is an io.Writer safe to read while Consume writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-var _ io.Writer = (*syncBuffer)(nil)
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
-}
-
-func (b *syncBuffer) lines() int { return bytes.Count(b.bytes(), []byte("\n")) }

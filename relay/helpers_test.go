@@ -16,25 +16,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
-// wait polls cond every 50ms until it returns nil, failing the test with
-// cond's last error after timeout.
-func wait(tb testing.TB, timeout time.Duration, cond func() error) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("condition not met after %v: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+// wait is testutil.Wait.
+var wait = testutil.Wait
 
 func newCluster(tb testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 	tb.Helper()
@@ -52,13 +40,7 @@ func newStore(tb testing.TB) *outbox.Store {
 }
 
 func openStore(tb testing.TB, path string) *outbox.Store {
-	tb.Helper()
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(path))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	return s
+	return testutil.OpenStore(tb, outbox.DefaultConfig(path))
 }
 
 func testLogger(tb testing.TB) *slog.Logger {
@@ -324,7 +306,7 @@ func seq(from, to int64) []int64 {
 func countOutbox(tb testing.TB, s *outbox.Store) int {
 	tb.Helper()
 	var n int
-	if err := s.ReadDB().Get(&n, `SELECT count(*) FROM outbox`); err != nil {
+	if err := outboxtest.Get(context.Background(), s, &n, `SELECT count(*) FROM outbox`); err != nil {
 		tb.Fatal(err)
 	}
 	return n

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // checkDatabase runs a new relay's CheckDatabase on the store at path.
@@ -47,7 +49,7 @@ func TestRelay_CheckDatabase(t *testing.T) {
 	if err := checkDatabase(t, path, cfg, nil); err != nil {
 		t.Fatalf("the database that published: %v", err)
 	}
-	if _, err := first.DB().Exec(`DELETE FROM relay_progress`); err != nil {
+	if _, err := outboxtest.Exec(context.Background(), first, `DELETE FROM relay_progress`); err != nil {
 		t.Fatal(err)
 	}
 	if err := checkDatabase(t, path, cfg, nil); err != nil {

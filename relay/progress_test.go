@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // lastProgress reads the relay's committed progress record from Kafka.
@@ -86,7 +87,7 @@ func TestProgress_ResumeAfterKafkaWhenSQLiteLags(t *testing.T) {
 	if err := rr.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DB().Exec(`UPDATE relay_progress SET last_id = 10 WHERE relay_id = ?`, relayID); err != nil {
+	if _, err := outboxtest.Exec(context.Background(), s, `UPDATE relay_progress SET last_id = 10 WHERE relay_id = ?`, relayID); err != nil {
 		t.Fatal(err)
 	}
 	ids = append(ids, emit(t, s, "f", keyed("t", 30, 4, 120)...)...)
@@ -194,7 +195,7 @@ func TestRelay_RefusesWhenDatabaseWentBackInTime(t *testing.T) {
 		// A copy whose ingest went on differently: row 20 exists, but it
 		// is not the row that was published as 20.
 		other := restoredStore(t, filepath.Join(dir, "other.db"), relayID, keyed("t", 25, 2, 0))
-		if _, err := other.DB().Exec(`UPDATE outbox SET position = 999 WHERE id = 20`); err != nil {
+		if _, err := outboxtest.Exec(context.Background(), other, `UPDATE outbox SET position = 999 WHERE id = 20`); err != nil {
 			t.Fatal(err)
 		}
 		refused(t, other, brokers, "row 20")
@@ -208,7 +209,7 @@ func TestRelay_RefusesWhenDatabaseWentBackInTime(t *testing.T) {
 func restoredStore(t *testing.T, path, relayID string, rows []row) *outbox.Store {
 	t.Helper()
 	s := openStore(t, path)
-	if _, err := s.DB().Exec(`INSERT INTO meta (key, value) VALUES (?, ?)`, relayIDKey, relayID); err != nil {
+	if _, err := outboxtest.Exec(context.Background(), s, `INSERT INTO meta (key, value) VALUES (?, ?)`, relayIDKey, relayID); err != nil {
 		t.Fatal(err)
 	}
 	emit(t, s, "f", rows...)

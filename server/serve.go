@@ -371,13 +371,15 @@ func (m *Main) serve(ctx context.Context) error {
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	go func() {
+	// The watchdog and the checkpoints end before serve returns, so none of
+	// them touches the store once Run closes it.
+	var watchers sync.WaitGroup
+	watchers.Go(func() {
 		if err := watchDatabase(watchCtx, m.Store, watchEvery); err != nil {
 			fatal <- err
 		}
-	}()
-	var checkpoints sync.WaitGroup
-	checkpoints.Go(func() { m.checkpoints(watchCtx, checkpointEvery) })
+	})
+	watchers.Go(func() { m.checkpoints(watchCtx, checkpointEvery) })
 	m.logSummary(ctx)
 	close(m.ready)
 	var err error
@@ -386,7 +388,7 @@ func (m *Main) serve(ctx context.Context) error {
 	case err = <-fatal:
 	}
 	stopWatch()
-	checkpoints.Wait()
+	watchers.Wait()
 	stopLoops()
 	loops.Wait() // every loop has committed its batch in hand
 	stopRelay()

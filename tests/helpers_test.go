@@ -14,11 +14,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -60,22 +60,7 @@ type proc struct {
 	err  error
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testutil.SyncBuffer
 
 // start runs the server with args and extra environment: the shipped
 // binary, or the one with test seams when env sets one.
@@ -152,21 +137,8 @@ func (p *proc) stop(t *testing.T, timeout time.Duration) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
-// wait polls cond every 50 ms until it returns nil or timeout passes.
-func wait(tb testing.TB, timeout time.Duration, cond func() error) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+// wait is testutil.Wait.
+var wait = testutil.Wait
 
 // readStore opens the database read side for checks. The server may be
 // running: WAL lets readers in.

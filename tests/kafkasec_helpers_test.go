@@ -24,6 +24,7 @@ import (
 	"github.com/outboxd/outboxd/internal/devkafka"
 	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/internal/testcerts"
+	"github.com/outboxd/outboxd/internal/testutil/securekafka"
 )
 
 // The users of a secured broker: a superuser for the test's own reads and
@@ -96,7 +97,7 @@ func (b *secureBroker) start(t *testing.T, opts ...kfake.Opt) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	br, err := devkafka.StartOnWith(countingListener{ln, b.accepts}, devkafka.Options{
+	br, err := devkafka.StartOnWith(countingListener{Listener: ln, N: b.accepts}, devkafka.Options{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Extra: opts,
 	})
 	if err != nil {
@@ -113,18 +114,7 @@ func (b *secureBroker) start(t *testing.T, opts ...kfake.Opt) {
 }
 
 // countingListener counts the connections it accepts.
-type countingListener struct {
-	net.Listener
-	n *atomic.Int64
-}
-
-func (l countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.n.Add(1)
-	}
-	return c, err
-}
+type countingListener = securekafka.CountingListener
 
 // adminOpts are the franz-go options of the test's own clients: the
 // superuser, or the server's certificate under mutual TLS.

@@ -23,6 +23,7 @@ import (
 	"github.com/outboxd/outboxd/ingest/kafkafeed"
 	"github.com/outboxd/outboxd/ingest/orders"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // An order's life, in the order its events happen.
@@ -301,7 +302,7 @@ func sameStatuses(got, want map[string]orders.Status) error {
 // countRows counts the outbox rows of topic.
 func countRows(ctx context.Context, s *outbox.Store, topic string) (int64, error) {
 	var n int64
-	err := s.ReadDB().GetContext(ctx, &n, `SELECT count(*) FROM outbox WHERE topic = ?`, topic)
+	err := outboxtest.Get(ctx, s, &n, `SELECT count(*) FROM outbox WHERE topic = ?`, topic)
 	return n, err
 }
 

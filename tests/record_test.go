@@ -156,21 +156,28 @@ func rewindHalf(t *testing.T, db string, lf ledgerFile) ([]string, int64) {
 	return []string{"OUTBOXD_TEST_REWIND=ledger=" + itoa(rewind)}, replays
 }
 
+// ledgerFeed reads the ledger feed's counters and positions in the
+// database at db, through a store of its own.
+func ledgerFeed(db string) (outbox.FeedStats, []outbox.Checkpoint, error) {
+	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(db))
+	if err != nil {
+		return outbox.FeedStats{}, nil, err
+	}
+	defer s.Close()
+	f, err := s.Feed(context.Background(), "ledger")
+	if err != nil {
+		return outbox.FeedStats{}, nil, err
+	}
+	cps, err := s.ReadPositions(context.Background(), "ledger")
+	return f, cps, err
+}
+
 // atEnd says whether the feed stands at position end of its second epoch,
 // having skipped replays re-delivered items: a run that re-delivers what
 // the database holds stands at the end before it starts, and is done only
 // once it has skipped them all.
 func atEnd(db string, end, replays int64) error {
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(db))
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	f, err := s.Feed(context.Background(), "ledger")
-	if err != nil {
-		return err
-	}
-	cps, err := s.ReadPositions(context.Background(), "ledger")
+	f, cps, err := ledgerFeed(db)
 	if err != nil {
 		return err
 	}

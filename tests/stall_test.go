@@ -12,53 +12,19 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest/ledger"
+	"github.com/outboxd/outboxd/internal/testutil"
 )
 
-// mountTmpfs mounts a tmpfs of size at a new directory, unmounted when the
-// test ends; it skips the test when that is not possible here.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("a full disk needs a small tmpfs, and mounting one needs root: not root")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s): a full disk cannot be made", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
+// mountTmpfs is testutil.MountTmpfs.
+var mountTmpfs = testutil.MountTmpfs
 
-// fillDisk writes a file in dir until its disk is full, and returns the
-// file's path.
-func fillDisk(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("fill %s: %v", path, err)
-			}
-			return path
-		}
-	}
-}
+// fillDisk is testutil.FillDisk.
+var fillDisk = testutil.FillDisk
 
 // apiAddr is the address the server's log says its API listens on.
 func apiAddr(t *testing.T, p *proc) string {
@@ -228,12 +194,8 @@ func stallAndResume(t *testing.T, dir, policy string, fault stallFault) {
 	checkLedgerLosses(t, db, lf)
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+// must is testutil.Must.
+var must = testutil.Must
 
 // lineEnd is the position after the n-th line of data.
 func lineEnd(data []byte, n int) int {

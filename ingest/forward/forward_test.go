@@ -6,13 +6,14 @@ import (
 	"encoding/csv"
 	"errors"
 	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/forward"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 func TestField(t *testing.T) {
@@ -146,22 +147,10 @@ func csvRecord(line []byte) ([]string, bool) {
 	return rec, true
 }
 
-func openStore(t *testing.T) *outbox.Store {
-	t.Helper()
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(filepath.Join(t.TempDir(), "t.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+func openStore(t *testing.T) *outbox.Store { return testutil.TempStore(t) }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+// must is testutil.Must.
+var must = testutil.Must
 
 // applyAll runs each item through p, one item each at positions 1, 2, ...,
 // in one committed transaction; it returns Apply's errors (the failed
@@ -213,7 +202,7 @@ func TestProcessor_Apply(t *testing.T) {
 			t.Fatalf("row place = %s[%d] %s@%d n=%d", r.Feed, r.Partition, r.Epoch, r.Position, r.N)
 		}
 		var typ string
-		must(t, s.DB().Get(&typ, `SELECT typeof(key) FROM outbox`))
+		must(t, outboxtest.Get(context.Background(), s, &typ, `SELECT typeof(key) FROM outbox`))
 		if typ != "null" {
 			t.Fatalf("key stored as %s, want null", typ)
 		}
@@ -279,7 +268,7 @@ func TestProcessor_Apply(t *testing.T) {
 		must(t, errs[0])
 		must(t, errs[1])
 		var types []string
-		must(t, s.DB().Select(&types, `SELECT typeof(key) FROM outbox ORDER BY id`))
+		must(t, outboxtest.Select(context.Background(), s, &types, `SELECT typeof(key) FROM outbox ORDER BY id`))
 		if len(types) != 2 || types[0] != types[1] {
 			t.Fatalf("key of `,v` stored as %s, key of `\"\",v` as %s", types[0], types[1])
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,7 +20,8 @@ import (
 	"github.com/outboxd/outboxd/ingest/feedtest"
 	"github.com/outboxd/outboxd/ingest/kafkafeed"
 	"github.com/outboxd/outboxd/internal/kafkasec"
-	"github.com/outboxd/outboxd/internal/testcerts"
+	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/internal/testutil/securekafka"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -34,76 +34,15 @@ const (
 
 // secured is a kfake broker with TLS, SCRAM-SHA-256 and ACLs, a superuser
 // "admin" and the feed's user "feed".
-type secured struct {
-	addr    string
-	ca      *testcerts.CA
-	accepts atomic.Int64
-	admin   *kadm.Client
-	adminCl *kgo.Client
-}
+type secured struct{ *securekafka.Broker }
 
 func startSecured(t *testing.T, grants ...kfake.ACL) *secured {
 	t.Helper()
-	ca, err := testcerts.NewCA(t.TempDir(), "feed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := ca.Server("broker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &secured{addr: ln.Addr().String(), ca: ca}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1),
-		kfake.ListenFn(func(string, string) (net.Listener, error) { return counting{ln, &s.accepts}, nil }),
-		kfake.TLS(testcerts.ServerTLS(srv, nil)), kfake.EnableSASL(), kfake.EnableACLs(),
-		kfake.Superuser(kafkasec.MechanismSCRAMSHA256, "admin", "admin-secret"),
-		kfake.User(kafkasec.MechanismSCRAMSHA256, feedUser, feedPassword, grants...),
-		kfake.SeedTopics(2, aclTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	s.adminCl, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(s.addr), kgo.RecordPartitioner(kgo.ManualPartitioner())},
-		s.settings(t, "admin", "admin-secret").Kgo()...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.adminCl.Close)
-	s.admin = kadm.NewClient(s.adminCl)
-	return s
-}
-
-type counting struct {
-	net.Listener
-	n *atomic.Int64
-}
-
-func (l counting) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.n.Add(1)
-	}
-	return c, err
-}
-
-func (s *secured) settings(t *testing.T, user, password string) kafkasec.Settings {
-	t.Helper()
-	cfg := kafkasec.Config{TLS: kafkasec.TLSConfig{CAFile: s.ca.File},
-		SASL: kafkasec.SASLConfig{Mechanism: kafkasec.MechanismSCRAMSHA256, User: user}}
-	st, err := cfg.Resolve(func(k string) string {
-		if k == kafkasec.EnvPassword {
-			return password
-		}
-		return ""
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return &secured{securekafka.Start(t, securekafka.Options{
+		Mechanism: kafkasec.MechanismSCRAMSHA256, User: feedUser, Password: feedPassword, Grants: grants,
+		Cluster:     []kfake.Opt{kfake.SeedTopics(2, aclTopic)},
+		AdminClient: []kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner())},
+	})}
 }
 
 // produce writes n records to each partition of the topic as the admin.
@@ -114,53 +53,23 @@ func (s *secured) produce(t *testing.T, n int) {
 	for p := int32(0); p < 2; p++ {
 		for i := range n {
 			r := &kgo.Record{Topic: aclTopic, Partition: p, Value: []byte(fmt.Sprintf("p%d-%d", p, i))}
-			if err := s.adminCl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			if err := s.AdminClient.ProduceSync(ctx, r).FirstErr(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 }
 
-func (s *secured) grant(t *testing.T, b *kadm.ACLBuilder) {
-	t.Helper()
-	res, err := s.admin.CreateACLs(context.Background(), b.Allow("User:"+feedUser))
-	for _, r := range res {
-		if err == nil {
-			err = r.Err
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // lines is a log safe to read while written.
-type lines struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
+type lines = testutil.SyncBuffer
 
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lines) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
-
-func acl(rt kmsg.ACLResourceType, name string, op kmsg.ACLOperation) kfake.ACL {
-	return kfake.ACL{Resource: rt, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
-}
+var acl = securekafka.ACL
 
 func securedFeedConfig(t *testing.T, s *secured, password string, log *lines) kafkafeed.Config {
 	return kafkafeed.Config{
-		Brokers: []string{s.addr}, Topic: aclTopic, Group: aclGroup,
+		Brokers: []string{s.Addr}, Topic: aclTopic, Group: aclGroup,
 		MetadataRefresh: 50 * time.Millisecond, CommitInterval: 50 * time.Millisecond,
-		Kafka: s.settings(t, feedUser, password), RefusedRetry: 300 * time.Millisecond,
+		Kafka: s.Settings(t, feedUser, password), RefusedRetry: 300 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 }
@@ -269,17 +178,17 @@ func TestFeed_MissingACL(t *testing.T) {
 				waitTrouble(t, f, c.want, false)
 			}
 			feedtest.Wait(t, feedtest.Timeout, func() error {
-				if got := log.count("Kafka refused the feed"); got != 1 {
+				if got := log.Count("Kafka refused the feed"); got != 1 {
 					return fmt.Errorf("%d log lines of the refusal, want 1", got)
 				}
 				return nil
 			})
-			s.grant(t, c.grant)
+			s.Grant(t, c.grant)
 			if c.stalls {
 				collectAll(t, f, 3)
 			}
 			waitTrouble(t, f, "", false)
-			if got := log.count("Kafka refused the feed"); got != 1 {
+			if got := log.Count("Kafka refused the feed"); got != 1 {
 				t.Fatalf("%d log lines of the refusal after it was granted, want 1", got)
 			}
 		})
@@ -298,21 +207,21 @@ func TestFeed_WrongPassword(t *testing.T) {
 	opened := make(chan error, 1)
 	go func() { opened <- f.Open(ctx, nil) }()
 	waitTrouble(t, f, `SASL SCRAM-SHA-256 as "feed"`, true)
-	start, n0 := time.Now(), s.accepts.Load()
+	start, n0 := time.Now(), s.Accepts.Load()
 	feedtest.Wait(t, feedtest.Timeout, func() error {
-		if n := s.accepts.Load() - n0; n < 3 {
+		if n := s.Accepts.Load() - n0; n < 3 {
 			return fmt.Errorf("%d connections", n)
 		}
 		return nil
 	})
-	took, n := time.Since(start), s.accepts.Load()-n0
+	took, n := time.Since(start), s.Accepts.Load()-n0
 	if most := int64(took/cfg.RefusedRetry) + 2; n > most {
 		t.Fatalf("%d connections in %v, want at most %d", n, took, most)
 	}
-	if got := log.count("Kafka refused the feed"); got != 1 {
+	if got := log.Count("Kafka refused the feed"); got != 1 {
 		t.Fatalf("%d log lines of the refusal, want 1", got)
 	}
-	if msg, _ := f.Trouble(); log.count("pw-Zq81x") > 0 || strings.Contains(msg, "pw-Zq81x") {
+	if msg, _ := f.Trouble(); log.Count("pw-Zq81x") > 0 || strings.Contains(msg, "pw-Zq81x") {
 		t.Fatal("the password shows in the log or the trouble")
 	}
 	cancel()
@@ -357,7 +266,7 @@ func TestFeed_LoopRefused(t *testing.T) {
 		}
 		return nil
 	})
-	s.grant(t, kadm.NewACLs().Topics(aclTopic).Operations(kadm.OpRead))
+	s.Grant(t, kadm.NewACLs().Topics(aclTopic).Operations(kadm.OpRead))
 	feedtest.Wait(t, feedtest.Timeout, func() error {
 		if st, msg := l.State(); st != outbox.StateCaughtUp || msg != "" {
 			return fmt.Errorf("state %s %q, want caught-up", st, msg)

@@ -328,7 +328,10 @@ func Balances(ctx context.Context, s *outbox.Store, feed string) (map[string]int
 		Account string `db:"account"`
 		Balance int64  `db:"balance"`
 	}
-	if err := s.ReadDB().SelectContext(ctx, &rows, `SELECT account, balance FROM ledger_balances WHERE feed = ?`, feed); err != nil {
+	err := s.View(ctx, func(r *outbox.ReadTx) error {
+		return r.Select(ctx, &rows, `SELECT account, balance FROM ledger_balances WHERE feed = ?`, feed)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("read balances of %s: %w", feed, err)
 	}
 	m := make(map[string]int64, len(rows))

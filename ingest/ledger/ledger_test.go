@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"maps"
 	"math"
-	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/ledger"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 func TestParse(t *testing.T) {
@@ -110,22 +111,10 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-func openStore(t *testing.T) *outbox.Store {
-	t.Helper()
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(filepath.Join(t.TempDir(), "t.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+func openStore(t *testing.T) *outbox.Store { return testutil.TempStore(t) }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+// must is testutil.Must.
+var must = testutil.Must
 
 func delivery(pos int64) ingest.Delivery {
 	return ingest.Delivery{Feed: "f", Epoch: "e", Position: pos, Sequence: 1, Attempt: 1}
@@ -210,7 +199,7 @@ func TestProcessor_Apply(t *testing.T) {
 			{"ledger-out", "a", `{"account":"a","amount":7,"balance":12,"feed":"f","epoch":"e","position":30}`, 30, 0},
 		})
 		var lines int
-		must(t, s.ReadDB().Get(&lines, `SELECT lines FROM ledger_balances WHERE feed = 'f' AND account = 'a'`))
+		must(t, outboxtest.Get(context.Background(), s, &lines, `SELECT lines FROM ledger_balances WHERE feed = 'f' AND account = 'a'`))
 		if lines != 2 {
 			t.Fatalf("lines of a = %d, want 2", lines)
 		}
@@ -338,7 +327,7 @@ func TestProcessor_Apply(t *testing.T) {
 				t.Fatalf("balances = %v, want a: %d", got, c.balance)
 			}
 			var lines int
-			must(t, s.ReadDB().Get(&lines, `SELECT lines FROM ledger_balances WHERE feed = 'f' AND account = 'a'`))
+			must(t, outboxtest.Get(context.Background(), s, &lines, `SELECT lines FROM ledger_balances WHERE feed = 'f' AND account = 'a'`))
 			if lines != 1 {
 				t.Fatalf("lines = %d, want 1", lines)
 			}

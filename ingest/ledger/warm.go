@@ -72,8 +72,10 @@ func (p *Processor) warmChunk(ctx context.Context, s *outbox.Store, after balanc
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var rows []balanceRow
-	err := s.ReadDB().SelectContext(ctx, &rows, `SELECT feed, account, balance FROM ledger_balances
+	err := s.View(ctx, func(r *outbox.ReadTx) error {
+		return r.Select(ctx, &rows, `SELECT feed, account, balance FROM ledger_balances
 WHERE (feed, account) > (?, ?) ORDER BY feed, account LIMIT ?`, after.feed, after.account, warmChunk)
+	})
 	if err != nil {
 		return 0, after, 0, fmt.Errorf("read balances: %w", err)
 	}

@@ -1,7 +1,10 @@
 package orders_test
 
 import (
+	"context"
 	"testing"
+
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestProcessor_Compaction shows a finished order's events leave
@@ -12,11 +15,11 @@ func TestProcessor_Compaction(t *testing.T) {
 	h := newHarness(t)
 	counts := func() (open, done int) {
 		t.Helper()
-		db := h.store.ReadDB()
-		if err := db.Get(&open, `SELECT count(*) FROM orders_events WHERE feed = ?`, feed); err != nil {
+		ctx := context.Background()
+		if err := outboxtest.Get(ctx, h.store, &open, `SELECT count(*) FROM orders_events WHERE feed = ?`, feed); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Get(&done, `SELECT count(*) FROM orders_done WHERE feed = ?`, feed); err != nil {
+		if err := outboxtest.Get(ctx, h.store, &done, `SELECT count(*) FROM orders_done WHERE feed = ?`, feed); err != nil {
 			t.Fatal(err)
 		}
 		return open, done
@@ -41,7 +44,7 @@ func TestProcessor_Compaction(t *testing.T) {
 		t.Fatalf("after a is delivered: %d open events (b's), %d done orders; want 1, 1", open, done)
 	}
 	var n int
-	if err := h.store.ReadDB().Get(&n, `SELECT json_array_length(history) FROM orders_done WHERE order_id = 'a'`); err != nil || n != 4 {
+	if err := outboxtest.Get(context.Background(), h.store, &n, `SELECT json_array_length(history) FROM orders_done WHERE order_id = 'a'`); err != nil || n != 4 {
 		t.Fatalf("a's compacted history holds %d events (%v), want 4", n, err)
 	}
 
@@ -70,7 +73,7 @@ func TestProcessor_Compaction(t *testing.T) {
 		if open, done := counts(); open != 0 || done != 2 {
 			t.Fatalf("after b's late event: %d open events, %d done orders; want 0, 2", open, done)
 		}
-		if err := h.store.ReadDB().Get(&n, `SELECT json_array_length(history) FROM orders_done WHERE order_id = 'b'`); err != nil || n != 3 {
+		if err := outboxtest.Get(context.Background(), h.store, &n, `SELECT json_array_length(history) FROM orders_done WHERE order_id = 'b'`); err != nil || n != 3 {
 			t.Fatalf("b's compacted history holds %d events (%v), want 3", n, err)
 		}
 	})

@@ -173,13 +173,15 @@ func compact(ctx context.Context, tx *outbox.Tx, feed, orderID string) error {
 }
 
 // Statuses returns every order's status of a feed, by order id, through
-// the store's read pool.
+// one read transaction of the store.
 func Statuses(ctx context.Context, s *outbox.Store, feed string) (map[string]Status, error) {
 	var rows []struct {
 		OrderID string `db:"order_id"`
 		Status  string `db:"status"`
 	}
-	err := s.ReadDB().SelectContext(ctx, &rows, `SELECT order_id, status FROM orders_status WHERE feed = ?`, feed)
+	err := s.View(ctx, func(r *outbox.ReadTx) error {
+		return r.Select(ctx, &rows, `SELECT order_id, status FROM orders_status WHERE feed = ?`, feed)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read order statuses of %s: %w", feed, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/ingest/recording"
 	"github.com/outboxd/outboxd/internal/testseam"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -118,17 +119,7 @@ func (r run) record(t *testing.T) recording.Status {
 
 func waitFor(t *testing.T, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Wait(t, 30*time.Second, cond)
 }
 
 // replay replays the recordings into out with proc and, when db is not

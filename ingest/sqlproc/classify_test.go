@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestClassify classifies errors real SQLite statements return.
@@ -76,7 +77,7 @@ func TestClassify(t *testing.T) {
 		if err := Guard(ctx, s); err != nil {
 			t.Fatal(err)
 		}
-		_, err = s.DB().ExecContext(ctx, "CREATE TEMP TABLE outbox (x)")
+		_, err = outboxtest.Exec(ctx, s, "CREATE TEMP TABLE outbox (x)")
 		return err
 	}
 

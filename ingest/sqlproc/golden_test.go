@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // goldenCases are ledger lines chosen for the ways the Go ledger reads
@@ -191,7 +192,7 @@ func sqlBalances(t *testing.T, s *outbox.Store) map[string]int64 {
 		Account string `db:"account"`
 		Balance int64  `db:"balance"`
 	}
-	if err := s.ReadDB().Select(&rs, "SELECT account, balance FROM balances"); err != nil {
+	if err := outboxtest.Select(context.Background(), s, &rs, "SELECT account, balance FROM balances"); err != nil {
 		t.Fatal(err)
 	}
 	m := map[string]int64{}

@@ -7,12 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/sqlproc"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -141,18 +141,5 @@ func rows(tb testing.TB, s *outbox.Store) []outbox.Row {
 	return rs
 }
 
-// wait polls cond every 10ms until it returns nil, failing after d.
-func wait(tb testing.TB, d time.Duration, cond func() error) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("after %v: %v", d, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// wait is testutil.Wait.
+var wait = testutil.Wait

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/sqlproc"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // out is an output row as a test compares it.
@@ -81,7 +82,7 @@ func counts(t *testing.T, s *outbox.Store, table string) map[string]int64 {
 		Account string `db:"account"`
 		N       int64  `db:"n"`
 	}
-	if err := s.ReadDB().Select(&rs, "SELECT account, n FROM "+table); err != nil {
+	if err := outboxtest.Select(context.Background(), s, &rs, "SELECT account, n FROM "+table); err != nil {
 		t.Fatal(err)
 	}
 	m := map[string]int64{}
@@ -254,7 +255,7 @@ func TestProcessor_Apply(t *testing.T) {
 			t.Fatalf("state = %v", got)
 		}
 		var logged int
-		if err := s.ReadDB().Get(&logged, "SELECT count(*) FROM log"); err != nil || logged != 1 {
+		if err := outboxtest.Get(context.Background(), s, &logged, "SELECT count(*) FROM log"); err != nil || logged != 1 {
 			t.Fatalf("log rows = %d, %v; want 1: a failed item's first statement stood", logged, err)
 		}
 		sameOutputs(t, outputs(t, s), []out{{Position: 1, Topic: "p.out", Key: str("a"), Value: str("1")}})
@@ -371,10 +372,10 @@ func TestProcessor_Transient(t *testing.T) {
 		p := newProc(t, cfg)
 		setup(t, s, p)
 		var pages int64
-		if err := s.DB().GetContext(ctx, &pages, "PRAGMA page_count"); err != nil {
+		if err := outboxtest.Get(ctx, s, &pages, "PRAGMA page_count"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.DB().ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", pages+2)); err != nil {
+		if _, err := outboxtest.Exec(ctx, s, fmt.Sprintf("PRAGMA max_page_count = %d", pages+2)); err != nil {
 			t.Fatal(err)
 		}
 		// SQLite answers SQLITE_FULL by rolling back the whole transaction,
@@ -402,7 +403,7 @@ func TestProcessor_Transient(t *testing.T) {
 		if got := counts(t, s, "t"); len(got) != 0 {
 			t.Fatalf("state = %v after a failed item", got)
 		}
-		if _, err := s.DB().ExecContext(ctx, "PRAGMA max_page_count = 1000000"); err != nil {
+		if _, err := outboxtest.Exec(ctx, s, "PRAGMA max_page_count = 1000000"); err != nil {
 			t.Fatal(err)
 		}
 		d := at(1)
@@ -454,7 +455,7 @@ func lockedTable(t *testing.T, s *outbox.Store) (other *sql.DB, unlock func()) {
 	if _, err := other.Exec("CREATE TABLE t (account TEXT PRIMARY KEY, n INTEGER NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DB().ExecContext(ctx, "ATTACH DATABASE ? AS aux", uri); err != nil {
+	if _, err := outboxtest.Exec(ctx, s, "ATTACH DATABASE ? AS aux", uri); err != nil {
 		t.Fatal(err)
 	}
 	reader, err := other.BeginTx(ctx, nil)
@@ -488,7 +489,7 @@ func TestProcessor_GuardAtRunTime(t *testing.T) {
 	if err := applyItem(t, s, p, at(1), line("a,1")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DB().ExecContext(ctx, `CREATE TRIGGER sneaky AFTER UPDATE ON t BEGIN
+	if _, err := outboxtest.Exec(ctx, s, `CREATE TRIGGER sneaky AFTER UPDATE ON t BEGIN
 		DELETE FROM positions; INSERT INTO outbox (feed, partition, epoch, position, n, topic, created_at) VALUES ('x', 0, 'e', 0, 0, 'x', 0); END`); err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +508,7 @@ func TestProcessor_GuardAtRunTime(t *testing.T) {
 		"CREATE TRIGGER t2 AFTER INSERT ON outbox BEGIN SELECT 1; END",
 		"CREATE TEMP TRIGGER t3 AFTER DELETE ON feeds BEGIN SELECT 1; END",
 	} {
-		if _, err := s.DB().ExecContext(ctx, q); err == nil {
+		if _, err := outboxtest.Exec(ctx, s, q); err == nil {
 			t.Errorf("%s: the guard let it through", q)
 		}
 	}
@@ -548,7 +549,7 @@ func TestProcessor_Setup(t *testing.T) {
 		// An earlier version of the processor left a table t without n:
 		// CREATE TABLE IF NOT EXISTS keeps it, and the start fails.
 		s := openStore(t, nil)
-		if _, err := s.DB().Exec("CREATE TABLE t (account TEXT PRIMARY KEY, total INTEGER)"); err != nil {
+		if _, err := outboxtest.Exec(context.Background(), s, "CREATE TABLE t (account TEXT PRIMARY KEY, total INTEGER)"); err != nil {
 			t.Fatal(err)
 		}
 		p := newProc(t, csvConfig())

@@ -1,0 +1,12 @@
+package outbox
+
+import "github.com/jmoiron/sqlx"
+
+// WriterOf is s's writer connection, for the store's own tests of its
+// pragmas, pools and migrations. It is a function, not a method, so that
+// the Store's method set, which TestStore_NoHandle checks, stays the
+// shipped one.
+func WriterOf(s *Store) *sqlx.DB { return s.db }
+
+// ReadPoolOf is s's read-only pool, for the same tests.
+func ReadPoolOf(s *Store) *sqlx.DB { return s.rdb }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,6 +58,8 @@ type Config struct {
 	LogLevel        string                 `yaml:"logLevel"`
 	LogFormat       string                 `yaml:"logFormat"`
 	Feeds           map[string]*FeedConfig `yaml:"feeds"`
+	// Processors are the processors declared in the file (sql_processors.go).
+	Processors map[string]*ProcessorConfig `yaml:"processors"`
 
 	Relay     RelayConfig     `yaml:"relay"`
 	DevBroker DevBrokerConfig `yaml:"devBroker"`
@@ -159,6 +162,7 @@ func (c *Config) FeedNames() []string {
 
 // fillDefaults completes each feed's settings.
 func (c *Config) fillDefaults() {
+	c.fillProcessors()
 	for name, f := range c.Feeds {
 		if f.Processor == "" {
 			f.Processor = "forward"
@@ -222,8 +226,11 @@ func (c *Config) Validate() error {
 	if err := checkAddr("--dev-broker-addr", c.DevBroker.Addr, true); err != nil {
 		return err
 	}
+	if err := c.validateProcessors(); err != nil {
+		return err
+	}
 	for _, name := range c.FeedNames() {
-		if err := c.Feeds[name].validate(name); err != nil {
+		if err := c.Feeds[name].validate(name, c); err != nil {
 			return err
 		}
 	}
@@ -250,7 +257,7 @@ func checkAddr(flagName, addr string, zeroPort bool) error {
 	return nil
 }
 
-func (f *FeedConfig) validate(name string) error {
+func (f *FeedConfig) validate(name string, c *Config) error {
 	if !validName(name) {
 		return fmt.Errorf("feed %q: a name is letters, digits, '.', '_' and '-'", name)
 	}
@@ -265,10 +272,10 @@ func (f *FeedConfig) validate(name string) error {
 	case f.Processor == orders.Name && kind != "kafka":
 		return fmt.Errorf("--processor %s=orders: the orders processor reads a Kafka feed (--feed %s=kafka:TOPIC)", name, name)
 	}
-	switch f.Processor {
-	case "forward", "ledger", "orders":
+	switch {
+	case c.declaredProcessor(f.Processor), slices.Contains(builtinProcessors, f.Processor):
 	default:
-		return fmt.Errorf("--processor %s=%s: unknown processor (want forward, ledger or orders)", name, f.Processor)
+		return fmt.Errorf("--processor %s=%s: unknown processor (want one of %s)", name, f.Processor, c.processorNames())
 	}
 	switch f.OnFailure {
 	case ingest.OnFailureDeadLetter, ingest.OnFailureStop:
@@ -408,7 +415,7 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log `LEVEL`: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log `FORMAT`: text or json")
 	perFeedFlag("feed", "source", "", "a feed to read (repeatable): `NAME=file:PATH`, or NAME=kafka:TOPIC for every partition of TOPIC")
-	perFeedFlag("processor", "processor", "forward", "the feed's processor, `NAME=P` with P one of ledger, forward, orders")
+	perFeedFlag("processor", "processor", "forward", "the feed's processor, `NAME=P` with P one of ledger, forward, orders, or a name of the file's processors section (SQL processors)")
 	perFeedFlag("topic", "topic", "NAME.out", "the topic of the feed's outputs, `NAME=TOPIC` (NAME.status for orders)")
 	perFeedFlag("on-failure", "onFailure", ingest.OnFailureDeadLetter,
 		"an item whose retries are spent, `NAME=P`: dead-letter, or stop (the feed stalls and retries it)")

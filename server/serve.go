@@ -132,6 +132,9 @@ func (m *Main) open(ctx context.Context) error {
 		return err
 	}
 	m.Store = s
+	if err := m.guardSQL(steps, s); err != nil {
+		return err
+	}
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -258,6 +261,9 @@ func newProcessor(name, target string, fc *FeedConfig, c Config, logger *slog.Lo
 		return ledger.New(fc.Topic), nil
 	case forward.Name:
 		return forward.New(fc.Topic, fc.KeyField), nil
+	}
+	if c.declaredProcessor(fc.Processor) {
+		return newSQLProcessor(name, fc, c)
 	}
 	return nil, fmt.Errorf("feed %s: unknown processor %q", name, fc.Processor)
 }

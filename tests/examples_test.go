@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -327,4 +328,49 @@ func deadByPlace(t *testing.T, s *outbox.Store, feed string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestExamples_MistakeAtStart starts the binary on examples/ledger.yaml
+// with one statement broken in each way the start refuses: each exits 2
+// with one line naming the feed, the processor and the statement, and
+// creates nothing.
+func TestExamples_MistakeAtStart(t *testing.T) {
+	src, err := os.ReadFile(example("ledger.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	input, db := filepath.Join(dir, "ledger.csv"), filepath.Join(dir, "data", "outboxd.db")
+	writeFile(t, input, "a,1\n")
+	for _, tc := range []struct{ name, from, to, want string }{
+		{"NoSuchColumn", "ON CONFLICT (account)", "ON CONFLICT (acount)",
+			"feed ledger: processors.sql-ledger: apply (INSERT INTO balances (account, balance) VALUES ( ...): no such column: acount"},
+		{"WritesOutboxdTables", "INSERT INTO balances (account, balance) VALUES (:account, :amount)\n        ON CONFLICT (account) DO UPDATE SET balance = balance + excluded.balance;",
+			"UPDATE positions SET position = 0;",
+			"feed ledger: processors.sql-ledger: apply (UPDATE positions SET position = 0): writes outboxd's table positions " +
+				"(user SQL may read outboxd's tables, never write them)"},
+		{"EmitWithoutValue", "END AS value", "END AS val",
+			`feed ledger: processors.sql-ledger: emit (SELECT :account AS key, CASE WHEN (:account || : ...): column "val" is not one of topic, key, value, headers (name columns with AS)`},
+		{"UnknownParameter", ":amount) <> 'integer'", ":amt) <> 'integer'",
+			"processors.sql-ledger: reject (SELECT 'malformed' WHERE typeof(:account) <> 'te ...): unknown parameter :amt (known: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(string(src), tc.from) {
+				t.Fatalf("examples/ledger.yaml holds no %q", tc.from)
+			}
+			path := filepath.Join(dir, tc.name+".yaml")
+			writeFile(t, path, strings.Replace(string(src), tc.from, tc.to, 1))
+			p, _ := launch(t, nil, "", nil, "--config", path, "--db", db, "--feed", "ledger=file:"+input,
+				"--relay", "none", "--http", "127.0.0.1:0")
+			if code := waitExit(t, p, 30*time.Second); code != exitConfig {
+				t.Fatalf("exit code %d, want %d", code, exitConfig)
+			}
+			if line := oneLine(t, p); !strings.HasPrefix(line, "server: "+tc.want) {
+				t.Fatalf("message\n%q\nwant it to start\n%q", line, "server: "+tc.want)
+			}
+			if _, err := os.Stat(filepath.Dir(db)); !os.IsNotExist(err) {
+				t.Fatalf("a refused start created %s (%v)", filepath.Dir(db), err)
+			}
+		})
+	}
 }

@@ -58,6 +58,8 @@ type Config struct {
 	LogLevel        string                 `yaml:"logLevel"`
 	LogFormat       string                 `yaml:"logFormat"`
 	Feeds           map[string]*FeedConfig `yaml:"feeds"`
+	// Processors are the processors declared in the file (sql_processors.go).
+	Processors map[string]*ProcessorConfig `yaml:"processors"`
 
 	Relay     RelayConfig     `yaml:"relay"`
 	DevBroker DevBrokerConfig `yaml:"devBroker"`
@@ -165,6 +167,7 @@ func (c *Config) FeedNames() []string {
 
 // fillDefaults completes each feed's settings.
 func (c *Config) fillDefaults() {
+	c.fillProcessors()
 	for name, f := range c.Feeds {
 		if f.Processor == "" {
 			f.Processor = "forward"
@@ -228,8 +231,11 @@ func (c *Config) Validate() error {
 	if err := checkAddr("--dev-broker-addr", c.DevBroker.Addr, true); err != nil {
 		return err
 	}
+	if err := c.validateProcessors(); err != nil {
+		return err
+	}
 	for _, name := range c.FeedNames() {
-		if err := c.Feeds[name].validate(name, c.processors()); err != nil {
+		if err := c.Feeds[name].validate(name, c); err != nil {
 			return err
 		}
 	}
@@ -259,7 +265,7 @@ func checkAddr(flagName, addr string, zeroPort bool) error {
 	return nil
 }
 
-func (f *FeedConfig) validate(name string, procs *registry) error {
+func (f *FeedConfig) validate(name string, c *Config) error {
 	if !validName(name) {
 		return fmt.Errorf("feed %q: a name is letters, digits, '.', '_' and '-'", name)
 	}
@@ -274,8 +280,8 @@ func (f *FeedConfig) validate(name string, procs *registry) error {
 	case f.Processor == orders.Name && kind != "kafka":
 		return fmt.Errorf("--processor %s=orders: the orders processor reads a Kafka feed (--feed %s=kafka:TOPIC)", name, name)
 	}
-	if err := procs.check(f.Processor); err != nil {
-		return fmt.Errorf("--processor %s=%s: %w", name, f.Processor, err)
+	if !c.declaredProcessor(f.Processor) && c.processors().check(f.Processor) != nil {
+		return fmt.Errorf("--processor %s=%s: unknown processor %q (registered: %s)", name, f.Processor, f.Processor, c.processorNames())
 	}
 	switch f.OnFailure {
 	case ingest.OnFailureDeadLetter, ingest.OnFailureStop:
@@ -415,7 +421,7 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log `LEVEL`: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log `FORMAT`: text or json")
 	perFeedFlag("feed", "source", "", "a feed to read (repeatable): `NAME=file:PATH`, or NAME=kafka:TOPIC for every partition of TOPIC")
-	perFeedFlag("processor", "processor", "forward", "the feed's processor, `NAME=P`: P is a registered processor (built in: ledger, forward, orders)")
+	perFeedFlag("processor", "processor", "forward", "the feed's processor, `NAME=P`: P is a registered processor (built in: ledger, forward, orders) or one of the file's processors section (SQL processors)")
 	perFeedFlag("topic", "topic", "NAME.out", "the topic of the feed's outputs, `NAME=TOPIC` (NAME.status for orders)")
 	perFeedFlag("on-failure", "onFailure", ingest.OnFailureDeadLetter,
 		"an item whose retries are spent, `NAME=P`: dead-letter, or stop (the feed stalls and retries it)")

@@ -30,7 +30,7 @@ func configErr(format string, args ...any) error {
 }
 
 // preflight finds what would make the start fail, before the server
-// opens its database: the file feeds' paths, the database's path, the
+// opens its database: the SQL processors' statements, the file feeds' paths, the database's path, the
 // HTTP address (it binds it, keeping the listener for the API) and the
 // dev broker (it starts it when one is needed). It creates no file;
 // close releases the listener and the broker. Every failure is a
@@ -48,6 +48,9 @@ func (m *Main) preflight() error {
 		if err := filefeed.Check(path); err != nil {
 			return configErr("--feed %s: %w", name, err)
 		}
+	}
+	if err := m.checkSQLProcessors(); err != nil {
+		return err
 	}
 	if err := checkDatabasePath(m.Config.DB); err != nil {
 		return configErr("--db %s: %w", m.Config.DB, err)

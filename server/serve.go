@@ -132,6 +132,9 @@ func (m *Main) open(ctx context.Context) error {
 		return err
 	}
 	m.Store = s
+	if err := m.guardSQL(steps, s); err != nil {
+		return err
+	}
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -246,6 +249,9 @@ func (m *Main) newLoop(name string, fc *FeedConfig) (*ingest.Loop, error) {
 // newProcessor makes feed name's processor with the factory registered
 // under fc.Processor; target is what the feed reads (a path, a topic).
 func newProcessor(name, target string, fc *FeedConfig, c Config, logger *slog.Logger) (ingest.Processor, error) {
+	if c.declaredProcessor(fc.Processor) {
+		return newSQLProcessor(name, fc, c)
+	}
 	procs := c.processors()
 	if err := procs.check(fc.Processor); err != nil {
 		return nil, fmt.Errorf("feed %s: %w", name, err)

@@ -1,13 +1,12 @@
 package sqlproc
 
 import (
-	"errors"
 	"strings"
 
-	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // Reasons of the dead letters a SQL processor makes, besides the reasons
@@ -49,19 +48,24 @@ const (
 //     and errors that are not SQLite's: transient, returned as they are
 //     so the loop retries the item.
 //
-// This is the one place that reads SQLite's codes for the processor.
+// The store's shared classifier (outbox.Classify) says which errors are
+// SQLite's and which are broken constraints; the codes it leaves as
+// ClassOther or ClassReadOnly are told apart here, since for user SQL an
+// SQLITE_ERROR is the item's values and an SQLITE_AUTH the guard's refusal.
 func classify(err error) error {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
+	class := outbox.Classify(err)
+	if class == outbox.ClassConstraint {
+		return ingest.Permanent(ReasonConstraint, err)
+	}
+	code, ok := outbox.SQLiteCode(err)
+	if !ok {
 		return err
 	}
-	switch se.Code() & 0xff {
-	case sqlite3.SQLITE_CONSTRAINT:
-		return ingest.Permanent(ReasonConstraint, err)
+	switch code & 0xff {
 	case sqlite3.SQLITE_AUTH:
 		return ingest.Permanent(ReasonForbidden, err)
 	case sqlite3.SQLITE_ERROR, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_RANGE, sqlite3.SQLITE_TOOBIG:
-		if strings.Contains(se.Error(), "not authorized") {
+		if strings.Contains(err.Error(), "not authorized") {
 			return ingest.Permanent(ReasonForbidden, err)
 		}
 		return ingest.Permanent(ReasonSQLError, err)

@@ -30,48 +30,48 @@ type Config struct {
 	// Name names the processor in errors and logs (the key of its entry).
 	Name string `yaml:"-"`
 	// Kind is Kind or empty.
-	Kind string `yaml:"kind,omitempty"`
+	Kind string `yaml:"kind,omitempty" usage:"the processor's kind: sql"`
 	// Input is InputCSV, InputJSON or InputRaw.
-	Input string `yaml:"input"`
+	Input string `yaml:"input" usage:"how an item is decoded: csv (named columns), json (named paths) or raw (nothing: the statements read :value)"`
 
 	// Columns names a CSV record's fields, in order: a record with another
 	// number of fields is malformed. Each becomes the parameter :name.
-	Columns []string `yaml:"columns,omitempty"`
+	Columns []string `yaml:"columns,omitempty" usage:"csv: the fields' names, in order, each a parameter :NAME; a record with another number of fields is malformed"`
 	// Delimiter separates CSV fields: one character, "," unless set.
-	Delimiter string `yaml:"delimiter,omitempty"`
+	Delimiter string `yaml:"delimiter,omitempty" usage:"csv: the field delimiter, one ASCII character (\\t for a tab; default ,)"`
 	// Quoting is QuotingRFC4180 (the default) or QuotingNone.
-	Quoting string `yaml:"quoting,omitempty"`
+	Quoting string `yaml:"quoting,omitempty" usage:"csv: rfc4180 (the default: \"quoted, fields\") or none (quotes are ordinary characters)"`
 	// Trim drops Unicode white space around each CSV field.
-	Trim bool `yaml:"trim,omitempty"`
+	Trim bool `yaml:"trim,omitempty" usage:"csv: drop Unicode white space around each field"`
 	// Text names the CSV columns bound as TEXT whatever they hold, so that
 	// an account "007" stays "007" (others that are integers bind as
 	// INTEGER).
-	Text []string `yaml:"text,omitempty"`
+	Text []string `yaml:"text,omitempty" usage:"csv: the columns bound as TEXT even when they read as integers (an account 007)"`
 
 	// Fields names values of a JSON document by path: "$.a.b[0]", "a.b"
 	// (the same), `$["odd key"]`. Each becomes the parameter :name.
-	Fields map[string]string `yaml:"fields,omitempty"`
+	Fields map[string]string `yaml:"fields,omitempty" usage:"json: NAME: PATH pairs ($.a.b[0]), each a parameter :NAME; a missing path binds NULL"`
 	// Required lists the Fields whose absence makes a document malformed
 	// (JSON null is present); a missing field that is not required is NULL.
-	Required []string `yaml:"required,omitempty"`
+	Required []string `yaml:"required,omitempty" usage:"json: the fields whose absence makes a document malformed"`
 
 	// Topic is the outputs' topic when the emit statement has no "topic"
 	// column, or a row's topic is NULL.
-	Topic string `yaml:"topic,omitempty"`
+	Topic string `yaml:"topic,omitempty" usage:"the outputs' topic when emit has no topic column or gives NULL (default: the feed's topic)"`
 
 	// Setup runs when the processor starts, in its own transaction: any
 	// number of statements (CREATE TABLE IF NOT EXISTS ...). It takes no
 	// parameters.
-	Setup string `yaml:"setup,omitempty"`
+	Setup string `yaml:"setup,omitempty" usage:"statements run at start, in their own transaction (CREATE TABLE IF NOT EXISTS ...); no parameters"`
 	// Reject is one query run first for each item: a row returned makes
 	// the item a dead letter, its first column the reason, its second (if
 	// any) the error.
-	Reject string `yaml:"reject,omitempty"`
+	Reject string `yaml:"reject,omitempty" usage:"one query run first per item: a row makes the item a dead letter (reason, then optionally the error)"`
 	// Apply holds the statements that change the state, run in order.
-	Apply string `yaml:"apply,omitempty"`
+	Apply string `yaml:"apply,omitempty" usage:"the statements that change the state, run in order in the item's savepoint"`
 	// Emit is one query (a SELECT, or a statement with RETURNING) run last:
 	// each row is an output, from its columns topic, key, value and headers.
-	Emit string `yaml:"emit,omitempty"`
+	Emit string `yaml:"emit,omitempty" usage:"one query run last: each row is an output, columns topic, key, value and optionally headers"`
 }
 
 // Parameters every statement may use, bound from the item's Delivery.
@@ -360,5 +360,5 @@ func excerpt(text string) string {
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return s[:cut] + " ..."
+	return strings.TrimRight(s[:cut], " ") + " ..."
 }

@@ -333,14 +333,14 @@ func TestProcessor_Apply(t *testing.T) {
 				Emit: "SELECT column1 AS topic, 'k' AS key, column2 AS value, column3 AS headers FROM (VALUES ('ok', 'first', NULL), " + row + ")"})
 		}
 		for _, c := range []struct{ row, msg string }{
-			{"(NULL, 'v', NULL)", "emit (SELECT column1 AS topic, 'k' AS key, column2 AS  ...): row 2: the topic is NULL and the processor has no default topic"},
-			{"('', 'v', NULL)", "emit (SELECT column1 AS topic, 'k' AS key, column2 AS  ...): row 2: topic  is not a topic name"},
-			{"(7, 'v', NULL)", "emit (SELECT column1 AS topic, 'k' AS key, column2 AS  ...): row 2: topic 7 is not a topic name"},
-			{"('t', 1.5, NULL)", "emit (SELECT column1 AS topic, 'k' AS key, column2 AS  ...): row 2: value: 1.5 is REAL: CAST it to TEXT or use printf()"},
-			{"('t', 'v', '[1]')", "emit (SELECT column1 AS topic, 'k' AS key, column2 AS  ...): row 2: headers: not a JSON object"},
-			{"('t', 'v', '{\"a\":1}')", `emit (SELECT column1 AS topic, 'k' AS key, column2 AS  ...): row 2: headers: the value of "a" is not a string`},
-			{"('t', 'v', '{\"a\":\"1\"} {}')", "emit (SELECT column1 AS topic, 'k' AS key, column2 AS  ...): row 2: headers: not one JSON object"},
-			{"('t', 'v', 3)", "emit (SELECT column1 AS topic, 'k' AS key, column2 AS  ...): row 2: headers: 3 is not a JSON object"},
+			{"(NULL, 'v', NULL)", "emit (SELECT column1 AS topic, 'k' AS key, column2 AS ...): row 2: the topic is NULL and the processor has no default topic"},
+			{"('', 'v', NULL)", "emit (SELECT column1 AS topic, 'k' AS key, column2 AS ...): row 2: topic  is not a topic name"},
+			{"(7, 'v', NULL)", "emit (SELECT column1 AS topic, 'k' AS key, column2 AS ...): row 2: topic 7 is not a topic name"},
+			{"('t', 1.5, NULL)", "emit (SELECT column1 AS topic, 'k' AS key, column2 AS ...): row 2: value: 1.5 is REAL: CAST it to TEXT or use printf()"},
+			{"('t', 'v', '[1]')", "emit (SELECT column1 AS topic, 'k' AS key, column2 AS ...): row 2: headers: not a JSON object"},
+			{"('t', 'v', '{\"a\":1}')", `emit (SELECT column1 AS topic, 'k' AS key, column2 AS ...): row 2: headers: the value of "a" is not a string`},
+			{"('t', 'v', '{\"a\":\"1\"} {}')", "emit (SELECT column1 AS topic, 'k' AS key, column2 AS ...): row 2: headers: not one JSON object"},
+			{"('t', 'v', 3)", "emit (SELECT column1 AS topic, 'k' AS key, column2 AS ...): row 2: headers: 3 is not a JSON object"},
 		} {
 			p := emit(c.row)
 			setup(t, s, p)

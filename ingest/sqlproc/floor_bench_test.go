@@ -1,0 +1,153 @@
+package sqlproc_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// Statements of the floor: the SQL ledger's three, as the processor
+// prepares them (positional parameters), with the JSON escaping's test
+// kept, since it is part of the emit's cost.
+const (
+	floorReject = `SELECT 'malformed' WHERE typeof(?1) <> 'text' OR ?1 = '' OR typeof(?2) <> 'integer'
+  OR typeof(coalesce((SELECT balance FROM balances WHERE account = ?1), 0) + ?2) <> 'integer'`
+	floorUpsert = `INSERT INTO balances (account, balance) VALUES (?1, ?2)
+  ON CONFLICT (account) DO UPDATE SET balance = balance + excluded.balance`
+	floorEmit = `SELECT ?1 AS key,
+  CASE WHEN (?1 || ?3 || ?4) GLOB '*[<>&]*' OR instr(?1 || ?3 || ?4, char(8232)) OR instr(?1 || ?3 || ?4, char(8233))
+  THEN replace(json_object('account', ?1, 'amount', ?2, 'balance', balance, 'feed', ?3, 'epoch', ?4, 'position', ?5), '<', '\u003c')
+  ELSE json_object('account', ?1, 'amount', ?2, 'balance', balance, 'feed', ?3, 'epoch', ?4, 'position', ?5)
+  END AS value FROM balances WHERE account = ?1`
+	// floorUpsertReturning is the upsert and the emit in one.
+	floorUpsertReturning = `INSERT INTO balances (account, balance) VALUES (?1, ?2)
+  ON CONFLICT (account) DO UPDATE SET balance = balance + excluded.balance
+  RETURNING ?1 AS key,
+  CASE WHEN (?1 || ?3 || ?4) GLOB '*[<>&]*' OR instr(?1 || ?3 || ?4, char(8232)) OR instr(?1 || ?3 || ?4, char(8233))
+  THEN replace(json_object('account', ?1, 'amount', ?2, 'balance', balance, 'feed', ?3, 'epoch', ?4, 'position', ?5), '<', '\u003c')
+  ELSE json_object('account', ?1, 'amount', ?2, 'balance', balance, 'feed', ?3, 'epoch', ?4, 'position', ?5)
+  END AS value`
+)
+
+// BenchmarkFloor is the floor under the SQL ledger: a bare loop that, per
+// line of the benchmark's ledger input (already split and parsed), runs the
+// SQL ledger's three prepared statements (reject, upsert, then a SELECT of
+// the output, as testdata/ledger.yaml) and emits the row; "returning" runs
+// two instead, the reject and the upsert RETURNING the output, each line in
+// its item (savepoint), batches of 4000 lines a transaction, through the
+// same store. No feed, no decoding, no loop. "deadline" runs the
+// statements with a context that has a deadline, as the loop's attempts
+// do; "nodeadline" with one that has none, which the driver runs without
+// its watcher goroutine.
+func BenchmarkFloor(b *testing.B) {
+	for _, c := range []struct {
+		name            string
+		deadline, three bool
+	}{{"deadline", true, true}, {"nodeadline", false, true}, {"returning/deadline", true, false}, {"returning/nodeadline", false, false}} {
+		b.Run(c.name, func(b *testing.B) { benchmarkFloor(b, c.deadline, c.three) })
+	}
+}
+
+func benchmarkFloor(b *testing.B, deadline, three bool) {
+	ctx := context.Background()
+	s, err := outbox.Open(ctx, outbox.DefaultConfig(filepath.Join(b.TempDir(), "f.db")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE balances (account TEXT PRIMARY KEY, balance INTEGER NOT NULL) STRICT`); err != nil {
+		b.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	accounts := make([]string, 1000)
+	for i := range accounts {
+		accounts[i] = fmt.Sprintf("acct-%d", i)
+	}
+	sctx := ctx
+	if deadline {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, time.Hour)
+		defer cancel()
+	}
+	b.ResetTimer()
+	cpu0 := cpuTime(b)
+	for done := 0; done < b.N; {
+		n := min(4000, b.N-done)
+		if err := floorBatch(sctx, s, accounts, done, n, three); err != nil {
+			b.Fatal(err)
+		}
+		done += n
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/line")
+}
+
+func floorBatch(ctx context.Context, s *outbox.Store, accounts []string, from, n int, three bool) error {
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var key, value sql.RawBytes
+	for i := from; i < from+n; i++ {
+		acct, amt, pos := accounts[i%1000], int64(i%2001-1000), int64(i)*12
+		if err := tx.BeginItem(outbox.Place{Feed: "ledger", Epoch: "e", Position: pos}); err != nil {
+			return err
+		}
+		rej, err := tx.Stmt(ctx, floorReject)
+		if err != nil {
+			return err
+		}
+		rows, err := rej.QueryContext(ctx, acct, amt)
+		if err != nil {
+			return err
+		}
+		if rows.Next() {
+			return fmt.Errorf("line %d rejected", i)
+		}
+		rows.Close()
+		emit := floorUpsertReturning
+		if three {
+			up, err := tx.Stmt(ctx, floorUpsert)
+			if err != nil {
+				return err
+			}
+			if _, err := up.ExecContext(ctx, acct, amt); err != nil {
+				return err
+			}
+			emit = floorEmit
+		}
+		em, err := tx.Stmt(ctx, emit)
+		if err != nil {
+			return err
+		}
+		rows, err = em.QueryContext(ctx, acct, amt, "ledger", "e", pos)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			if err := rows.Scan(&key, &value); err != nil {
+				return err
+			}
+			if err := tx.Emit(ctx, outbox.Output{Topic: "ledger.out", Key: key, Value: value}); err != nil {
+				return err
+			}
+		}
+		rows.Close()
+		if err := tx.EndItem(); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}

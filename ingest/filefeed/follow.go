@@ -280,11 +280,12 @@ func (f *Feed) switchTo(s *fileSource) error {
 func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 	first, before, seen := s.id, s.mtime, s.seen
 	since := s.openedAt // a copy of what s held when opened is made after that
-	fp, ok, err := s.fingerprint()
+	fp, ok, err := f.look(s)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := s.stat(); err != nil {
+		s.mtime = before
+		if s != f.next {
+			f.held = append(f.held, s)
+		}
 		return nil, err
 	}
 	if !ok {
@@ -428,9 +429,21 @@ func (f *Feed) copyInProgress(g generation) (bool, error) {
 	}
 	// The size as seen now: the file at the path may have grown since it
 	// was opened, and a copy of it as it is now is larger than it was then.
-	if _, err := f.next.stat(); err != nil || g.size > f.next.size {
+	// Its fingerprint is read before the bytes are compared: if it starts
+	// over after the comparison, that fingerprint is what shows it.
+	fp, ok, err := f.look(f.next)
+	if err != nil || g.size > f.next.size {
 		return false, err
 	}
+	same, err := f.prefixOfNext(g)
+	if err != nil || !same || !ok {
+		return same, err // no first line in either: nothing to anchor
+	}
+	return f.anchor(f.next, fp)
+}
+
+// prefixOfNext reports whether g holds nothing but a prefix of f.next.
+func (f *Feed) prefixOfNext(g generation) (bool, error) {
 	s, err := openGeneration(g, f.opts.MaxLine)
 	if err != nil || s == nil {
 		return false, err
@@ -442,6 +455,48 @@ func (f *Feed) copyInProgress(g generation) (bool, error) {
 		return same, err
 	}
 	return sameBytes(s, f.next, max(s.size-tailSize, head), s.size)
+}
+
+// anchor makes what next holds now (fingerprint fp, size and time as just
+// looked at) its first life, once a copy of it was matched against it: the
+// feed leaves the copy's lines to next, so if next starts over before the
+// feed gets to it, firstLife must look for the copy of this life, not of
+// the one next held when it was opened (an empty file, or a life copied and
+// truncated since: copytruncate may run again and again before the feed
+// gets to next). That earlier life is settled first, as firstLife would:
+// its copy read already, or none (a RecordLoss of unknown extent). When its
+// copy is there unread, next keeps its first life, to be read from that
+// copy. It reports whether the copy just matched is left to next.
+func (f *Feed) anchor(next *fileSource, fp string) (bool, error) {
+	if next.id.fp != "" && next.id.fp != fp {
+		cpy, err := f.findCopy(copyWant{of: next.id, size: next.seen, since: next.openedAt})
+		switch {
+		case err != nil:
+			return false, err
+		case cpy != nil && !f.readHere(cpy.id):
+			return true, cpy.close()
+		case cpy != nil:
+			if err := cpy.close(); err != nil {
+				return false, err
+			}
+		default:
+			f.log.Info("the next file started over in place before it was read", logFile, next.file.Name(), logEpoch, next.id.String())
+			f.lose(next.id.String(), 0, ingest.UnknownPosition, LossTruncated)
+		}
+	}
+	if next.id.fp != fp {
+		next.id.fp, next.openedAt, next.seen = fp, next.mtime, next.size
+	}
+	return true, nil
+}
+
+// look reads s's fingerprint with its size and time (see fileSource.look).
+func (f *Feed) look(s *fileSource) (string, bool, error) {
+	if f.looking == nil {
+		return s.look(nil)
+	}
+	f.looking(s, false)
+	return s.look(func() { f.looking(s, true) })
 }
 
 // beingWritten reports whether s, the next generation, has no first line

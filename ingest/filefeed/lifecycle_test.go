@@ -1130,4 +1130,154 @@ func TestFeed_RotationRaces(t *testing.T) {
 			t.Fatal("the feed never listed the generations: the test did not write while it looked")
 		}
 	})
+	t.Run("NextFileOpenedEmptyCopiedAndTruncatedAfterTheMatch", func(t *testing.T) {
+		t.Parallel()
+		// The feed opened the next file while it was still empty (the
+		// writer had created it and not yet written). By its next look the
+		// file holds b1 and a copy of it is there, not yet truncated: the
+		// copy's lines are left to the file. The file is then truncated and
+		// written again after that match, before the feed moves to it:
+		// b1 is read from the copy, then what the file holds now.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rename(".1")
+		ff.write("")
+		ffNoMore(t, f)
+		f.mu.Lock()
+		opened := f.next != nil && f.next.id.fp == ""
+		f.mu.Unlock()
+		if !opened {
+			t.Fatal("the feed did not open the empty next file: the test did not play its race")
+		}
+		ff.write("b1\n")
+		ff.rotateCopies()
+		cpy := ff.path + ".1"
+		ff.write("b1\n", cpy)
+		looks := 0
+		f.mu.Lock()
+		f.looking = func(s *fileSource, fingerprinted bool) {
+			if !fingerprinted {
+				if looks++; looks == 2 { // after the match, before the move
+					ff.truncate(0)
+					ff.write("c1\n")
+				}
+			}
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 4))
+		if looks < 2 {
+			t.Fatalf("%d looks at the next file: the test did not truncate between the match and the move", looks)
+		}
+		eCopy, c := ff.epochOf(cpy), ff.epoch()
+		want := []string{ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("NextFileCopiedAndTruncatedTwiceBeforeTheMove", func(t *testing.T) {
+		t.Parallel()
+		// copytruncate runs twice before the feed gets to the next file,
+		// opened when it held b1: b1's copy is read as a generation; b2's
+		// copy is made while the file still holds b2, and left to the file;
+		// then the file is truncated and written again (b3) before the feed
+		// moves to it. b2 is read from its copy: the copy of the life the
+		// file was opened with is not the only one to look for.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		old := ff.rename(".1")
+		ff.write("b1\n")
+		next := ff.identityOf(ff.path)
+		wrote := false
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			if !wrote { // the feed has the next file open: a2 keeps it on a
+				wrote = true
+				ff.write("a2\n", old)
+			}
+			return listGenerationsOnce(path)
+		}
+		f.mu.Unlock()
+		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffItem(a, 6, "a2") {
+			t.Fatalf("got %v, want a2", got)
+		}
+		f.mu.Lock()
+		opened := f.next != nil && f.next.id.sameInode(next)
+		f.mu.Unlock()
+		if !opened {
+			t.Fatal("the feed did not open the next file while it held b1: the test did not play its race")
+		}
+		ff.rotateCopies()
+		ff.copyTruncate(".1")
+		ff.write("b2\n")
+		ff.rotateCopies()
+		second := ff.path + ".1"
+		ff.write("b2\n", second)
+		firstID := ff.identityOf(ff.path + ".2")
+		looks := 0
+		f.mu.Lock()
+		f.looking = func(s *fileSource, fingerprinted bool) {
+			if fingerprinted || !s.id.sameInode(next) || f.cur == nil || !f.cur.id.sameInode(firstID) {
+				return
+			}
+			if looks++; looks == 2 { // after the match with b2's copy, before the move
+				ff.truncate(0)
+				ff.write("b3\n")
+			}
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 6))
+		if looks < 2 {
+			t.Fatalf("%d looks at the next file after b1's copy: the test did not truncate between the match and the move", looks)
+		}
+		e1, e2, e3 := firstID.String(), ff.epochOf(second), ff.epoch()
+		want := []string{ffEpochRec(e1), ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "b2"), ffEpochRec(e3), ffItem(e3, 3, "b3")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("NextFileCopiedAndTruncatedWhileItIsLookedAt", func(t *testing.T) {
+		t.Parallel()
+		// The next file is copied, truncated and written again (a longer
+		// line) just after the feed read its fingerprint to move to it: the
+		// size and time it goes on with are those of the file it
+		// fingerprinted, so the copy is found when the truncation is seen,
+		// and b1 is read from it, not reported lost.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rename(".1")
+		ff.write("b1\n")
+		b := ff.epoch()
+		done := false
+		f.mu.Lock()
+		f.looking = func(s *fileSource, fingerprinted bool) {
+			if fingerprinted && !done {
+				done = true
+				ff.rotateCopies()
+				ff.copyTruncate(".1")
+				ff.write("c1-longer\n")
+			}
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 4))
+		if !done {
+			t.Fatal("the feed never looked at the next file: the test did not copy while it looked")
+		}
+		b2 := nextFileEpoch(ff.identity(), b)
+		want := []string{ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(b2), ffItem(b2, 10, "c1-longer")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
 }

@@ -26,7 +26,7 @@ type fileSource struct {
 	seen  int64  // the largest size seen in this epoch: what a loss runs to
 	atEOF bool   // the last read found the end: look at the file before reading on
 
-	mtime    time.Time // the modification time as last seen
+	mtime time.Time // the modification time as last seen
 	// openedAt is the modification time when the feed took the file's
 	// fingerprint (id.fp) as its first life: when it was opened, or when a
 	// copy of it was matched against it since (see Feed.copyInProgress).

@@ -424,7 +424,18 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 // the file is truncated, the copy is found as one (see findCopy). Read as a
 // generation of its own, they would be read twice.
 func (f *Feed) copyInProgress(g generation) (bool, error) {
-	if g.compressed || g.held != nil || f.next == nil {
+	if g.compressed || g.held != nil {
+		return false, nil
+	}
+	if f.next == nil && f.cur != nil {
+		// The path was missing when the feed looked (renamed, not yet made
+		// again); a file made there since, and copied already, is the one
+		// this may be a copy of.
+		if _, _, _, err := f.upcoming(); err != nil {
+			return false, err
+		}
+	}
+	if f.next == nil {
 		return false, nil
 	}
 	// The size as seen now: the file at the path may have grown since it

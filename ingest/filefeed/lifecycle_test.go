@@ -1280,4 +1280,42 @@ func TestFeed_RotationRaces(t *testing.T) {
 		}
 		ffNoMore(t, f)
 	})
+	t.Run("CopiedWhileThePathWasMissing", func(t *testing.T) {
+		t.Parallel()
+		// The feed finds the path missing after a rotation; before it lists
+		// the generations, the writer makes the next file, writes b1 and
+		// copies it (copytruncate, not yet truncated). The copy is the next
+		// file's own lines, read there: read as a generation of its own as
+		// well, b1 would come twice.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		wrote := false
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			if !wrote {
+				wrote = true
+				ff.write("b1\n")
+				ff.rotateCopies()
+				ff.write("b1\n", ff.path+".1")
+			}
+			return listGenerationsOnce(path)
+		}
+		f.mu.Unlock()
+		ff.rename(".1") // the next look finds the path missing, then lists
+		got := ffDescribeAll(ffCollect(t, f, 2))
+		if !wrote {
+			t.Fatal("the feed never listed the generations: the test did not write while it looked")
+		}
+		b := ff.epoch()
+		if want := []string{ffEpochRec(b), ffItem(b, 3, "b1")}; !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ff.truncate(0)
+		ff.write("c1\n")
+		c := nextFileEpoch(ff.identity(), b)
+		ffExpect(t, f, ffEpochRec(c), ffItem(c, 3, "c1"))
+	})
 }

@@ -225,8 +225,8 @@ func (f *Feed) rotate() (bool, error) {
 }
 
 // grewBeforeRotation reports whether the current file, announced and no
-// longer at the path, holds bytes past what was read, now that the feed has
-// found the file that follows it: a writer moves on to the next file only
+// longer at the path, holds bytes past what was read, or started over in
+// place, now that the feed has found the file that follows it: a writer moves on to the next file only
 // after its last write to this one, so what it wrote between the feed's
 // last look and that move is there now, and is read before the feed moves
 // on (else it would be passed over unread, with no loss known).
@@ -236,8 +236,17 @@ func (f *Feed) grewBeforeRotation() (bool, error) {
 		return false, nil // no line yet: passed over, see announceCurrent
 	}
 	size, err := c.stat()
-	if err != nil || size <= c.split.fed() {
+	if err != nil {
 		return false, err
+	}
+	// Started over in place since the look (copytruncate, then written
+	// again, maybe to fewer bytes than were read): looked at again, so
+	// that what it holds now is read under its next epoch, not passed over.
+	if truncated, err := f.truncated(size); err != nil || truncated {
+		return truncated, err
+	}
+	if size <= c.split.fed() {
+		return false, nil
 	}
 	c.saw(size)
 	c.atEOF = false

@@ -168,10 +168,13 @@ func (f *Feed) readCopy(cp, then *fileSource, old string, pos int64) error {
 		return errors.Join(err, cp.close())
 	}
 	f.cur = nil
-	if then != nil {
-		if f.next != nil && f.next != then {
-			f.held = append(f.held, f.next)
-		}
+	switch {
+	case then == nil:
+	case f.next != nil && f.next != then:
+		// then was rotated away (another file is at the path): read as a
+		// generation in its turn, after the copy, before the next file.
+		f.held = append(f.held, then)
+	default:
 		f.next = then
 	}
 	f.use(cp)
@@ -235,6 +238,7 @@ func (f *Feed) grewBeforeRotation() (bool, error) {
 	if c.epoch == "" {
 		return false, nil // no line yet: passed over, see announceCurrent
 	}
+	before := c.mtime
 	size, err := c.stat()
 	if err != nil {
 		return false, err
@@ -242,7 +246,10 @@ func (f *Feed) grewBeforeRotation() (bool, error) {
 	// Started over in place since the look (copytruncate, then written
 	// again, maybe to fewer bytes than were read): looked at again, so
 	// that what it holds now is read under its next epoch, not passed over.
+	// The look goes on from the time seen before the truncation, by which
+	// its copy is chosen.
 	if truncated, err := f.truncated(size); err != nil || truncated {
+		c.mtime = before
 		return truncated, err
 	}
 	if size <= c.split.fed() {

@@ -1318,43 +1318,60 @@ func TestFeed_RotationRaces(t *testing.T) {
 		c := nextFileEpoch(ff.identity(), b)
 		ffExpect(t, f, ffEpochRec(c), ffItem(c, 3, "c1"))
 	})
-	t.Run("TruncatedAfterTheLookBeforeTheMove", func(t *testing.T) {
-		t.Parallel()
-		// The feed read the rotated file to its end and found the next one;
-		// between that look and its move, the rotated file is truncated
-		// and written again with fewer bytes than were read. What it holds
-		// now is read under its next epoch before the move, not passed
-		// over as a file that did not grow.
-		ff := ffNewFile(t)
-		ff.write("a1\n")
-		f := ff.open(outbox.Checkpoint{})
-		a := ff.epoch()
-		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
-		old := ff.rename(".1")
-		ff.write("b1\n")
-		b := ff.epoch()
-		wrote := false
-		f.mu.Lock()
-		f.listOnce = func(path string) ([]generation, error) {
-			if !wrote {
-				wrote = true
-				if err := os.Truncate(old, 0); err != nil {
-					t.Error(err)
+	for _, copied := range []bool{false, true} {
+		t.Run(fmt.Sprintf("TruncatedAfterTheLookBeforeTheMoveCopied%v", copied), func(t *testing.T) {
+			t.Parallel()
+			// The feed read the rotated file to its end and found the next
+			// one; between that look and its move, the rotated file is
+			// truncated and written again with fewer bytes than were read
+			// (copied first, with a2 written after the look, when copied).
+			// What it held is read from the copy, and what it holds now
+			// under its next epoch, before the move: not passed over as a
+			// file that did not grow.
+			ff := ffNewFile(t)
+			ff.write("a1\n")
+			f := ff.open(outbox.Checkpoint{})
+			a := ff.epoch()
+			ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+			old := ff.rename(".1")
+			ff.write("b1\n")
+			b := ff.epoch()
+			wrote := false
+			f.mu.Lock()
+			f.listOnce = func(path string) ([]generation, error) {
+				if !wrote {
+					wrote = true
+					if copied {
+						ff.write("a2\n", old)
+						ff.write("a1\na2\n", ff.path+".2")
+					}
+					if err := os.Truncate(old, 0); err != nil {
+						t.Error(err)
+					}
+					ff.write("x\n", old)
+					// Written again later than the copy was made.
+					later := time.Now().Add(time.Second)
+					if err := os.Chtimes(old, later, later); err != nil {
+						t.Error(err)
+					}
 				}
-				ff.write("x\n", old)
+				return listGenerationsOnce(path)
 			}
-			return listGenerationsOnce(path)
-		}
-		f.mu.Unlock()
-		got := ffDescribeAll(ffCollect(t, f, 4))
-		if !wrote {
-			t.Fatal("the feed never listed the generations: the test did not truncate while it looked")
-		}
-		a2 := nextFileEpoch(ff.identityOf(old), a)
-		want := []string{ffEpochRec(a2), ffItem(a2, 2, "x"), ffEpochRec(b), ffItem(b, 3, "b1")}
-		if !slices.Equal(got, want) {
-			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-		}
-		ffNoMore(t, f)
-	})
+			f.mu.Unlock()
+			var want []string
+			if copied {
+				want = append(want, ffItem(a, 6, "a2"))
+			}
+			got := ffDescribeAll(ffCollect(t, f, len(want)+4))
+			if !wrote {
+				t.Fatal("the feed never listed the generations: the test did not truncate while it looked")
+			}
+			a2 := nextFileEpoch(ff.identityOf(old), a)
+			want = append(want, ffEpochRec(a2), ffItem(a2, 2, "x"), ffEpochRec(b), ffItem(b, 3, "b1"))
+			if !slices.Equal(got, want) {
+				t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+			}
+			ffNoMore(t, f)
+		})
+	}
 }

@@ -204,8 +204,12 @@ func (f *Feed) rotate() (bool, error) {
 			f.setWaiting(why)
 			return false, nil
 		}
-		if _, ok, err := next.fingerprint(); err != nil || !ok {
-			return false, err
+		g, err = f.lookBeforeTheMove(next)
+		if errors.Is(err, errUnsettled) {
+			return false, nil
+		}
+		if err != nil || g == nil && next.id.fp == "" {
+			return false, err // no first line yet: the writer may still be finishing the current file
 		}
 	}
 	grown, err := f.grewBeforeRotation()
@@ -225,6 +229,25 @@ func (f *Feed) rotate() (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// lookBeforeTheMove looks at next, the file at the path, once no
+// generation was found to read before it, and lists the generations again
+// after that look. A file opened before it had a first line takes the one
+// it has now as its first life (see firstLife). And a copy made of what it
+// held before the look (copytruncate, once the listing was taken) is
+// listed now: it returns that generation, to be read first, or nil. Without
+// the second listing the file would be taken as it is now, and what it held
+// passed over, with no loss recorded.
+func (f *Feed) lookBeforeTheMove(next *fileSource) (*fileSource, error) {
+	fp, ok, err := f.look(next)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if next.id.fp == "" {
+		next.id.fp, next.openedAt, next.seen = fp, next.mtime, next.size
+	}
+	return f.nextGeneration(markOf(f.cur))
 }
 
 // grewBeforeRotation reports whether the current file, announced and no

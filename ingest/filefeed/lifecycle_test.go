@@ -1246,7 +1246,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 	t.Run("NextFileCopiedAndTruncatedWhileItIsLookedAt", func(t *testing.T) {
 		t.Parallel()
 		// The next file is copied, truncated and written again (a longer
-		// line) just after the feed read its fingerprint to move to it: the
+		// line) just after the feed read its fingerprint as it moves to it: the
 		// size and time it goes on with are those of the file it
 		// fingerprinted, so the copy is found when the truncation is seen,
 		// and b1 is read from it, not reported lost.
@@ -1258,10 +1258,15 @@ func TestFeed_RotationRaces(t *testing.T) {
 		ff.rename(".1")
 		ff.write("b1\n")
 		b := ff.epoch()
-		done := false
+		done, looks := false, 0
 		f.mu.Lock()
 		f.looking = func(s *fileSource, fingerprinted bool) {
+			// The second look: the one the move itself takes, after the
+			// look and the listing that found nothing before the file.
 			if fingerprinted && !done {
+				if looks++; looks < 2 {
+					return
+				}
 				done = true
 				ff.rotateCopies()
 				ff.copyTruncate(".1")
@@ -1374,4 +1379,51 @@ func TestFeed_RotationRaces(t *testing.T) {
 			ffNoMore(t, f)
 		})
 	}
+	t.Run("NextFileOpenedEmptyCopiedAndTruncatedAfterTheListing", func(t *testing.T) {
+		t.Parallel()
+		// The feed opened the next file while it was still empty. It then
+		// lists the generations (nothing to read before the file) and,
+		// before it looks at the file again, the file is written, copied,
+		// truncated and written again: what it held is in the copy only.
+		// The copy is read, then what the file holds now.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rename(".1")
+		ff.write("")
+		ffNoMore(t, f)
+		f.mu.Lock()
+		opened := f.next != nil && f.next.id.fp == ""
+		f.mu.Unlock()
+		if !opened {
+			t.Fatal("the feed did not open the empty next file: the test did not play its race")
+		}
+		cpy := ff.path + ".1"
+		calls := 0
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			gens, err := listGenerationsOnce(path)
+			if calls++; calls == 2 { // the listing that settles: nothing before the file
+				ff.write("b1\n")
+				ff.rotateCopies()
+				ff.write("b1\n", cpy)
+				ff.truncate(0)
+				ff.write("c1\n")
+			}
+			return gens, err
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 4))
+		if calls < 2 {
+			t.Fatal("the feed never listed the generations: the test did not copy after the listing")
+		}
+		eCopy, c := ff.epochOf(cpy), ff.epoch()
+		want := []string{ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
 }

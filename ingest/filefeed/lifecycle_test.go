@@ -1426,4 +1426,45 @@ func TestFeed_RotationRaces(t *testing.T) {
 		}
 		ffNoMore(t, f)
 	})
+	t.Run("CopyRenamedWhileItIsLookedFor", func(t *testing.T) {
+		t.Parallel()
+		// The file is copied and truncated; while the feed looks for the
+		// copy, rotations rename it between each listing and its opening,
+		// try after try. That no copy was found then says nothing: the
+		// feed looks again once the renames stop, and reads a2 from it.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.write("a2\n")
+		ff.copyTruncate(".1")
+		ff.write("b1\n")
+		names := [2]string{ff.path + ".1", ff.path + ".2"}
+		calls := 0
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			gens, err := listGenerationsOnce(path)
+			// Each second listing agrees with the one before and is then
+			// made stale: the copy moves to the other name.
+			if calls++; calls <= 4*listTries && calls%2 == 0 {
+				from := names[(calls/2+1)%2]
+				if err := os.Rename(from, names[(calls/2)%2]); err != nil {
+					t.Error(err)
+				}
+			}
+			return gens, err
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 3))
+		if calls <= 2*listTries {
+			t.Fatalf("%d listings: the test did not rename the copy on every try", calls)
+		}
+		b := nextFileEpoch(ff.identity(), a)
+		want := []string{ffItem(a, 6, "a2"), ffEpochRec(b), ffItem(b, 3, "b1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
 }

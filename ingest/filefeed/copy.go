@@ -2,6 +2,7 @@ package filefeed
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -33,7 +34,9 @@ type copyWant struct {
 // written to after the file was last seen intact), else the newest whose
 // size is exactly what was seen (a copy of the file as seen, modified
 // before: a copy keeping the file's time, of a file not written since),
-// else, with want.lone, the only match.
+// else, with want.lone, the only match. When a rotation renamed a candidate
+// between the listing and its opening on every try, the error wraps
+// errUnsettled.
 func (f *Feed) findCopy(want copyWant) (*fileSource, error) {
 	for range listTries {
 		matches, renamed, err := f.copies(want)
@@ -46,7 +49,10 @@ func (f *Feed) findCopy(want copyWant) (*fileSource, error) {
 		chosen := chooseCopy(matches, want)
 		return chosen, closeAll(matches, chosen)
 	}
-	return nil, nil
+	// Every listing was stale by the time a candidate was opened: that no
+	// copy was found says nothing (taken for none, the rest of the file
+	// would be reported lost, or passed over unread).
+	return nil, fmt.Errorf("find the copy of %s: %w", want.of, errUnsettled)
 }
 
 // copies returns the generations that match want, opened, oldest first;

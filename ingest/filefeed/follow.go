@@ -168,10 +168,13 @@ func (f *Feed) readCopy(cp, then *fileSource, old string, pos int64) error {
 		return errors.Join(err, cp.close())
 	}
 	f.cur = nil
-	if then != nil {
-		if f.next != nil && f.next != then {
-			f.held = append(f.held, f.next)
-		}
+	switch {
+	case then == nil:
+	case f.next != nil && f.next != then:
+		// then was rotated away (another file is at the path): read as a
+		// generation in its turn, after the copy, before the next file.
+		f.held = append(f.held, then)
+	default:
 		f.next = then
 	}
 	f.use(cp)
@@ -201,8 +204,12 @@ func (f *Feed) rotate() (bool, error) {
 			f.setWaiting(why)
 			return false, nil
 		}
-		if _, ok, err := next.fingerprint(); err != nil || !ok {
-			return false, err
+		g, err = f.lookBeforeTheMove(next)
+		if errors.Is(err, errUnsettled) {
+			return false, nil
+		}
+		if err != nil || g == nil && next.id.fp == "" {
+			return false, err // no first line yet: the writer may still be finishing the current file
 		}
 	}
 	grown, err := f.grewBeforeRotation()
@@ -224,9 +231,28 @@ func (f *Feed) rotate() (bool, error) {
 	return true, nil
 }
 
+// lookBeforeTheMove looks at next, the file at the path, once no
+// generation was found to read before it, and lists the generations again
+// after that look. A file opened before it had a first line takes the one
+// it has now as its first life (see firstLife). And a copy made of what it
+// held before the look (copytruncate, once the listing was taken) is
+// listed now: it returns that generation, to be read first, or nil. Without
+// the second listing the file would be taken as it is now, and what it held
+// passed over, with no loss recorded.
+func (f *Feed) lookBeforeTheMove(next *fileSource) (*fileSource, error) {
+	fp, ok, err := f.look(next)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if next.id.fp == "" {
+		next.id.fp, next.openedAt, next.seen = fp, next.mtime, next.size
+	}
+	return f.nextGeneration(markOf(f.cur))
+}
+
 // grewBeforeRotation reports whether the current file, announced and no
-// longer at the path, holds bytes past what was read, now that the feed has
-// found the file that follows it: a writer moves on to the next file only
+// longer at the path, holds bytes past what was read, or started over in
+// place, now that the feed has found the file that follows it: a writer moves on to the next file only
 // after its last write to this one, so what it wrote between the feed's
 // last look and that move is there now, and is read before the feed moves
 // on (else it would be passed over unread, with no loss known).
@@ -235,9 +261,22 @@ func (f *Feed) grewBeforeRotation() (bool, error) {
 	if c.epoch == "" {
 		return false, nil // no line yet: passed over, see announceCurrent
 	}
+	before := c.mtime
 	size, err := c.stat()
-	if err != nil || size <= c.split.fed() {
+	if err != nil {
 		return false, err
+	}
+	// Started over in place since the look (copytruncate, then written
+	// again, maybe to fewer bytes than were read): looked at again, so
+	// that what it holds now is read under its next epoch, not passed over.
+	// The look goes on from the time seen before the truncation, by which
+	// its copy is chosen.
+	if truncated, err := f.truncated(size); err != nil || truncated {
+		c.mtime = before
+		return truncated, err
+	}
+	if size <= c.split.fed() {
+		return false, nil
 	}
 	c.saw(size)
 	c.atEOF = false
@@ -280,11 +319,12 @@ func (f *Feed) switchTo(s *fileSource) error {
 func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 	first, before, seen := s.id, s.mtime, s.seen
 	since := s.openedAt // a copy of what s held when opened is made after that
-	fp, ok, err := s.fingerprint()
+	fp, ok, err := f.look(s)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := s.stat(); err != nil {
+		s.mtime = before
+		if s != f.next {
+			f.held = append(f.held, s)
+		}
 		return nil, err
 	}
 	if !ok {
@@ -423,14 +463,37 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 // the file is truncated, the copy is found as one (see findCopy). Read as a
 // generation of its own, they would be read twice.
 func (f *Feed) copyInProgress(g generation) (bool, error) {
-	if g.compressed || g.held != nil || f.next == nil {
+	if g.compressed || g.held != nil {
+		return false, nil
+	}
+	if f.next == nil && f.cur != nil {
+		// The path was missing when the feed looked (renamed, not yet made
+		// again); a file made there since, and copied already, is the one
+		// this may be a copy of.
+		if _, _, _, err := f.upcoming(); err != nil {
+			return false, err
+		}
+	}
+	if f.next == nil {
 		return false, nil
 	}
 	// The size as seen now: the file at the path may have grown since it
 	// was opened, and a copy of it as it is now is larger than it was then.
-	if _, err := f.next.stat(); err != nil || g.size > f.next.size {
+	// Its fingerprint is read before the bytes are compared: if it starts
+	// over after the comparison, that fingerprint is what shows it.
+	fp, ok, err := f.look(f.next)
+	if err != nil || g.size > f.next.size {
 		return false, err
 	}
+	same, err := f.prefixOfNext(g)
+	if err != nil || !same || !ok {
+		return same, err // no first line in either: nothing to anchor
+	}
+	return f.anchor(f.next, fp)
+}
+
+// prefixOfNext reports whether g holds nothing but a prefix of f.next.
+func (f *Feed) prefixOfNext(g generation) (bool, error) {
 	s, err := openGeneration(g, f.opts.MaxLine)
 	if err != nil || s == nil {
 		return false, err
@@ -442,6 +505,48 @@ func (f *Feed) copyInProgress(g generation) (bool, error) {
 		return same, err
 	}
 	return sameBytes(s, f.next, max(s.size-tailSize, head), s.size)
+}
+
+// anchor makes what next holds now (fingerprint fp, size and time as just
+// looked at) its first life, once a copy of it was matched against it: the
+// feed leaves the copy's lines to next, so if next starts over before the
+// feed gets to it, firstLife must look for the copy of this life, not of
+// the one next held when it was opened (an empty file, or a life copied and
+// truncated since: copytruncate may run again and again before the feed
+// gets to next). That earlier life is settled first, as firstLife would:
+// its copy read already, or none (a RecordLoss of unknown extent). When its
+// copy is there unread, next keeps its first life, to be read from that
+// copy. It reports whether the copy just matched is left to next.
+func (f *Feed) anchor(next *fileSource, fp string) (bool, error) {
+	if next.id.fp != "" && next.id.fp != fp {
+		cpy, err := f.findCopy(copyWant{of: next.id, size: next.seen, since: next.openedAt})
+		switch {
+		case err != nil:
+			return false, err
+		case cpy != nil && !f.readHere(cpy.id):
+			return true, cpy.close()
+		case cpy != nil:
+			if err := cpy.close(); err != nil {
+				return false, err
+			}
+		default:
+			f.log.Info("the next file started over in place before it was read", logFile, next.file.Name(), logEpoch, next.id.String())
+			f.lose(next.id.String(), 0, ingest.UnknownPosition, LossTruncated)
+		}
+	}
+	if next.id.fp != fp {
+		next.id.fp, next.openedAt, next.seen = fp, next.mtime, next.size
+	}
+	return true, nil
+}
+
+// look reads s's fingerprint with its size and time (see fileSource.look).
+func (f *Feed) look(s *fileSource) (string, bool, error) {
+	if f.looking == nil {
+		return s.look(nil)
+	}
+	f.looking(s, false)
+	return s.look(func() { f.looking(s, true) })
 }
 
 // beingWritten reports whether s, the next generation, has no first line

@@ -1130,4 +1130,341 @@ func TestFeed_RotationRaces(t *testing.T) {
 			t.Fatal("the feed never listed the generations: the test did not write while it looked")
 		}
 	})
+	t.Run("NextFileOpenedEmptyCopiedAndTruncatedAfterTheMatch", func(t *testing.T) {
+		t.Parallel()
+		// The feed opened the next file while it was still empty (the
+		// writer had created it and not yet written). By its next look the
+		// file holds b1 and a copy of it is there, not yet truncated: the
+		// copy's lines are left to the file. The file is then truncated and
+		// written again after that match, before the feed moves to it:
+		// b1 is read from the copy, then what the file holds now.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rename(".1")
+		ff.write("")
+		ffNoMore(t, f)
+		f.mu.Lock()
+		opened := f.next != nil && f.next.id.fp == ""
+		f.mu.Unlock()
+		if !opened {
+			t.Fatal("the feed did not open the empty next file: the test did not play its race")
+		}
+		ff.write("b1\n")
+		ff.rotateCopies()
+		cpy := ff.path + ".1"
+		ff.write("b1\n", cpy)
+		looks := 0
+		f.mu.Lock()
+		f.looking = func(s *fileSource, fingerprinted bool) {
+			if !fingerprinted {
+				if looks++; looks == 2 { // after the match, before the move
+					ff.truncate(0)
+					ff.write("c1\n")
+				}
+			}
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 4))
+		if looks < 2 {
+			t.Fatalf("%d looks at the next file: the test did not truncate between the match and the move", looks)
+		}
+		eCopy, c := ff.epochOf(cpy), ff.epoch()
+		want := []string{ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("NextFileCopiedAndTruncatedTwiceBeforeTheMove", func(t *testing.T) {
+		t.Parallel()
+		// copytruncate runs twice before the feed gets to the next file,
+		// opened when it held b1: b1's copy is read as a generation; b2's
+		// copy is made while the file still holds b2, and left to the file;
+		// then the file is truncated and written again (b3) before the feed
+		// moves to it. b2 is read from its copy: the copy of the life the
+		// file was opened with is not the only one to look for.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		old := ff.rename(".1")
+		ff.write("b1\n")
+		next := ff.identityOf(ff.path)
+		wrote := false
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			if !wrote { // the feed has the next file open: a2 keeps it on a
+				wrote = true
+				ff.write("a2\n", old)
+			}
+			return listGenerationsOnce(path)
+		}
+		f.mu.Unlock()
+		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffItem(a, 6, "a2") {
+			t.Fatalf("got %v, want a2", got)
+		}
+		f.mu.Lock()
+		opened := f.next != nil && f.next.id.sameInode(next)
+		f.mu.Unlock()
+		if !opened {
+			t.Fatal("the feed did not open the next file while it held b1: the test did not play its race")
+		}
+		ff.rotateCopies()
+		ff.copyTruncate(".1")
+		ff.write("b2\n")
+		ff.rotateCopies()
+		second := ff.path + ".1"
+		ff.write("b2\n", second)
+		firstID := ff.identityOf(ff.path + ".2")
+		looks := 0
+		f.mu.Lock()
+		f.looking = func(s *fileSource, fingerprinted bool) {
+			if fingerprinted || !s.id.sameInode(next) || f.cur == nil || !f.cur.id.sameInode(firstID) {
+				return
+			}
+			if looks++; looks == 2 { // after the match with b2's copy, before the move
+				ff.truncate(0)
+				ff.write("b3\n")
+			}
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 6))
+		if looks < 2 {
+			t.Fatalf("%d looks at the next file after b1's copy: the test did not truncate between the match and the move", looks)
+		}
+		e1, e2, e3 := firstID.String(), ff.epochOf(second), ff.epoch()
+		want := []string{ffEpochRec(e1), ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "b2"), ffEpochRec(e3), ffItem(e3, 3, "b3")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("NextFileCopiedAndTruncatedWhileItIsLookedAt", func(t *testing.T) {
+		t.Parallel()
+		// The next file is copied, truncated and written again (a longer
+		// line) just after the feed read its fingerprint as it moves to it: the
+		// size and time it goes on with are those of the file it
+		// fingerprinted, so the copy is found when the truncation is seen,
+		// and b1 is read from it, not reported lost.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rename(".1")
+		ff.write("b1\n")
+		b := ff.epoch()
+		done, looks := false, 0
+		f.mu.Lock()
+		f.looking = func(s *fileSource, fingerprinted bool) {
+			// The second look: the one the move itself takes, after the
+			// look and the listing that found nothing before the file.
+			if fingerprinted && !done {
+				if looks++; looks < 2 {
+					return
+				}
+				done = true
+				ff.rotateCopies()
+				ff.copyTruncate(".1")
+				ff.write("c1-longer\n")
+			}
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 4))
+		if !done {
+			t.Fatal("the feed never looked at the next file: the test did not copy while it looked")
+		}
+		b2 := nextFileEpoch(ff.identity(), b)
+		want := []string{ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(b2), ffItem(b2, 10, "c1-longer")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("CopiedWhileThePathWasMissing", func(t *testing.T) {
+		t.Parallel()
+		// The feed finds the path missing after a rotation; before it lists
+		// the generations, the writer makes the next file, writes b1 and
+		// copies it (copytruncate, not yet truncated). The copy is the next
+		// file's own lines, read there: read as a generation of its own as
+		// well, b1 would come twice.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		wrote := false
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			if !wrote {
+				wrote = true
+				ff.write("b1\n")
+				ff.rotateCopies()
+				ff.write("b1\n", ff.path+".1")
+			}
+			return listGenerationsOnce(path)
+		}
+		f.mu.Unlock()
+		ff.rename(".1") // the next look finds the path missing, then lists
+		got := ffDescribeAll(ffCollect(t, f, 2))
+		if !wrote {
+			t.Fatal("the feed never listed the generations: the test did not write while it looked")
+		}
+		b := ff.epoch()
+		if want := []string{ffEpochRec(b), ffItem(b, 3, "b1")}; !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ff.truncate(0)
+		ff.write("c1\n")
+		c := nextFileEpoch(ff.identity(), b)
+		ffExpect(t, f, ffEpochRec(c), ffItem(c, 3, "c1"))
+	})
+	for _, copied := range []bool{false, true} {
+		t.Run(fmt.Sprintf("TruncatedAfterTheLookBeforeTheMoveCopied%v", copied), func(t *testing.T) {
+			t.Parallel()
+			// The feed read the rotated file to its end and found the next
+			// one; between that look and its move, the rotated file is
+			// truncated and written again with fewer bytes than were read
+			// (copied first, with a2 written after the look, when copied).
+			// What it held is read from the copy, and what it holds now
+			// under its next epoch, before the move: not passed over as a
+			// file that did not grow.
+			ff := ffNewFile(t)
+			ff.write("a1\n")
+			f := ff.open(outbox.Checkpoint{})
+			a := ff.epoch()
+			ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+			old := ff.rename(".1")
+			ff.write("b1\n")
+			b := ff.epoch()
+			wrote := false
+			f.mu.Lock()
+			f.listOnce = func(path string) ([]generation, error) {
+				if !wrote {
+					wrote = true
+					if copied {
+						ff.write("a2\n", old)
+						ff.write("a1\na2\n", ff.path+".2")
+					}
+					if err := os.Truncate(old, 0); err != nil {
+						t.Error(err)
+					}
+					ff.write("x\n", old)
+					// Written again later than the copy was made.
+					later := time.Now().Add(time.Second)
+					if err := os.Chtimes(old, later, later); err != nil {
+						t.Error(err)
+					}
+				}
+				return listGenerationsOnce(path)
+			}
+			f.mu.Unlock()
+			var want []string
+			if copied {
+				want = append(want, ffItem(a, 6, "a2"))
+			}
+			got := ffDescribeAll(ffCollect(t, f, len(want)+4))
+			if !wrote {
+				t.Fatal("the feed never listed the generations: the test did not truncate while it looked")
+			}
+			a2 := nextFileEpoch(ff.identityOf(old), a)
+			want = append(want, ffEpochRec(a2), ffItem(a2, 2, "x"), ffEpochRec(b), ffItem(b, 3, "b1"))
+			if !slices.Equal(got, want) {
+				t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+			}
+			ffNoMore(t, f)
+		})
+	}
+	t.Run("NextFileOpenedEmptyCopiedAndTruncatedAfterTheListing", func(t *testing.T) {
+		t.Parallel()
+		// The feed opened the next file while it was still empty. It then
+		// lists the generations (nothing to read before the file) and,
+		// before it looks at the file again, the file is written, copied,
+		// truncated and written again: what it held is in the copy only.
+		// The copy is read, then what the file holds now.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rename(".1")
+		ff.write("")
+		ffNoMore(t, f)
+		f.mu.Lock()
+		opened := f.next != nil && f.next.id.fp == ""
+		f.mu.Unlock()
+		if !opened {
+			t.Fatal("the feed did not open the empty next file: the test did not play its race")
+		}
+		cpy := ff.path + ".1"
+		calls := 0
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			gens, err := listGenerationsOnce(path)
+			if calls++; calls == 2 { // the listing that settles: nothing before the file
+				ff.write("b1\n")
+				ff.rotateCopies()
+				ff.write("b1\n", cpy)
+				ff.truncate(0)
+				ff.write("c1\n")
+			}
+			return gens, err
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 4))
+		if calls < 2 {
+			t.Fatal("the feed never listed the generations: the test did not copy after the listing")
+		}
+		eCopy, c := ff.epochOf(cpy), ff.epoch()
+		want := []string{ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("CopyRenamedWhileItIsLookedFor", func(t *testing.T) {
+		t.Parallel()
+		// The file is copied and truncated; while the feed looks for the
+		// copy, rotations rename it between each listing and its opening,
+		// try after try. That no copy was found then says nothing: the
+		// feed looks again once the renames stop, and reads a2 from it.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.write("a2\n")
+		ff.copyTruncate(".1")
+		ff.write("b1\n")
+		names := [2]string{ff.path + ".1", ff.path + ".2"}
+		calls := 0
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			gens, err := listGenerationsOnce(path)
+			// Each second listing agrees with the one before and is then
+			// made stale: the copy moves to the other name.
+			if calls++; calls <= 4*listTries && calls%2 == 0 {
+				from := names[(calls/2+1)%2]
+				if err := os.Rename(from, names[(calls/2)%2]); err != nil {
+					t.Error(err)
+				}
+			}
+			return gens, err
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 3))
+		if calls <= 2*listTries {
+			t.Fatalf("%d listings: the test did not rename the copy on every try", calls)
+		}
+		b := nextFileEpoch(ff.identity(), a)
+		want := []string{ffItem(a, 6, "a2"), ffEpochRec(b), ffItem(b, 3, "b1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
 }

@@ -26,8 +26,11 @@ type fileSource struct {
 	seen  int64  // the largest size seen in this epoch: what a loss runs to
 	atEOF bool   // the last read found the end: look at the file before reading on
 
-	mtime    time.Time // the modification time as last seen
-	openedAt time.Time // the modification time when opened: the fingerprint read then was of it
+	mtime time.Time // the modification time as last seen
+	// openedAt is the modification time when the feed took the file's
+	// fingerprint (id.fp) as its first life: when it was opened, or when a
+	// copy of it was matched against it since (see Feed.copyInProgress).
+	openedAt time.Time
 	lookedAt time.Time // when the feed last looked at the file's size (the feed's clock)
 	last     fileLine  // the last complete line read: evidence of what ends at split.pos
 	// restartOf is the epoch the file had before it started over in place,
@@ -92,6 +95,41 @@ func newFileSource(file *os.File, maxLine int) (*fileSource, error) {
 // none.
 func (s *fileSource) fingerprint() (fp string, ok bool, err error) {
 	return readFingerprint(s.file, s.fpBuf)
+}
+
+// look reads the file's fingerprint, with its size and modification time
+// (s.size, s.mtime) taken just before, never after: a copytruncate between
+// the two would otherwise pair the fingerprint of what the file held with
+// the size and time of what it holds next, and the copy of what it held
+// (older, maybe shorter) would no longer match. A file that shrank between
+// the stat and a second one just after the fingerprint started over while it
+// was looked at; it is looked at again, and past listTries tries the error
+// wraps errUnsettled.
+// fingerprinted, when not nil, is called just after each fingerprint read.
+func (s *fileSource) look(fingerprinted func()) (fp string, ok bool, err error) {
+	for range listTries {
+		size, err := s.stat()
+		if err != nil {
+			return "", false, err
+		}
+		mtime := s.mtime
+		fp, ok, err = s.fingerprint()
+		if err != nil {
+			return "", false, err
+		}
+		if fingerprinted != nil {
+			fingerprinted()
+		}
+		after, err := s.stat()
+		if err != nil {
+			return "", false, err
+		}
+		s.size, s.mtime = size, mtime
+		if after >= size {
+			return fp, ok, nil
+		}
+	}
+	return "", false, fmt.Errorf("look at %s: %w", s.file.Name(), errUnsettled)
 }
 
 // seek makes the next read start at pos, dropping any unfinished line.

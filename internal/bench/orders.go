@@ -129,23 +129,11 @@ func (b *bench) ordersAt(ctx context.Context, name string, orders int) (*phaseRe
 	}
 	db := b.path(name + "-orders.db")
 	defer removeDB(db)
-	e, err := b.startEngine(ctx, engineSpec{db: db, source: "kafka:" + topic, topic: b.topic("status"), relay: "none"})
-	if err != nil {
-		return nil, err
-	}
-	err = waitUntil(ctx, e.srv, fmt.Sprintf("the feed to apply %d events", d.Events), func() (bool, error) {
-		n, err := e.w.applied(ctx)
-		return n >= d.Events, err
-	})
-	res := newPhaseResult(d.Events, time.Since(e.srv.start))
-	if err != nil {
-		e.close()
-		return nil, err
-	}
-	last, err := e.w.store.LastOutboxID(ctx)
-	if ferr := e.finish(name, res); err == nil {
-		err = ferr
-	}
+	res, last, err := b.timeEngine(ctx, name, engineSpec{db: db, source: "kafka:" + topic, topic: b.topic("status"), relay: "none"},
+		d.Events, fmt.Sprintf("the feed to apply %d events", d.Events), func(e *engineRun) (bool, error) {
+			n, err := e.w.applied(ctx)
+			return n >= d.Events, err
+		})
 	if err != nil {
 		return nil, err
 	}

@@ -70,26 +70,39 @@ func (b *bench) ingestSpec(db string, d lineData) engineSpec {
 	return engineSpec{db: db, source: "file:" + d.Path, topic: b.topic("relay"), relay: "none"}
 }
 
-// ingestFile runs the server of s over d, and checks it wrote one outbox
-// row per line.
-func (b *bench) ingestFile(ctx context.Context, name string, s engineSpec, d lineData) (*phaseResult, error) {
+// timeEngine runs the server of s from its start until done says so, as a
+// phase of count items, and returns the phase and the last outbox id it
+// wrote.
+func (b *bench) timeEngine(ctx context.Context, name string, s engineSpec, count int64, what string,
+	done func(*engineRun) (bool, error)) (*phaseResult, int64, error) {
 	e, err := b.startEngine(ctx, s)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	err = waitUntil(ctx, e.srv, fmt.Sprintf("the feed to reach %d", d.Size), func() (bool, error) {
-		pos, err := e.w.position(ctx)
-		return pos >= d.Size, err
-	})
-	res := newPhaseResult(d.Lines, time.Since(e.srv.start))
+	err = waitUntil(ctx, e.srv, what, func() (bool, error) { return done(e) })
+	res := newPhaseResult(count, time.Since(e.srv.start))
 	if err != nil {
 		e.close()
-		return nil, err
+		return nil, 0, err
 	}
 	last, err := e.w.store.LastOutboxID(ctx)
 	if ferr := e.finish(name, res); err == nil {
 		err = ferr
 	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return res, last, nil
+}
+
+// ingestFile runs the server of s over d, and checks it wrote one outbox
+// row per line.
+func (b *bench) ingestFile(ctx context.Context, name string, s engineSpec, d lineData) (*phaseResult, error) {
+	res, last, err := b.timeEngine(ctx, name, s, d.Lines, fmt.Sprintf("the feed to reach %d", d.Size),
+		func(e *engineRun) (bool, error) {
+			pos, err := e.w.position(ctx)
+			return pos >= d.Size, err
+		})
 	if err != nil {
 		return nil, err
 	}

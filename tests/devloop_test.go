@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/outboxd/outboxd/outbox"
 )
 
 // tool runs a subcommand of the built binary and returns its stdout, its
@@ -54,24 +52,7 @@ func TestDevLoop(t *testing.T) {
 		wait(t, 30*time.Second, func() error { return httpOK("http://" + api + "/healthz") })
 		return p
 	}
-	published := func(n int64) {
-		t.Helper()
-		wait(t, 30*time.Second, func() error {
-			s, err := outbox.Open(context.Background(), outbox.DefaultConfig(db))
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			last, err := s.LastOutboxID(context.Background())
-			if err != nil {
-				return err
-			}
-			if last != n {
-				return fmt.Errorf("%d outbox rows, want %d", last, n)
-			}
-			return relayDone(context.Background(), s)
-		})
-	}
+	published := func(n int64) { t.Helper(); waitRelayed(t, db, n) }
 	p := run()
 	published(4) // three outputs and a dead letter
 	if code := p.stop(t, 30*time.Second); code != 0 {

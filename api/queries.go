@@ -14,10 +14,11 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// QueryConcurrency is how many state queries run at once. The store's
-// read pool has four connections: one is always left to the relay and
-// the status endpoints, so queries in a loop never stall publishing.
-const QueryConcurrency = 3
+// QueryConcurrency is how many state queries run at once: one on each of
+// the store's query connections (outbox.QueryConns), which are apart
+// from the read pool of the relay and the status endpoints, so queries
+// in a loop never stall publishing. A request beyond it waits for a turn.
+const QueryConcurrency = outbox.QueryConns
 
 // Error codes of the query endpoint.
 const (

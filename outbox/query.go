@@ -2,13 +2,14 @@ package outbox
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -83,7 +84,7 @@ type Query struct {
 
 	mu      sync.Mutex
 	columns []string // set once the statement compiled on this database
-	stmt    *sql.Stmt
+	gen     uint64   // moved on by Close: a query connection prepares again
 }
 
 // Name is the query's name.
@@ -117,12 +118,12 @@ func (s *Store) PrepareQuery(ctx context.Context, name, text string) (*Query, er
 	return q, nil
 }
 
-// compileQuery compiles q on a read connection under the read-only rule
-// and prepares it, once.
+// compileQuery checks q on a read connection under the read-only rule,
+// once; each query connection prepares it on its first run.
 func (s *Store) compileQuery(ctx context.Context, q *Query) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.stmt != nil {
+	if q.columns != nil {
 		return nil
 	}
 	cols, err := s.readOnlyColumns(ctx, q.text)
@@ -132,11 +133,7 @@ func (s *Store) compileQuery(ctx context.Context, q *Query) error {
 	if dup := duplicate(cols); dup != "" {
 		return fmt.Errorf("query %s: %w: two result columns are named %q (name each with AS)", q.name, ErrQueryRefused, dup)
 	}
-	stmt, err := s.rdb.PrepareContext(ctx, q.text)
-	if err != nil {
-		return fmt.Errorf("query %s: prepare: %w", q.name, err)
-	}
-	q.columns, q.stmt = cols, stmt
+	q.columns = cols
 	return nil
 }
 
@@ -285,7 +282,7 @@ func (s *Store) Query(ctx context.Context, q *Query, params map[string][]string,
 	}
 	rctx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
-	res, err := q.run(rctx, args, lim)
+	res, err := q.run(rctx, s, args, lim)
 	if err != nil && ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
 		return QueryResult{}, fmt.Errorf("query %s: %w (%v)", q.name, ErrQueryTimeout, lim.Timeout)
 	}
@@ -297,7 +294,7 @@ func (s *Store) Query(ctx context.Context, q *Query, params map[string][]string,
 
 // bind checks params against q's parameters and returns them as named
 // arguments.
-func (q *Query) bind(params map[string][]string) ([]any, error) {
+func (q *Query) bind(params map[string][]string) ([]driver.NamedValue, error) {
 	pe := &ParamError{Query: q.name}
 	for name, vs := range params {
 		switch {
@@ -307,14 +304,14 @@ func (q *Query) bind(params map[string][]string) ([]any, error) {
 			pe.Repeated = append(pe.Repeated, name)
 		}
 	}
-	args := make([]any, 0, len(q.params))
+	args := make([]driver.NamedValue, 0, len(q.params))
 	for _, name := range q.params {
 		vs, ok := params[name]
 		if !ok || len(vs) == 0 {
 			pe.Missing = append(pe.Missing, name)
 			continue
 		}
-		args = append(args, sql.Named(name, vs[0]))
+		args = append(args, driver.NamedValue{Name: name, Ordinal: len(args) + 1, Value: vs[0]})
 	}
 	if len(pe.Unknown)+len(pe.Missing)+len(pe.Repeated) > 0 {
 		slices.Sort(pe.Unknown)
@@ -325,46 +322,71 @@ func (q *Query) bind(params map[string][]string) ([]any, error) {
 	return args, nil
 }
 
-// run reads the rows within lim.
-func (q *Query) run(ctx context.Context, args []any, lim QueryLimits) (QueryResult, error) {
+// run reads the rows within lim on a query connection, through the
+// driver: the statement stays prepared on that connection from one run
+// to the next, and each value is encoded as it is read.
+func (q *Query) run(ctx context.Context, s *Store, args []driver.NamedValue, lim QueryLimits) (QueryResult, error) {
 	q.mu.Lock()
-	stmt, cols := q.stmt, q.columns
+	cols, gen := q.columns, q.gen
 	q.mu.Unlock()
-	if stmt == nil {
-		return QueryResult{}, errors.New("closed")
-	}
-	rows, err := stmt.QueryContext(ctx, args...)
+	c, err := s.queryConn(ctx)
 	if err != nil {
 		return QueryResult{}, err
 	}
-	defer rows.Close()
+	defer s.putQueryConn(c)
 	res := QueryResult{Columns: cols, Rows: []json.RawMessage{}}
-	vals := make([]any, len(cols))
-	ptrs := make([]any, len(cols))
-	for i := range vals {
-		ptrs[i] = &vals[i]
+	err = c.conn.Raw(func(dc any) error {
+		st, err := c.statement(ctx, dc, q, gen)
+		if err != nil {
+			return err
+		}
+		return readRows(ctx, st, args, lim, &res)
+	})
+	return res, err
+}
+
+// readRows runs st with args and adds its rows to res within lim.
+func readRows(ctx context.Context, st driver.Stmt, args []driver.NamedValue, lim QueryLimits, res *QueryResult) error {
+	sq, ok := st.(driver.StmtQueryContext)
+	if !ok {
+		return errors.New("the SQLite driver cannot query with a context")
 	}
-	names := encodedNames(cols)
-	for rows.Next() {
+	rows, err := sq.QueryContext(ctx, args)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if got := len(rows.Columns()); got != len(res.Columns) {
+		// The schema changed under the query since it was checked.
+		return fmt.Errorf("the statement now returns %d columns, %d when it was checked", got, len(res.Columns))
+	}
+	vals := make([]driver.Value, len(res.Columns))
+	names := encodedNames(res.Columns)
+	var buf []byte
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		switch err := rows.Next(vals); {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			return err
+		}
 		if len(res.Rows) == lim.MaxRows {
 			res.Truncated = "rows"
-			break
+			return nil
 		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return QueryResult{}, err
+		if buf, err = appendRow(buf[:0], names, vals); err != nil {
+			return err
 		}
-		row, err := encodeRow(names, vals)
-		if err != nil {
-			return QueryResult{}, err
-		}
-		if res.Bytes+len(row) > lim.MaxBytes {
+		if res.Bytes+len(buf) > lim.MaxBytes {
 			res.Truncated = "bytes"
-			break
+			return nil
 		}
-		res.Rows = append(res.Rows, row)
-		res.Bytes += len(row)
+		res.Rows = append(res.Rows, json.RawMessage(slices.Clone(buf)))
+		res.Bytes += len(buf)
 	}
-	return res, rows.Err()
 }
 
 // encodedNames are the columns' names as JSON strings followed by ':'.
@@ -377,36 +399,72 @@ func encodedNames(cols []string) [][]byte {
 	return out
 }
 
-// encodeRow encodes one row as a JSON object, its columns in order.
-func encodeRow(names [][]byte, vals []any) (json.RawMessage, error) {
-	b := []byte{'{'}
+// appendRow appends one row to b as a JSON object, its columns in order.
+func appendRow(b []byte, names [][]byte, vals []driver.Value) ([]byte, error) {
+	b = append(b, '{')
 	for i, v := range vals {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = append(b, names[i]...)
-		if f, ok := v.(float64); ok && math.IsInf(f, 0) {
-			v = "Infinity"
-			if f < 0 {
-				v = "-Infinity"
-			}
-		}
-		e, err := json.Marshal(v)
-		if err != nil {
+		var err error
+		if b, err = appendValue(b, v); err != nil {
 			return nil, fmt.Errorf("encode column %s: %w", names[i], err)
 		}
-		b = append(b, e...)
 	}
 	return append(b, '}'), nil
 }
 
-// Close releases the query's prepared statement; a later Query prepares
-// it again.
+// appendValue appends v as encoding/json encodes it, byte for byte,
+// without its reflection for the values SQLite gives most (integers,
+// plain text, reals, NULL); an infinite real is the string "Infinity" or
+// "-Infinity".
+func appendValue(b []byte, v driver.Value) ([]byte, error) {
+	switch x := v.(type) {
+	case nil:
+		return append(b, "null"...), nil
+	case int64:
+		return strconv.AppendInt(b, x, 10), nil
+	case string:
+		if plainJSON(x) {
+			b = append(b, '"')
+			b = append(b, x...)
+			return append(b, '"'), nil
+		}
+	case float64:
+		if math.IsInf(x, 0) {
+			v = "Infinity"
+			if x < 0 {
+				v = "-Infinity"
+			}
+		} else if a := math.Abs(x); a == 0 || a >= 1e-6 && a < 1e21 {
+			// encoding/json's own rule: these take no exponent.
+			return strconv.AppendFloat(b, x, 'f', -1, 64), nil
+		}
+	}
+	e, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, e...), nil
+}
+
+// plainJSON reports whether s encodes as a JSON string as it is, between
+// quotes: printable ASCII and none of what encoding/json escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// Close releases the query's prepared statements: each query connection
+// prepares it again on its next run.
 func (q *Query) Close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.stmt != nil {
-		q.stmt.Close()
-		q.stmt = nil
-	}
+	q.gen++
 }

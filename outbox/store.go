@@ -107,6 +107,8 @@ type Store struct {
 
 	owner atomic.Int64 // generation taken by Claim; 0 = unclaimed
 
+	queries queryConns // the state queries' own connections, see QueryConns
+
 	health writeHealth // how the writes went, for CheckWritable
 	closed atomic.Bool // set by Close
 	files  openedFiles // the files opened at the path, see CheckPath
@@ -338,7 +340,7 @@ func (s *Store) Close() error {
 	}
 	s.stmts = map[string]*sqlx.Stmt{}
 	s.mu.Unlock()
-	rerr := s.rdb.Close()
+	rerr := errors.Join(s.closeQueryConns(), s.rdb.Close())
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", s.cfg.Path, err)
 	}

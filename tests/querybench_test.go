@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -43,37 +46,73 @@ func BenchmarkQueries_UnderIngest(b *testing.B) {
 	end := int64(sb.Len())
 	for range b.N {
 		quiet := ingestRate(b, dir, "quiet", cfg, input, end, 0, nil)
+		b.Logf("alone: ingest %.0f lines/s, server CPU %.2f s over %.2f s", quiet.rate, quiet.serverCPU, quiet.wall)
 		var one, lat latencies
 		single := ingestRate(b, dir, "single", cfg, input, end, 1, &one)
 		p50one, p99one, maxOne := one.percentiles()
-		b.Logf("one client querying in a loop: ingest %.0f lines/s (%.2f of alone); %d queries, %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms",
-			single, single/quiet, one.count(), float64(one.count())/one.seconds(), ms(p50one), ms(p99one), ms(maxOne))
+		srv1, cl1 := single.perAnswer(quiet, one.count())
+		b.Logf("one client querying in a loop: ingest %.0f lines/s (%.2f of alone); %d queries, %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms; CPU per answer: server %.1f µs, client %.1f µs",
+			single.rate, single.rate/quiet.rate, one.count(), float64(one.count())/one.seconds(), ms(p50one), ms(p99one), ms(maxOne), srv1, cl1)
 		b.ReportMetric(ms(p99one), "query-p99-ms-1-client")
 		loaded := ingestRate(b, dir, "loaded", cfg, input, end, clients, &lat)
 		p50, p99, max := lat.percentiles()
-		b.ReportMetric(quiet, "lines/s-quiet")
-		b.ReportMetric(loaded, "lines/s-50-clients")
-		b.ReportMetric(loaded/quiet, "ingest-ratio")
+		srv, cl := loaded.perAnswer(quiet, lat.count())
+		b.ReportMetric(quiet.rate, "lines/s-quiet")
+		b.ReportMetric(loaded.rate, "lines/s-50-clients")
+		b.ReportMetric(loaded.rate/quiet.rate, "ingest-ratio")
 		b.ReportMetric(float64(lat.count())/lat.seconds(), "queries/s")
 		b.ReportMetric(ms(p50), "query-p50-ms")
 		b.ReportMetric(ms(p99), "query-p99-ms")
 		b.ReportMetric(ms(max), "query-max-ms")
-		b.Logf("ingest %.0f lines/s alone, %.0f with %d clients querying (%.2f); %d queries, %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms",
-			quiet, loaded, clients, loaded/quiet, lat.count(), float64(lat.count())/lat.seconds(), ms(p50), ms(p99), ms(max))
+		b.ReportMetric(srv, "server-µs/answer")
+		b.ReportMetric(cl, "client-µs/answer")
+		b.Logf("ingest %.0f lines/s alone, %.0f with %d clients querying (%.2f); %d queries, %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms; CPU per answer: server %.1f µs, client %.1f µs (server %.2f s, client %.2f s over %.2f s)",
+			quiet.rate, loaded.rate, clients, loaded.rate/quiet.rate, lat.count(), float64(lat.count())/lat.seconds(), ms(p50), ms(p99), ms(max),
+			srv, cl, loaded.serverCPU, loaded.client, loaded.wall)
 	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// envQueryProfile names a file prefix: with it set, each phase's server
+// writes a CPU profile to PREFIX.PHASE (go tool pprof reads it) and is
+// stopped with SIGTERM, so the profile is complete.
+const envQueryProfile = "OUTBOXD_QUERYBENCH_CPUPROFILE"
+
+// phase is what one run of the server measured, from its first stored
+// position to the file's end.
+type phase struct {
+	rate              float64 // lines per second
+	wall              float64 // seconds
+	serverCPU, client float64 // CPU seconds of the server and of the bench's own process
+}
+
+// perAnswer is the CPU per answer, in microseconds, of the server above
+// what ingest alone took over the same lines (quiet), and of the bench's
+// clients.
+func (p phase) perAnswer(quiet phase, answers int) (server, client float64) {
+	if answers == 0 {
+		return 0, 0
+	}
+	return (p.serverCPU - quiet.serverCPU) / float64(answers) * 1e6, (p.client - quiet.client) / float64(answers) * 1e6
+}
+
 // ingestRate runs the server on a fresh database over input with clients
-// querying a balance in a loop, and returns the lines per second from its
-// first stored position to the file's end.
-func ingestRate(b *testing.B, dir, name, cfg, input string, end int64, clients int, lat *latencies) float64 {
+// querying a balance in a loop, and measures it from its first stored
+// position to the file's end.
+func ingestRate(b *testing.B, dir, name, cfg, input string, end int64, clients int, lat *latencies) phase {
 	b.Helper()
 	api := "127.0.0.1:" + freePort(b)
 	db := filepath.Join(dir, name+".db")
-	p := startBin(b, serverBin, nil, "--config", cfg, "--db", db, "--http", api, "--relay", "none",
-		"--feed", "ledger=file:"+input, "--processor", "ledger=ledger")
+	args := []string{"--config", cfg, "--db", db, "--http", api, "--relay", "none",
+		"--feed", "ledger=file:" + input, "--processor", "ledger=ledger"}
+	var env []string
+	if prefix := os.Getenv(envQueryProfile); prefix != "" {
+		// The bench's child mode runs the server as it is, profiled.
+		env = []string{"OUTBOXD_BENCH_SERVER_CHILD=1", "OUTBOXD_BENCH_SERVER_CPUPROFILE=" + prefix + "." + name}
+		args = append([]string{"bench"}, args...)
+	}
+	p := startBin(b, serverBin, env, args...)
 	defer p.kill()
 	base := "http://" + api
 	var stop atomic.Bool
@@ -84,20 +123,62 @@ func ingestRate(b *testing.B, dir, name, cfg, input string, end int64, clients i
 	}
 	var t0 time.Time
 	var pos0 int64
+	var cpu0, self0 float64
 	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
 		pos := statusPosition(base)
 		if pos > 0 && t0.IsZero() {
 			t0, pos0 = time.Now(), pos
+			cpu0, self0 = processCPU(b, p.cmd.Process.Pid), selfCPU()
 		}
 		if pos == end {
-			lines := float64(end-pos0) / float64(len("acct-0000,1\n"))
-			return lines / time.Since(t0).Seconds()
+			wall := time.Since(t0).Seconds()
+			ph := phase{rate: float64(end-pos0) / float64(len("acct-0000,1\n")) / wall, wall: wall,
+				serverCPU: processCPU(b, p.cmd.Process.Pid) - cpu0, client: selfCPU() - self0}
+			if len(env) > 0 {
+				stop.Store(true)
+				wg.Wait()
+				p.cmd.Process.Signal(syscall.SIGTERM)
+				<-p.done
+			}
+			return ph
 		}
-		time.Sleep(5 * time.Millisecond)
+		// A status answer costs the server more than a query: polled every
+		// 5 ms it took a tenth of its CPU from both. Every 25 ms puts the
+		// ends within 1% of a phase of several seconds.
+		time.Sleep(statusPoll)
 	}
 	b.Fatalf("%s: the feed did not reach %d within 5 minutes", name, end)
-	return 0
+	return phase{}
+}
+
+// statusPoll is how often the bench asks the feed's position.
+const statusPoll = 25 * time.Millisecond
+
+// processCPU is the CPU seconds (user and system) process pid has used,
+// from /proc.
+func processCPU(b *testing.B, pid int) float64 {
+	b.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatalf("server CPU: %v", err)
+	}
+	// The fields after the command's name (which may hold spaces) in its
+	// parentheses: utime and stime are the 12th and 13th, in clock ticks.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / clockTicks
+}
+
+// clockTicks is Linux's USER_HZ, the unit of /proc's CPU times.
+const clockTicks = 100
+
+// selfCPU is the CPU seconds the bench's own process has used.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // queryLoop asks for account's balance until stop, recording each answer's

@@ -1,0 +1,136 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// QueryConns is how many connections the store keeps for state queries,
+// and so how many run at once. They are a pool of their own, apart from
+// the read pool the relay and the status endpoints use, so queries in a
+// loop never take a connection from publishing; and each connection
+// keeps every query prepared, so a run binds and steps, nothing more.
+// Three leave the machine's other cores to ingest: a query holds its
+// connection only while SQLite steps, which is a small part of an
+// answer's cost.
+const QueryConns = 3
+
+// errQueriesClosed: the store is closed, and its query connections with it.
+var errQueriesClosed = errors.New("the store is closed")
+
+// queryConns are the store's query connections, opened on first use.
+type queryConns struct {
+	once sync.Once
+	db   *sql.DB
+	err  error
+	free chan *queryConn
+}
+
+// queryConn is one query connection and the statements prepared on it.
+type queryConn struct {
+	conn  *sql.Conn
+	stmts map[*Query]preparedStmt
+}
+
+// preparedStmt is a query's statement on one connection, prepared at the
+// query's generation gen (Query.Close moves it on, and the next run
+// prepares again).
+type preparedStmt struct {
+	stmt driver.Stmt
+	gen  uint64
+}
+
+// queryConn takes a free query connection, waiting for one while ctx
+// lasts. The caller gives it back with putQueryConn.
+func (s *Store) queryConn(ctx context.Context) (*queryConn, error) {
+	if s.closed.Load() {
+		return nil, errQueriesClosed
+	}
+	s.queries.once.Do(func() { s.queries.err = s.openQueryConns(ctx) })
+	if s.queries.err != nil {
+		return nil, s.queries.err
+	}
+	select {
+	case c := <-s.queries.free:
+		return c, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (s *Store) putQueryConn(c *queryConn) { s.queries.free <- c }
+
+// openQueryConns opens the query pool: QueryConns read-only connections,
+// held for the store's life.
+func (s *Store) openQueryConns(ctx context.Context) error {
+	db, err := sql.Open("sqlite", s.dsn(true))
+	if err != nil {
+		return fmt.Errorf("open %s for queries: %w", s.cfg.Path, err)
+	}
+	db.SetMaxOpenConns(QueryConns)
+	db.SetMaxIdleConns(QueryConns)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	free := make(chan *queryConn, QueryConns)
+	for range QueryConns {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			close(free)
+			for c := range free {
+				c.conn.Close()
+			}
+			db.Close()
+			return fmt.Errorf("open a query connection to %s: %w", s.cfg.Path, err)
+		}
+		free <- &queryConn{conn: conn, stmts: map[*Query]preparedStmt{}}
+	}
+	s.queries.db, s.queries.free = db, free
+	return nil
+}
+
+// closeQueryConns closes the query pool, waiting for the runs under way
+// to give their connections back.
+func (s *Store) closeQueryConns() error {
+	s.queries.once.Do(func() { s.queries.err = errQueriesClosed })
+	if s.queries.db == nil {
+		return nil
+	}
+	var errs []error
+	for range QueryConns {
+		c := <-s.queries.free
+		errs = append(errs, c.conn.Raw(func(any) error {
+			for _, p := range c.stmts {
+				p.stmt.Close()
+			}
+			return nil
+		}), c.conn.Close())
+	}
+	errs = append(errs, s.queries.db.Close())
+	return errors.Join(errs...)
+}
+
+// statement is q's statement on this connection, prepared on dc (the
+// connection's driver side) when it has none at q's generation.
+func (c *queryConn) statement(ctx context.Context, dc any, q *Query, gen uint64) (driver.Stmt, error) {
+	if p, ok := c.stmts[q]; ok {
+		if p.gen == gen {
+			return p.stmt, nil
+		}
+		p.stmt.Close()
+		delete(c.stmts, q)
+	}
+	pc, ok := dc.(driver.ConnPrepareContext)
+	if !ok {
+		return nil, errors.New("the SQLite driver cannot prepare with a context")
+	}
+	st, err := pc.PrepareContext(ctx, q.text)
+	if err != nil {
+		return nil, fmt.Errorf("prepare: %w", err)
+	}
+	c.stmts[q] = preparedStmt{stmt: st, gen: gen}
+	return st, nil
+}

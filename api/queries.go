@@ -1,12 +1,13 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -32,6 +33,7 @@ type queries struct {
 	names  []string // in configuration order
 	limits outbox.QueryLimits
 	turns  chan struct{}
+	heads  sync.Map // name -> queryHead
 }
 
 func newQueries(qs []*outbox.Query, lim outbox.QueryLimits) (*queries, error) {
@@ -109,7 +111,7 @@ func (s *Server) handleQuery(w http.ResponseWriter, r *http.Request) {
 		s.queryFailed(w, r, err)
 		return
 	}
-	writeBody(w, http.StatusOK, encodeQueryResult(name, res))
+	writeBody(w, http.StatusOK, s.queries.encode(name, res))
 }
 
 // queryTurn waits, at most a query's time limit, for one of the
@@ -150,28 +152,48 @@ func (s *Server) queryFailed(w http.ResponseWriter, r *http.Request, err error) 
 	}
 }
 
-// encodeQueryResult is the body of a query's answer:
+// encode is the body of a query's answer:
 // {"query":NAME,"columns":[...],"rows":[{...},...]} with "truncated":
 // "rows" or "bytes" when a limit cut it. Its size is the rows' (at most
-// the byte limit) plus the names.
-func encodeQueryResult(name string, res outbox.QueryResult) []byte {
+// the byte limit) plus the names. The head (the name and the columns,
+// the same on every answer of a query) is encoded once.
+func (q *queries) encode(name string, res outbox.QueryResult) []byte {
+	h, ok := q.heads.Load(name)
+	if hd, _ := h.(queryHead); !ok || !slices.Equal(hd.columns, res.Columns) {
+		h = queryHead{columns: res.Columns, head: encodeQueryHead(name, res.Columns)}
+		q.heads.Store(name, h)
+	}
+	return appendQueryResult(h.(queryHead).head, res)
+}
+
+// queryHead is a query's head encoded, for the columns it was encoded with.
+type queryHead struct {
+	columns []string
+	head    []byte
+}
+
+// encodeQueryHead is the start of an answer's body, up to its columns.
+func encodeQueryHead(name string, columns []string) []byte {
 	head, _ := json.Marshal(struct {
 		Query   string   `json:"query"`
 		Columns []string `json:"columns"`
-	}{name, res.Columns}) // strings always encode
-	var b bytes.Buffer
-	b.Grow(len(head) + res.Bytes + len(res.Rows) + 40)
-	b.Write(head[:len(head)-1])
+	}{name, columns}) // strings always encode
+	return head[:len(head)-1]
+}
+
+// appendQueryResult is an answer's body after its head.
+func appendQueryResult(head []byte, res outbox.QueryResult) []byte {
+	b := make([]byte, 0, len(head)+res.Bytes+len(res.Rows)+40)
+	b = append(b, head...)
 	if res.Truncated != "" {
-		b.WriteString(`,"truncated":"` + res.Truncated + `"`)
+		b = append(b, `,"truncated":"`+res.Truncated+`"`...)
 	}
-	b.WriteString(`,"rows":[`)
+	b = append(b, `,"rows":[`...)
 	for i, row := range res.Rows {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		b.Write(row)
+		b = append(b, row...)
 	}
-	b.WriteString("]}\n")
-	return b.Bytes()
+	return append(b, "]}\n"...)
 }

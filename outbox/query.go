@@ -84,6 +84,7 @@ type Query struct {
 
 	mu      sync.Mutex
 	columns []string // set once the statement compiled on this database
+	names   [][]byte // the columns' names encoded, see encodedNames
 	gen     uint64   // moved on by Close: a query connection prepares again
 }
 
@@ -133,7 +134,7 @@ func (s *Store) compileQuery(ctx context.Context, q *Query) error {
 	if dup := duplicate(cols); dup != "" {
 		return fmt.Errorf("query %s: %w: two result columns are named %q (name each with AS)", q.name, ErrQueryRefused, dup)
 	}
-	q.columns = cols
+	q.columns, q.names = cols, encodedNames(cols)
 	return nil
 }
 
@@ -283,6 +284,15 @@ func (s *Store) Query(ctx context.Context, q *Query, params map[string][]string,
 	rctx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
 	res, err := q.run(rctx, s, args, lim)
+	if cc := (*columnsChanged)(nil); errors.As(err, &cc) {
+		// A table it reads was altered (SELECT * gains a column), and
+		// SQLite prepared the statement again: answer with what it
+		// returns now.
+		if err := q.adopt(cc.columns); err != nil {
+			return QueryResult{}, err
+		}
+		res, err = q.run(rctx, s, args, lim)
+	}
 	if err != nil && ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
 		return QueryResult{}, fmt.Errorf("query %s: %w (%v)", q.name, ErrQueryTimeout, lim.Timeout)
 	}
@@ -295,6 +305,20 @@ func (s *Store) Query(ctx context.Context, q *Query, params map[string][]string,
 // bind checks params against q's parameters and returns them as named
 // arguments.
 func (q *Query) bind(params map[string][]string) ([]driver.NamedValue, error) {
+	args := make([]driver.NamedValue, 0, len(q.params))
+	for _, name := range q.params {
+		if vs := params[name]; len(vs) == 1 {
+			args = append(args, driver.NamedValue{Name: name, Ordinal: len(args) + 1, Value: vs[0]})
+		}
+	}
+	if len(args) == len(q.params) && len(params) == len(q.params) {
+		return args, nil
+	}
+	return nil, q.paramError(params)
+}
+
+// paramError says how params do not fit q's parameters.
+func (q *Query) paramError(params map[string][]string) error {
 	pe := &ParamError{Query: q.name}
 	for name, vs := range params {
 		switch {
@@ -304,22 +328,15 @@ func (q *Query) bind(params map[string][]string) ([]driver.NamedValue, error) {
 			pe.Repeated = append(pe.Repeated, name)
 		}
 	}
-	args := make([]driver.NamedValue, 0, len(q.params))
 	for _, name := range q.params {
-		vs, ok := params[name]
-		if !ok || len(vs) == 0 {
+		if len(params[name]) == 0 {
 			pe.Missing = append(pe.Missing, name)
-			continue
 		}
-		args = append(args, driver.NamedValue{Name: name, Ordinal: len(args) + 1, Value: vs[0]})
 	}
-	if len(pe.Unknown)+len(pe.Missing)+len(pe.Repeated) > 0 {
-		slices.Sort(pe.Unknown)
-		slices.Sort(pe.Missing)
-		slices.Sort(pe.Repeated)
-		return nil, pe
-	}
-	return args, nil
+	slices.Sort(pe.Unknown)
+	slices.Sort(pe.Missing)
+	slices.Sort(pe.Repeated)
+	return pe
 }
 
 // run reads the rows within lim on a query connection, through the
@@ -327,7 +344,7 @@ func (q *Query) bind(params map[string][]string) ([]driver.NamedValue, error) {
 // to the next, and each value is encoded as it is read.
 func (q *Query) run(ctx context.Context, s *Store, args []driver.NamedValue, lim QueryLimits) (QueryResult, error) {
 	q.mu.Lock()
-	cols, gen := q.columns, q.gen
+	cols, names, gen := q.columns, q.names, q.gen
 	q.mu.Unlock()
 	c, err := s.queryConn(ctx)
 	if err != nil {
@@ -340,13 +357,13 @@ func (q *Query) run(ctx context.Context, s *Store, args []driver.NamedValue, lim
 		if err != nil {
 			return err
 		}
-		return readRows(ctx, st, args, lim, &res)
+		return readRows(ctx, st, args, names, lim, &res)
 	})
 	return res, err
 }
 
 // readRows runs st with args and adds its rows to res within lim.
-func readRows(ctx context.Context, st driver.Stmt, args []driver.NamedValue, lim QueryLimits, res *QueryResult) error {
+func readRows(ctx context.Context, st driver.Stmt, args []driver.NamedValue, names [][]byte, lim QueryLimits, res *QueryResult) error {
 	sq, ok := st.(driver.StmtQueryContext)
 	if !ok {
 		return errors.New("the SQLite driver cannot query with a context")
@@ -356,12 +373,10 @@ func readRows(ctx context.Context, st driver.Stmt, args []driver.NamedValue, lim
 		return err
 	}
 	defer rows.Close()
-	if got := len(rows.Columns()); got != len(res.Columns) {
-		// The schema changed under the query since it was checked.
-		return fmt.Errorf("the statement now returns %d columns, %d when it was checked", got, len(res.Columns))
+	if cols := rows.Columns(); !slices.Equal(cols, res.Columns) {
+		return &columnsChanged{slices.Clone(cols)}
 	}
 	vals := make([]driver.Value, len(res.Columns))
-	names := encodedNames(res.Columns)
 	var buf []byte
 	for {
 		if err := ctx.Err(); err != nil {
@@ -459,6 +474,26 @@ func plainJSON(s string) bool {
 		}
 	}
 	return true
+}
+
+// columnsChanged: the statement's result columns are no longer those it
+// was checked with, but these.
+type columnsChanged struct{ columns []string }
+
+func (e *columnsChanged) Error() string {
+	return fmt.Sprintf("the result columns are now %q", e.columns)
+}
+
+// adopt takes cols as q's result columns from now on; two of one name
+// are refused as at the check.
+func (q *Query) adopt(cols []string) error {
+	if dup := duplicate(cols); dup != "" {
+		return fmt.Errorf("query %s: %w: two result columns are now named %q (name each with AS)", q.name, ErrQueryRefused, dup)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.columns, q.names = cols, encodedNames(cols)
+	return nil
 }
 
 // Close releases the query's prepared statements: each query connection

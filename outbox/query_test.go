@@ -2,8 +2,14 @@ package outbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -250,6 +256,179 @@ func TestStore_PrepareQuery(t *testing.T) {
 		var n int
 		if err := outbox.ReadPoolOf(s).Get(&n, `SELECT count(*) FROM sneaky`); err != nil || n != 1 {
 			t.Fatalf("sneaky holds %d rows (%v), want 1", n, err)
+		}
+	})
+}
+
+// TestStore_QueryEncoding: every value is encoded byte for byte as
+// encoding/json encodes what SQLite gives (the encoder takes no
+// reflection for the common ones, and must not differ from it).
+func TestStore_QueryEncoding(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t)
+	values := []struct {
+		sql string
+		val any
+	}{
+		{"0", int64(0)}, {"-1", int64(-1)}, {"9223372036854775807", int64(math.MaxInt64)},
+		{"-9223372036854775808", int64(math.MinInt64)},
+		{"0.0", 0.0}, {"-0.0", math.Copysign(0, -1)}, {"0.1", 0.1}, {"-2.5", -2.5}, {"1e-6", 1e-6},
+		{"9.99e-7", 9.99e-7}, {"1e20", 1e20}, {"1e21", 1e21}, {"123456789.125", 123456789.125},
+		{"5e-324", 5e-324}, {"1.7976931348623157e308", math.MaxFloat64},
+		{"''", ""}, {"'plain text 123'", "plain text 123"}, {`'a"b'`, `a"b`}, {`'back\slash'`, `back\slash`},
+		{"'<b>&amp;'", "<b>&amp;"}, {"char(9, 10, 13, 31, 127)", "\t\n\r\x1f\x7f"}, {"'é ünï 日本'", "é ünï 日本"},
+		{"char(8232, 8233)", "\u2028\u2029"}, {"CAST(x'61ff62' AS TEXT)", "a\xffb"},
+		{"x''", nil}, // the driver gives an empty blob as nil
+		{"x'00ff10'", []byte{0, 0xff, 0x10}}, {"NULL", nil},
+	}
+	var cols []string
+	want := []byte{'{'}
+	for i, v := range values {
+		name := fmt.Sprintf("c%d", i)
+		cols = append(cols, v.sql+" AS "+name)
+		if i > 0 {
+			want = append(want, ',')
+		}
+		e, err := json.Marshal(v.val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(append(want, `"`+name+`":`...), e...)
+	}
+	want = append(want, '}')
+	q := prepare(t, s, "SELECT "+strings.Join(cols, ", "))
+	res, err := s.Query(ctx, q, nil, outbox.DefaultQueryLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 1 || string(res.Rows[0]) != string(want) || res.Bytes != len(want) {
+		t.Fatalf("rows %s (%d bytes)\nwant %s", rowsText(res), res.Bytes, want)
+	}
+}
+
+// TestStore_QueryConns: queries run on connections of their own, each
+// keeping its statements prepared.
+func TestStore_QueryConns(t *testing.T) {
+	ctx := context.Background()
+	lim := outbox.DefaultQueryLimits()
+
+	t.Run("ManyAtOnce", func(t *testing.T) {
+		s, _ := openStore(t)
+		commit(t, s, `INSERT INTO ledger_balances VALUES ('l', 'a0', 0, 1), ('l', 'a1', 10, 2), ('l', 'a2', 20, 3),
+			('l', 'a3', 30, 4), ('l', 'a4', 40, 5)`)
+		q := prepare(t, s, `SELECT account, balance, lines FROM ledger_balances WHERE feed = 'l' AND account = :account`)
+		var wg sync.WaitGroup
+		errs := make(chan error, 4*outbox.QueryConns)
+		for g := range 4 * outbox.QueryConns {
+			wg.Go(func() {
+				for i := range 100 {
+					a := (g + i) % 5
+					res, err := s.Query(ctx, q, map[string][]string{"account": {fmt.Sprintf("a%d", a)}}, lim)
+					want := fmt.Sprintf(`{"account":"a%d","balance":%d,"lines":%d} truncated=`, a, 10*a, a+1)
+					if err != nil || rowsText(res) != want {
+						errs <- fmt.Errorf("goroutine %d, run %d: %s, %v; want %s", g, i, rowsText(res), err, want)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("LeaveTheReadPool", func(t *testing.T) {
+		s, _ := openStore(t)
+		slow := prepare(t, s, `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) AS n FROM c`)
+		quick := prepare(t, s, `SELECT 1 AS one`)
+		long := lim
+		long.Timeout = 3 * time.Second
+		errs := make(chan error, outbox.QueryConns)
+		for range outbox.QueryConns {
+			go func() { _, err := s.Query(ctx, slow, nil, long); errs <- err }()
+		}
+		// Once a quick query finds no connection free, every one runs the
+		// slow query.
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			short := lim
+			short.Timeout = 20 * time.Millisecond
+			if _, err := s.Query(ctx, quick, nil, short); errors.Is(err, outbox.ErrQueryTimeout) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the slow queries never held every query connection")
+			}
+		}
+		// The store's other reads go on, on their own pool.
+		start := time.Now()
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := s.Feeds(fctx); err != nil {
+			t.Fatalf("a read beside %d running queries: %v", outbox.QueryConns, err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("a read beside running queries took %v", d)
+		}
+		for range outbox.QueryConns {
+			if err := <-errs; !errors.Is(err, outbox.ErrQueryTimeout) {
+				t.Fatalf("a slow query: %v, want ErrQueryTimeout", err)
+			}
+		}
+		if res, err := s.Query(ctx, quick, nil, lim); err != nil || rowsText(res) != `{"one":1} truncated=` {
+			t.Fatalf("after the timeouts: %s, %v", rowsText(res), err)
+		}
+	})
+
+	t.Run("ColumnsChange", func(t *testing.T) {
+		s, _ := openStore(t)
+		commit(t, s, `CREATE TABLE grows (k TEXT PRIMARY KEY, v INTEGER)`, `INSERT INTO grows VALUES ('a', 1)`)
+		q := prepare(t, s, `SELECT * FROM grows`)
+		if res, err := s.Query(ctx, q, nil, lim); err != nil || rowsText(res) != `{"k":"a","v":1} truncated=` {
+			t.Fatalf("before: %s, %v", rowsText(res), err)
+		}
+		commit(t, s, `ALTER TABLE grows ADD COLUMN w TEXT DEFAULT 'x'`)
+		for range outbox.QueryConns + 1 { // each connection had it prepared
+			res, err := s.Query(ctx, q, nil, lim)
+			if err != nil || rowsText(res) != `{"k":"a","v":1,"w":"x"} truncated=` || strings.Join(res.Columns, ",") != "k,v,w" {
+				t.Fatalf("after a column was added: %s %q, %v", rowsText(res), res.Columns, err)
+			}
+		}
+		commit(t, s, `ALTER TABLE grows RENAME COLUMN v TO value`)
+		if res, err := s.Query(ctx, q, nil, lim); err != nil || rowsText(res) != `{"k":"a","value":1,"w":"x"} truncated=` {
+			t.Fatalf("after a column was renamed: %s, %v", rowsText(res), err)
+		}
+	})
+
+	t.Run("PreparedAgainAfterClose", func(t *testing.T) {
+		s, _ := openStore(t)
+		q := prepare(t, s, `SELECT :v + 1 AS n`)
+		for i := range 3 {
+			res, err := s.Query(ctx, q, map[string][]string{"v": {strconv.Itoa(i)}}, lim)
+			if want := fmt.Sprintf(`{"n":%d} truncated=`, i+1); err != nil || rowsText(res) != want {
+				t.Fatalf("run %d: %s, %v; want %s", i, rowsText(res), err, want)
+			}
+			q.Close()
+		}
+	})
+
+	t.Run("StoreClosed", func(t *testing.T) {
+		cfg := outbox.DefaultConfig(filepath.Join(t.TempDir(), "closed.db"))
+		s, err := outbox.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := prepare(t, s, `SELECT 1 AS one`)
+		if _, err := s.Query(ctx, q, nil, lim); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("close with queries prepared: %v", err)
+		}
+		if _, err := s.Query(ctx, q, nil, lim); err == nil {
+			t.Fatal("a query on a closed store answered")
 		}
 	})
 }

@@ -3,7 +3,9 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,5 +151,60 @@ func TestQueries_BadConfiguration(t *testing.T) {
 	}
 	if _, err := os.Stat(db); !os.IsNotExist(err) {
 		t.Fatalf("the refused start made %s (%v)", db, err)
+	}
+}
+
+// TestQueries_TimeoutsKeepServing: queries past their time limit, as many
+// at once as run at once, each answer 504 and give their connection back:
+// round after round, every one is interrupted, and a quick query answers
+// after each round.
+func TestQueries_TimeoutsKeepServing(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "outboxd.yaml")
+	yaml := `queries:
+  spin: "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) AS n FROM c"
+  one: "SELECT 1 AS one"
+`
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	api := "127.0.0.1:" + freePort(t)
+	p := start(t, nil, "--config", cfg, "--db", filepath.Join(dir, "outboxd.db"), "--http", api, "--relay", "none",
+		"--query-timeout", "200ms")
+	base := "http://" + api
+	wait(t, 30*time.Second, func() error { return httpOK(base + "/healthz") })
+	const atOnce = 3 // api.QueryConcurrency
+	for round := range 4 {
+		codes := make(chan string, atOnce)
+		for range atOnce {
+			go func() {
+				start := time.Now()
+				res, err := http.Get(base + "/queries/spin")
+				if err != nil {
+					codes <- err.Error()
+					return
+				}
+				defer res.Body.Close()
+				b, _ := io.ReadAll(res.Body)
+				if d := time.Since(start); d > 10*time.Second {
+					codes <- fmt.Sprintf("answered after %v", d)
+					return
+				}
+				codes <- fmt.Sprintf("%d %s", res.StatusCode, b)
+			}()
+		}
+		want := `504 {"error":{"code":"query_timeout","message":"query spin: ran past its time limit (200ms)"}}` + "\n"
+		for range atOnce {
+			if got := <-codes; got != want {
+				t.Fatalf("round %d: %q, want %q", round, got, want)
+			}
+		}
+		code, body := httpGet(t, base+"/queries/one")
+		if want := `{"query":"one","columns":["one"],"rows":[{"one":1}]}` + "\n"; code != 200 || body != want {
+			t.Fatalf("round %d: one: %d %q, want 200 %q", round, code, body, want)
+		}
+	}
+	if code := p.stop(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
 	}
 }

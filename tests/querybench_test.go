@@ -24,10 +24,15 @@ import (
 // BenchmarkQueries_UnderIngest measures the state queries against the
 // server binary while it ingests a ledger file at full speed (relay off):
 // the ingest rate with no client, with one and then with 50 clients each
-// asking for a balance in a loop, and those queries' latency. It reports, it does not
-// assert: run it alone, under the shared lock,
+// asking for a balance in a loop on a kept-alive connection, those
+// queries' latency, and the CPU per answer of the server (above what
+// ingest alone took) and of the clients. It reports, it does not assert:
+// run it alone, under the shared lock,
 //
 //	go test -run '^$' -bench BenchmarkQueries_UnderIngest -benchtime 1x ./tests/
+//
+// With OUTBOXD_QUERYBENCH_CPUPROFILE=PREFIX each phase's server writes a
+// CPU profile to PREFIX.quiet, PREFIX.single and PREFIX.loaded.
 func BenchmarkQueries_UnderIngest(b *testing.B) {
 	const (
 		lines    = 1_000_000

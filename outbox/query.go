@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
 	"errors"
@@ -351,14 +352,26 @@ func (q *Query) run(ctx context.Context, s *Store, args []driver.NamedValue, lim
 		return QueryResult{}, err
 	}
 	defer s.putQueryConn(c)
-	res := QueryResult{Columns: cols, Rows: []json.RawMessage{}}
-	err = c.conn.Raw(func(dc any) error {
-		st, err := c.statement(ctx, dc, q, gen)
-		if err != nil {
-			return err
+	read := func() (QueryResult, error) {
+		res := QueryResult{Columns: cols, Rows: []json.RawMessage{}}
+		err := c.conn.Raw(func(dc any) error {
+			st, err := c.statement(ctx, dc, q, gen)
+			if err != nil {
+				return err
+			}
+			return readRows(ctx, st, args, names, lim, &res)
+		})
+		return res, err
+	}
+	res, err := read()
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) {
+		// The connection broke before the statement ran: run it again on
+		// a new one.
+		if rerr := s.renewQueryConn(ctx, c); rerr != nil {
+			return QueryResult{}, fmt.Errorf("%w; %w", err, rerr)
 		}
-		return readRows(ctx, st, args, names, lim, &res)
-	})
+		res, err = read()
+	}
 	return res, err
 }
 

@@ -113,6 +113,20 @@ func (s *Store) closeQueryConns() error {
 	return errors.Join(errs...)
 }
 
+// renewQueryConn replaces c's connection, which the driver found broken
+// (database/sql closed it), with a new one, so the pool keeps its
+// QueryConns. When none opens, c stays broken and the next run on it
+// tries again.
+func (s *Store) renewQueryConn(ctx context.Context, c *queryConn) error {
+	conn, err := s.queries.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("open a query connection to %s: %w", s.cfg.Path, err)
+	}
+	c.conn.Close()
+	c.conn, c.stmts = conn, map[*Query]preparedStmt{}
+	return nil
+}
+
 // statement is q's statement on this connection, prepared on dc (the
 // connection's driver side) when it has none at q's generation.
 func (c *queryConn) statement(ctx context.Context, dc any, q *Query, gen uint64) (driver.Stmt, error) {

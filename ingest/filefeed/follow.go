@@ -334,6 +334,10 @@ func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 		s.id.fp, s.seen = fp, s.size
 		return s, nil
 	}
+	if g, err := f.laterLifeCopy(s); err != nil || g != nil {
+		s.mtime = before
+		return g, err
+	}
 	cpy, err := f.findCopy(copyWant{of: first, size: seen, since: since})
 	if err != nil {
 		s.mtime = before
@@ -359,6 +363,36 @@ func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 	}
 	f.log.Info("reading what it held from its copy", logFile, cpy.file.Name())
 	return cpy, nil
+}
+
+// laterLifeCopy returns the generation to read before s, when s started
+// over in place since the feed took its first life, from a listing taken
+// after the look that showed it: copytruncate may have run more than once
+// since the feed last listed the generations, and the copies of the lives
+// between the first and the one s holds now are generations after the
+// current file that no earlier listing held (the copy of the first life
+// accounts for none of them). It returns nil when there is none, or when
+// the first is s itself: s is then settled as firstLife says, and is not
+// held. With a generation or an error, s stays the next file, or held,
+// until its turn.
+func (f *Feed) laterLifeCopy(s *fileSource) (*fileSource, error) {
+	hold := func() {
+		if s != f.next && !slices.Contains(f.held, s) {
+			f.held = append(f.held, s)
+		}
+	}
+	hold() // listed through the open file, never opened a second time
+	g, err := f.nextGeneration(markOf(f.cur))
+	if err != nil || g != nil && g != s {
+		hold()
+		if g != nil {
+			f.log.Info("the next file started over in place more than once before it was read; a later life's copy is read first",
+				logFile, g.file.Name())
+		}
+		return g, err
+	}
+	f.held = slices.DeleteFunc(f.held, func(h *fileSource) bool { return h == s })
+	return nil, nil
 }
 
 // unannouncedEpoch is the identity a file that never had a first line is

@@ -1426,6 +1426,64 @@ func TestFeed_RotationRaces(t *testing.T) {
 		}
 		ffNoMore(t, f)
 	})
+	t.Run("NextFileCopiedAndTruncatedThriceBeforeTheMove", func(t *testing.T) {
+		t.Parallel()
+		// The feed opened the next file while it held b1, and is still
+		// reading the file before it when copytruncate runs twice: b1's
+		// and b2's copies are read as generations. As the feed moves to
+		// the file (after its look and its listing found nothing more to
+		// read first), copytruncate runs a third time: b3 is only in its
+		// copy, made after that listing. The file's first life (b1) has
+		// its copy read already; b3's copy must be read too, before b4,
+		// not passed over with no loss.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rename(".1")
+		ff.write("b1\n")
+		next := ff.identityOf(ff.path)
+		var copies []fileID
+		copyTruncate := func(then string) {
+			ff.rotateCopies()
+			copies = append(copies, ff.identityOf(ff.copyTruncate(".1")))
+			ff.write(then)
+		}
+		listed := false
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			if !listed { // the feed has the next file open, holding b1
+				listed = true
+				copyTruncate("b2\n")
+				copyTruncate("b3\n")
+			}
+			return listGenerationsOnce(path)
+		}
+		looks := 0
+		f.looking = func(s *fileSource, fingerprinted bool) {
+			if fingerprinted || !s.id.sameInode(next) || len(copies) != 2 || f.cur == nil || !f.cur.id.sameInode(copies[1]) {
+				return
+			}
+			if looks++; looks == 2 { // the move's own look, after the look and the listing before it
+				copyTruncate("b4\n")
+			}
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 8))
+		if looks < 2 || len(copies) != 3 {
+			t.Fatalf("%d looks at the next file, %d copies: the test did not copy a third time as the feed moved", looks, len(copies))
+		}
+		e1, e2, e3, e4 := copies[0].String(), copies[1].String(), copies[2].String(), ff.epoch()
+		want := []string{
+			ffEpochRec(e1), ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "b2"),
+			ffEpochRec(e3), ffItem(e3, 3, "b3"), ffEpochRec(e4), ffItem(e4, 3, "b4"),
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
 	t.Run("CopyRenamedWhileItIsLookedFor", func(t *testing.T) {
 		t.Parallel()
 		// The file is copied and truncated; while the feed looks for the

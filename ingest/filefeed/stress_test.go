@@ -22,7 +22,10 @@ import (
 )
 
 func TestStress_RotationStorm(t *testing.T) {
-	for round := range 200 {
+	const rounds = 200
+	failed := 0
+	defer func() { t.Logf("%d of %d rounds failed", failed, rounds) }()
+	for round := range rounds {
 		ff := ffNewFile(t)
 		rng := rand.New(rand.NewPCG(uint64(round), 7))
 		gen := 0
@@ -139,7 +142,8 @@ func TestStress_RotationStorm(t *testing.T) {
 			for _, x := range trace {
 				t.Logf("%s: %s .. %s", x[0], x[1], x[2])
 			}
-			t.Fatalf("round %d: %d lines wrong (%v), losses %v", round, len(missing), missing[:min(20, len(missing))], losses)
+			t.Errorf("round %d: %d lines wrong (%v), losses %v", round, len(missing), missing[:min(20, len(missing))], losses)
+			failed++
 		}
 		f.Close()
 	}

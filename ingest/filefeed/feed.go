@@ -190,9 +190,10 @@ type Feed struct {
 	listOnce func(path string) ([]generation, error)
 	// looking, when set, is called when the feed looks at the next file to
 	// decide what it holds (before it is switched to, or matched against a
-	// copy): just before the look (fingerprinted false) and just after its
-	// fingerprint is read (true). Tests rotate there, in the middle of the
-	// feed's steps. nil outside tests.
+	// copy), or at the current file before its first line: just before the
+	// look (fingerprinted false) and just after its fingerprint is read
+	// (true). Tests rotate there, in the middle of the feed's steps. nil
+	// outside tests.
 	looking func(s *fileSource, fingerprinted bool)
 
 	clock   func() time.Time // the feed's clock, for how long it did not look

@@ -89,17 +89,19 @@ func (f *Feed) begin() (bool, error) {
 // another file, or a later generation is there) is passed over: its bytes,
 // if any, were a line that never completed.
 func (f *Feed) announceCurrent() (bool, error) {
-	fp, ok, err := f.cur.fingerprint()
-	if err != nil {
+	// The size is the one seen before the fingerprint was read (see look):
+	// bytes written after it are looked at again before the file is passed
+	// over (see grewBeforeRotation).
+	fp, ok, err := f.look(f.cur)
+	switch {
+	case errors.Is(err, errUnsettled):
+		return false, nil // started over while looked at: looked at again
+	case err != nil:
 		return false, err
-	}
-	if ok {
+	case ok:
 		f.cur.id.fp = fp
 		f.announce(f.cur)
 		return true, nil
-	}
-	if _, err := f.cur.stat(); err != nil {
-		return false, err
 	}
 	f.cur.saw(f.cur.size)
 	return f.rotate()
@@ -259,7 +261,7 @@ func (f *Feed) lookBeforeTheMove(next *fileSource) (*fileSource, error) {
 func (f *Feed) grewBeforeRotation() (bool, error) {
 	c := f.cur
 	if c.epoch == "" {
-		return false, nil // no line yet: passed over, see announceCurrent
+		return f.firstLineBeforeRotation()
 	}
 	before := c.mtime
 	size, err := c.stat()
@@ -281,6 +283,27 @@ func (f *Feed) grewBeforeRotation() (bool, error) {
 	c.saw(size)
 	c.atEOF = false
 	return true, nil
+}
+
+// firstLineBeforeRotation reports whether the current file, which had no
+// first line at the feed's last look, has one now that the feed has found
+// the file that follows it: the writer wrote it before it moved on (an
+// empty file at the path, emptied by copytruncate, gets its lines and is
+// then rotated away). It is then announced and read, not passed over with
+// its lines unread. Without one, what it holds is a line that never
+// completed, seen now (reported lost by switchTo).
+func (f *Feed) firstLineBeforeRotation() (bool, error) {
+	c := f.cur
+	size, err := c.stat() // before the fingerprint: what it holds then has no first line
+	if err != nil {
+		return false, err
+	}
+	_, ok, err := c.fingerprint()
+	if err != nil || ok {
+		return ok, err
+	}
+	c.saw(size)
+	return false, nil
 }
 
 // switchTo closes the current file, read to its end, and makes s the

@@ -1484,6 +1484,60 @@ func TestFeed_RotationRaces(t *testing.T) {
 		}
 		ffNoMore(t, f)
 	})
+	t.Run("NextFileEmptiedWrittenAndRotatedWhileItIsLookedAt", func(t *testing.T) {
+		t.Parallel()
+		// The next file, opened holding b1, is copied and truncated; b1 is
+		// read from the copy, and the feed moves to the file while it is
+		// empty. Just after the feed finds it still without a first line,
+		// the writer puts b2 into it and rotates it away for c1. The feed
+		// finds c1's file, and must read b2 first: not pass the file over
+		// as one whose line never completed.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		old := ff.rename(".1")
+		ff.write("b1\n")
+		next := ff.identityOf(ff.path)
+		wrote := false
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			if !wrote { // the feed has the next file open: a2 keeps it on a
+				wrote = true
+				ff.write("a2\n", old)
+			}
+			return listGenerationsOnce(path)
+		}
+		f.mu.Unlock()
+		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffItem(a, 6, "a2") {
+			t.Fatalf("got %v, want a2", got)
+		}
+		ff.rotateCopies()
+		eCopy := ff.epochOf(ff.copyTruncate(".1"))
+		rotated := false
+		f.mu.Lock()
+		f.looking = func(s *fileSource, fingerprinted bool) {
+			if !fingerprinted || rotated || s != f.cur || !s.id.sameInode(next) {
+				return
+			}
+			rotated = true
+			ff.write("b2\n")
+			ff.rotate()
+			ff.write("c1\n")
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 6))
+		if !rotated {
+			t.Fatal("the feed never looked at the emptied file as its current one: the test did not rotate while it looked")
+		}
+		b, c := ff.epochOf(ff.path+".1"), ff.epoch()
+		want := []string{ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(b), ffItem(b, 3, "b2"), ffEpochRec(c), ffItem(c, 3, "c1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
 	t.Run("CopyRenamedWhileItIsLookedFor", func(t *testing.T) {
 		t.Parallel()
 		// The file is copied and truncated; while the feed looks for the

@@ -1,8 +1,11 @@
 //go:build stress
 
 // The rotation-storm stress: a writer rotates and copytruncates the file
-// with 0-5 ms pauses while the feed is polled in-process; every line must be
-// delivered once or covered by a recorded loss. It depends on timing and is
+// with 0-5 ms pauses while the feed is polled in-process. Every copy is
+// kept, so every line must be delivered exactly once and no loss recorded:
+// a round fails on a line missing or read twice, and on any loss. Each
+// failing round prints its operations and what was read in each epoch, and
+// the test ends with how many rounds failed. It depends on timing and is
 // kept out of the suite: go test -tags stress -run TestStress_RotationStorm ./ingest/filefeed/
 
 package filefeed

@@ -336,9 +336,11 @@ func (f *Feed) switchTo(s *fileSource) error {
 // follows the current one, with its fingerprint read again and its size
 // looked at: s itself, or the copy that holds what s held when it was
 // opened, when s started over in place since (copytruncate) before any of
-// it was read. The copy is read first, in its own identity, and s after it
-// (s stays the next file, or is held); with no copy, what s held is a
-// RecordLoss of unknown extent. On an error s is as it was.
+// it was read, or a copy of a later life of s made since the feed last
+// listed the generations (see laterLifeCopy). The copy is read first, in
+// its own identity, and s after it (s stays the next file, or is held);
+// with no copy, what s held is a RecordLoss of unknown extent. On an error
+// s is as it was.
 func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 	first, before, seen := s.id, s.mtime, s.seen
 	since := s.openedAt // a copy of what s held when opened is made after that

@@ -363,6 +363,11 @@ func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 		s.mtime = before
 		return g, err
 	}
+	if s.id.fp != first.fp {
+		// A copy in the making of what s holds now was matched against it
+		// in that listing (see anchor): its earlier lives are settled.
+		return s, nil
+	}
 	cpy, err := f.findCopy(copyWant{of: first, size: seen, since: since})
 	if err != nil {
 		s.mtime = before

@@ -1538,6 +1538,58 @@ func TestFeed_RotationRaces(t *testing.T) {
 		}
 		ffNoMore(t, f)
 	})
+	t.Run("NextFileTruncatedUncopiedThenCopiedAsTheFeedMoves", func(t *testing.T) {
+		t.Parallel()
+		// The next file, opened holding b1, is truncated with no copy made
+		// and gets b2; as the feed moves to it, a copy of b2 is being made
+		// (copytruncate, not yet truncated). b1 is lost, once; b2 is read
+		// in the file.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		old := ff.rename(".1")
+		ff.write("b1\n")
+		first := ff.epoch()
+		wrote := false
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			if !wrote { // the feed has the next file open: a2 keeps it on a
+				wrote = true
+				ff.write("a2\n", old)
+			}
+			return listGenerationsOnce(path)
+		}
+		f.mu.Unlock()
+		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffItem(a, 6, "a2") {
+			t.Fatalf("got %v, want a2", got)
+		}
+		ff.truncate(0)
+		ff.write("b2\n")
+		looks, copied := 0, false
+		f.mu.Lock()
+		f.looking = func(s *fileSource, fingerprinted bool) {
+			if fingerprinted && !copied && s == f.next {
+				if looks++; looks == 2 { // the move's own look
+					copied = true
+					ff.rotateCopies()
+					ff.write("b2\n", ff.path+".1")
+				}
+			}
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 3))
+		if !copied {
+			t.Fatal("the feed did not look at the next file twice: the test did not copy as it moved")
+		}
+		b := ff.epoch()
+		want := []string{ffLoss(first, 0, ingest.UnknownPosition, LossTruncated), ffEpochRec(b), ffItem(b, 3, "b2")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
 	t.Run("CopyRenamedWhileItIsLookedFor", func(t *testing.T) {
 		t.Parallel()
 		// The file is copied and truncated; while the feed looks for the

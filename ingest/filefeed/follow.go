@@ -3,6 +3,7 @@ package filefeed
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -488,6 +489,7 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 				return nil, err
 			}
 			if copying {
+				f.log.Debug("a copy in the making of the next file: its lines are read there", logFile, g.name)
 				continue
 			}
 			if g.compressed {
@@ -517,8 +519,12 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 		if !renamed {
 			return nil, nil
 		}
+		f.log.Debug("a generation was renamed between the listing and its opening: listing again")
 	}
-	return nil, nil
+	// Every listing was stale by the time a generation was opened: that
+	// none was opened says nothing (taken for none, the generation would be
+	// passed over unread, with no loss known).
+	return nil, fmt.Errorf("open the next generation of %s: %w", f.path, errUnsettled)
 }
 
 // copyInProgress reports whether g holds nothing but a prefix of the file

@@ -1590,6 +1590,52 @@ func TestFeed_RotationRaces(t *testing.T) {
 		}
 		ffNoMore(t, f)
 	})
+	t.Run("GenerationRenamedWhileItIsOpened", func(t *testing.T) {
+		t.Parallel()
+		// Two rotations: b1's file is the generation after the current one.
+		// On every try, rotations rename it between the listing that
+		// settles and its opening. That it could not be opened says
+		// nothing: the feed looks again once the renames stop and reads
+		// b1 before c1, not the file at the path as if none came between.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rotate()
+		ff.write("b1\n")
+		b := ff.epoch()
+		ff.rotate()
+		ff.write("c1\n")
+		c := ff.epoch()
+		now := time.Now()
+		ff.touch(now.Add(-2*time.Second), ff.path+".2")
+		ff.touch(now.Add(-time.Second), ff.path+".1")
+		names := [2]string{ff.path + ".1", ff.path + ".3"}
+		calls := 0
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			gens, err := listGenerationsOnce(path)
+			// Each second listing agrees with the one before and is then
+			// made stale: b1's file moves to the other name.
+			if calls++; calls <= 4*listTries && calls%2 == 0 {
+				if err := os.Rename(names[(calls/2+1)%2], names[(calls/2)%2]); err != nil {
+					t.Error(err)
+				}
+			}
+			return gens, err
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 4))
+		if calls <= 2*listTries {
+			t.Fatalf("%d listings: the test did not rename the generation on every try", calls)
+		}
+		want := []string{ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
 	t.Run("CopyRenamedWhileItIsLookedFor", func(t *testing.T) {
 		t.Parallel()
 		// The file is copied and truncated; while the feed looks for the

@@ -103,7 +103,9 @@ func (f *Feed) findStored(stored fileEpoch, at *fileSource) (*fileSource, error)
 		}
 		// renamed by a rotation since the listing: list again
 	}
-	return nil, nil
+	// Renamed again on every try: that it was not opened says nothing
+	// (taken for gone, its rest would be reported lost, or read again).
+	return nil, fmt.Errorf("open the checkpoint's file among the generations of %s: %w", f.path, errUnsettled)
 }
 
 // resumeIn resumes in home, the file on the checkpoint's inode: after the

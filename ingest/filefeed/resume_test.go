@@ -101,6 +101,47 @@ func TestFeed_ResumeUnsettled(t *testing.T) {
 			}
 		})
 	}
+	t.Run("StoredFileRenamedWhileItIsOpened", func(t *testing.T) {
+		// The checkpoint's file was rotated to .1 while the server was
+		// stopped; as the feed resumes, rotations rename it between the
+		// listing that settles and its opening, try after try. That it
+		// could not be opened says nothing: taken for gone, a1 would be
+		// read again. Open resumes once the renames stop, after a1.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		a := ff.epoch()
+		cp := ffStoredAt(a, 3, 3, time.Now())
+		ff.write("a2\n")
+		ff.rotate()
+		ff.write("b1\n")
+		b := ff.epoch()
+		names := [2]string{ff.path + ".1", ff.path + ".3"}
+		f := New(ff.path, Options{PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		t.Cleanup(func() { f.Close() })
+		calls := 0
+		f.listOnce = func(path string) ([]generation, error) {
+			gens, err := listGenerationsOnce(path)
+			// Each second listing agrees with the one before and is then
+			// made stale: the file moves to the other name.
+			if calls++; calls <= 2*listTries && calls%2 == 0 {
+				if err := os.Rename(names[(calls/2+1)%2], names[(calls/2)%2]); err != nil {
+					t.Error(err)
+				}
+			}
+			return gens, err
+		}
+		if err := f.Open(context.Background(), map[int32]outbox.Checkpoint{0: cp}); err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		if calls <= 2*listTries {
+			t.Fatalf("%d listings: the test did not rename the file on every try", calls)
+		}
+		want := []string{ffItem(a, 6, "a2"), ffEpochRec(b), ffItem(b, 3, "b1")}
+		if got := ffDescribeAll(ffCollect(t, f, len(want))); !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
 	t.Run("NeverSettles", func(t *testing.T) {
 		// Open goes on trying for as long as its context lives, and then
 		// says why it stopped.

@@ -2,9 +2,13 @@ package filefeed
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
@@ -356,6 +360,7 @@ func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 	if !ok {
 		fp = ""
 	}
+	f.log.Debug("looked at the file to move to", logFile, s.file.Name(), "first", first.String(), "fingerprint", fp, "size", s.size)
 	if first.fp == "" || fp == first.fp {
 		s.id.fp, s.seen = fp, s.size
 		return s, nil
@@ -383,17 +388,27 @@ func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 		f.held = append(f.held, s)
 	}
 	switch {
-	case cpy != nil && f.readHere(cpy.id):
-		// Read already, as a generation of its own.
-		f.unhold(s)
-		return s, cpy.close()
-	case cpy == nil:
+	case cpy != nil && !f.readHere(cpy.id):
+		f.log.Info("reading what it held from its copy", logFile, cpy.file.Name())
+		return cpy, nil
+	case cpy != nil: // read already, as a generation of its own
+		if err := cpy.close(); err != nil {
+			return nil, err
+		}
+	default:
 		f.lose(first.String(), 0, ingest.UnknownPosition, LossTruncated)
-		f.unhold(s)
-		return s, nil
 	}
-	f.log.Info("reading what it held from its copy", logFile, cpy.file.Name())
-	return cpy, nil
+	if fp == "" && s == f.next {
+		// Emptied (copytruncate) and not written again yet: it stays the
+		// next file, with no first life, until it has a first line (see
+		// lookBeforeTheMove). Taken now, a life it gets, copied and
+		// truncated again before the feed's next look, would be known
+		// only by its copy, which nothing would tie to it.
+		s.openedAt = s.mtime
+		return nil, fmt.Errorf("the next file %s started over and has no first line yet: %w", s.file.Name(), errUnsettled)
+	}
+	f.unhold(s)
+	return s, nil
 }
 
 // laterLifeCopy returns the generation to read before s, when s started
@@ -479,6 +494,9 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 			return nil, err
 		}
 		f.forgetPassed(gens)
+		if f.log.Enabled(context.Background(), slog.LevelDebug) {
+			f.log.Debug("generations listed", "after", m.id.String(), "gens", listingText(gens))
+		}
 		renamed := false
 		for _, g := range f.withHeld(m.after(f.markHeld(gens)), gens) {
 			if f.passed[inodeOf(g.id)] {
@@ -525,6 +543,16 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 	// none was opened says nothing (taken for none, the generation would be
 	// passed over unread, with no loss known).
 	return nil, fmt.Errorf("open the next generation of %s: %w", f.path, errUnsettled)
+}
+
+// listingText formats a listing for a debug log: each generation's name,
+// inode, size and modification time, oldest first.
+func listingText(gens []generation) string {
+	var b strings.Builder
+	for _, g := range gens {
+		fmt.Fprintf(&b, "%s=%d/%d/%s ", filepath.Base(g.name), g.id.ino, g.size, g.mtime.Format(time.StampMicro))
+	}
+	return b.String()
 }
 
 // copyInProgress reports whether g holds nothing but a prefix of the file

@@ -2,8 +2,10 @@ package filefeed
 
 import (
 	"compress/gzip"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -1484,14 +1486,47 @@ func TestFeed_RotationRaces(t *testing.T) {
 		}
 		ffNoMore(t, f)
 	})
-	t.Run("NextFileEmptiedWrittenAndRotatedWhileItIsLookedAt", func(t *testing.T) {
+	t.Run("EmptyFileWrittenAndRotatedWhileItIsLookedAt", func(t *testing.T) {
+		t.Parallel()
+		// A new feed on an empty file. Just after the feed finds it still
+		// without a first line, the writer puts b1 into it and rotates it
+		// away for c1. The feed finds c1's file, and must read b1 first:
+		// not pass the file over as one whose line never completed.
+		ff := ffNewFile(t)
+		ff.write("")
+		f := New(ff.path, Options{PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		t.Cleanup(func() { f.Close() })
+		rotated := false
+		f.looking = func(s *fileSource, fingerprinted bool) {
+			if !fingerprinted || rotated || s != f.cur {
+				return
+			}
+			rotated = true
+			ff.write("b1\n")
+			ff.rotate()
+			ff.write("c1\n")
+		}
+		if err := f.Open(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+		got := ffDescribeAll(ffCollect(t, f, 4))
+		if !rotated {
+			t.Fatal("the feed never looked at the empty file: the test did not rotate while it looked")
+		}
+		b, c := ff.epochOf(ff.path+".1"), ff.epoch()
+		want := []string{ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("NextFileEmptiedThenCopiedAndTruncatedAgain", func(t *testing.T) {
 		t.Parallel()
 		// The next file, opened holding b1, is copied and truncated; b1 is
-		// read from the copy, and the feed moves to the file while it is
-		// empty. Just after the feed finds it still without a first line,
-		// the writer puts b2 into it and rotates it away for c1. The feed
-		// finds c1's file, and must read b2 first: not pass the file over
-		// as one whose line never completed.
+		// read from the copy, and the feed comes to the file while it is
+		// empty. Before the feed's next look, the file gets b2, is copied
+		// and truncated again, and gets b3: b2 is only in its copy, read
+		// before b3, not passed over.
 		ff := ffNewFile(t)
 		ff.write("a1\n")
 		f := ff.open(outbox.Checkpoint{})
@@ -1499,7 +1534,6 @@ func TestFeed_RotationRaces(t *testing.T) {
 		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
 		old := ff.rename(".1")
 		ff.write("b1\n")
-		next := ff.identityOf(ff.path)
 		wrote := false
 		f.mu.Lock()
 		f.listOnce = func(path string) ([]generation, error) {
@@ -1514,29 +1548,14 @@ func TestFeed_RotationRaces(t *testing.T) {
 			t.Fatalf("got %v, want a2", got)
 		}
 		ff.rotateCopies()
-		eCopy := ff.epochOf(ff.copyTruncate(".1"))
-		rotated := false
-		f.mu.Lock()
-		f.looking = func(s *fileSource, fingerprinted bool) {
-			if !fingerprinted || rotated || s != f.cur || !s.id.sameInode(next) {
-				return
-			}
-			rotated = true
-			ff.write("b2\n")
-			ff.rotate()
-			ff.write("c1\n")
-		}
-		f.mu.Unlock()
-		got := ffDescribeAll(ffCollect(t, f, 6))
-		if !rotated {
-			t.Fatal("the feed never looked at the emptied file as its current one: the test did not rotate while it looked")
-		}
-		b, c := ff.epochOf(ff.path+".1"), ff.epoch()
-		want := []string{ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(b), ffItem(b, 3, "b2"), ffEpochRec(c), ffItem(c, 3, "c1")}
-		if !slices.Equal(got, want) {
-			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-		}
-		ffNoMore(t, f)
+		e1 := ff.epochOf(ff.copyTruncate(".1"))
+		ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 3, "b1")) // and the feed comes to the empty file
+		ff.write("b2\n")
+		ff.rotateCopies()
+		e2 := ff.epochOf(ff.copyTruncate(".1"))
+		ff.write("b3\n")
+		b := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e2), ffItem(e2, 3, "b2"), ffEpochRec(b), ffItem(b, 3, "b3"))
 	})
 	t.Run("NextFileTruncatedUncopiedThenCopiedAsTheFeedMoves", func(t *testing.T) {
 		t.Parallel()

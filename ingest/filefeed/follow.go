@@ -360,7 +360,8 @@ func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 	if !ok {
 		fp = ""
 	}
-	f.log.Debug("looked at the file to move to", logFile, s.file.Name(), "first", first.String(), "fingerprint", fp, "size", s.size)
+	f.log.Debug("looked at the file to move to", logFile, s.file.Name(), "first", first.String(),
+		"seen", seen, "since", since.Format(time.StampMicro), "fingerprint", fp, "size", s.size)
 	if first.fp == "" || fp == first.fp {
 		s.id.fp, s.seen = fp, s.size
 		return s, nil

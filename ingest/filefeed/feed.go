@@ -135,7 +135,11 @@ func (o Options) withDefaults() Options {
 // The next file (opened at the path while older generations are read) that
 // started over in place before the feed got to it has what it held when
 // opened read from its copy first, in the copy's identity; without one,
-// that is a RecordLoss (LossTruncated) from 0, of unknown extent.
+// that is a RecordLoss (LossTruncated) from 0, of unknown extent. The
+// generations are listed again after the look that shows it started over,
+// so the copies of lives it had since (copytruncate run again and again)
+// are read first too; left empty, it is moved to only once it has a first
+// line again.
 //
 // Opened from a checkpoint, the feed finds the checkpoint's file again by
 // its inode, at the path or among the generations, and goes on after the

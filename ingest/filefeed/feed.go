@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/outboxd/outboxd/ingest"
@@ -134,7 +135,11 @@ func (o Options) withDefaults() Options {
 // The next file (opened at the path while older generations are read) that
 // started over in place before the feed got to it has what it held when
 // opened read from its copy first, in the copy's identity; without one,
-// that is a RecordLoss (LossTruncated) from 0, of unknown extent.
+// that is a RecordLoss (LossTruncated) from 0, of unknown extent. The
+// generations are listed again after the look that shows it started over,
+// so the copies of lives it had since (copytruncate run again and again)
+// are read first too; left empty, it is moved to only once it has a first
+// line again.
 //
 // Opened from a checkpoint, the feed finds the checkpoint's file again by
 // its inode, at the path or among the generations, and goes on after the
@@ -155,7 +160,8 @@ func (o Options) withDefaults() Options {
 // left to read, the feed waits for it (see Waiting).
 //
 // Open, Poll, Commit and Close are called from one goroutine, except that
-// Close may be called while Poll waits, to end it. Ends and Waiting may be
+// Close may be called while Poll waits, or while Open waits to resume again
+// (see Open), to end it. Ends and Waiting may be
 // called from any goroutine.
 type Feed struct {
 	path string
@@ -188,9 +194,10 @@ type Feed struct {
 	listOnce func(path string) ([]generation, error)
 	// looking, when set, is called when the feed looks at the next file to
 	// decide what it holds (before it is switched to, or matched against a
-	// copy): just before the look (fingerprinted false) and just after its
-	// fingerprint is read (true). Tests rotate there, in the middle of the
-	// feed's steps. nil outside tests.
+	// copy), or at the current file before its first line: just before the
+	// look (fingerprinted false) and just after its fingerprint is read
+	// (true). Tests rotate there, in the middle of the feed's steps. nil
+	// outside tests.
 	looking func(s *fileSource, fingerprinted bool)
 
 	clock   func() time.Time // the feed's clock, for how long it did not look
@@ -235,8 +242,12 @@ func (f *Feed) Source() string { return f.path }
 // of the file at the path for a new feed (from[0] missing or with no epoch),
 // which then yields a RecordEpoch at position 0 first. It does not wait for
 // the file to exist: a missing or unreadable file is waited for (see
-// Waiting). It returns an error when the directory cannot be listed to find
-// the checkpoint's file, or when the feed was already opened.
+// Waiting). Resuming from a checkpoint lists the path's directory; while a
+// burst of renames keeps the listings from agreeing, Open tries again with a
+// capped backoff, logging each try, for as long as ctx lives and the feed
+// is not closed (see resumeSettled). It returns an error when the directory
+// cannot be listed or read, when ctx ends first (wrapping ctx.Err()), or
+// when the feed was already opened.
 func (f *Feed) Open(ctx context.Context, from map[int32]outbox.Checkpoint) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -249,17 +260,81 @@ func (f *Feed) Open(ctx context.Context, from map[int32]outbox.Checkpoint) error
 	f.opened = true
 	f.startWatch()
 	cp, ok := from[0]
-	var err error
-	if ok && cp.Epoch != "" {
-		err = f.resume(cp)
-	} else {
-		_, err = f.begin()
+	if !ok || cp.Epoch == "" {
+		_, err := f.begin()
+		if err != nil {
+			return fmt.Errorf("open file feed: %w", err)
+		}
+		f.publishEnd()
+		return nil
 	}
+	f.mu.Unlock()
+	err := f.resumeSettled(ctx, cp)
+	f.mu.Lock()
 	if err != nil {
 		return fmt.Errorf("open file feed: %w", err)
 	}
 	f.publishEnd()
 	return nil
+}
+
+// Bounds of the waits between resumes that found the generations being
+// renamed (see resumeSettled).
+const (
+	resumeFirstWait = 10 * time.Millisecond
+	resumeMaxWait   = time.Second
+)
+
+// resumeSettled resumes from cp, and again, after a capped backoff, while
+// resuming fails because a burst of renames kept the generations from
+// settling within a listing's bound (errUnsettled): the chain taken from an
+// unsettled listing may miss a generation, and a failed start would stop
+// the feed for good. Each try that fails is undone (see resumeOnce) and
+// logged. Other errors end it; so do ctx's end and Close. f.mu must not be
+// held: it is taken for each try, not across the waits.
+func (f *Feed) resumeSettled(ctx context.Context, cp outbox.Checkpoint) error {
+	wait := &backoff.ExponentialBackOff{
+		InitialInterval:     resumeFirstWait,
+		RandomizationFactor: 0.5,
+		Multiplier:          2,
+		MaxInterval:         resumeMaxWait,
+	}
+	for try := 1; ; try++ {
+		err := f.resumeOnce(cp)
+		if !errors.Is(err, errUnsettled) {
+			return err
+		}
+		d := wait.NextBackOff()
+		f.log.Warn("the generations kept changing while the feed resumed; resuming again",
+			"try", try, "wait", d, logErr, err)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("resume %s: %w", f.path, errors.Join(ctx.Err(), err))
+		case <-f.done:
+			t.Stop()
+			return fmt.Errorf("resume %s: %w", f.path, fs.ErrClosed)
+		case <-t.C:
+		}
+	}
+}
+
+// resumeOnce takes f.mu and resumes from cp once. When resuming fails, the
+// feed is put back as it was before: the files it opened are closed, and
+// what it queued or noted is dropped, so that it can be resumed again.
+func (f *Feed) resumeOnce(cp outbox.Checkpoint) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return fmt.Errorf("resume %s: %w", f.path, fs.ErrClosed)
+	}
+	before := f.saveState()
+	err := f.resume(cp)
+	if err != nil {
+		err = errors.Join(err, f.restoreState(before))
+	}
+	return err
 }
 
 // Poll appends up to max (at least 1) ready records to buf. It returns as soon

@@ -2,8 +2,13 @@ package filefeed
 
 import (
 	"cmp"
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
@@ -89,17 +94,19 @@ func (f *Feed) begin() (bool, error) {
 // another file, or a later generation is there) is passed over: its bytes,
 // if any, were a line that never completed.
 func (f *Feed) announceCurrent() (bool, error) {
-	fp, ok, err := f.cur.fingerprint()
-	if err != nil {
+	// The size is the one seen before the fingerprint was read (see look):
+	// bytes written after it are looked at again before the file is passed
+	// over (see grewBeforeRotation).
+	fp, ok, err := f.look(f.cur)
+	switch {
+	case errors.Is(err, errUnsettled):
+		return false, nil // started over while looked at: looked at again
+	case err != nil:
 		return false, err
-	}
-	if ok {
+	case ok:
 		f.cur.id.fp = fp
 		f.announce(f.cur)
 		return true, nil
-	}
-	if _, err := f.cur.stat(); err != nil {
-		return false, err
 	}
 	f.cur.saw(f.cur.size)
 	return f.rotate()
@@ -259,7 +266,7 @@ func (f *Feed) lookBeforeTheMove(next *fileSource) (*fileSource, error) {
 func (f *Feed) grewBeforeRotation() (bool, error) {
 	c := f.cur
 	if c.epoch == "" {
-		return false, nil // no line yet: passed over, see announceCurrent
+		return f.firstLineBeforeRotation()
 	}
 	before := c.mtime
 	size, err := c.stat()
@@ -281,6 +288,27 @@ func (f *Feed) grewBeforeRotation() (bool, error) {
 	c.saw(size)
 	c.atEOF = false
 	return true, nil
+}
+
+// firstLineBeforeRotation reports whether the current file, which had no
+// first line at the feed's last look, has one now that the feed has found
+// the file that follows it: the writer wrote it before it moved on (an
+// empty file at the path, emptied by copytruncate, gets its lines and is
+// then rotated away). It is then announced and read, not passed over with
+// its lines unread. Without one, what it holds is a line that never
+// completed, seen now (reported lost by switchTo).
+func (f *Feed) firstLineBeforeRotation() (bool, error) {
+	c := f.cur
+	size, err := c.stat() // before the fingerprint: what it holds then has no first line
+	if err != nil {
+		return false, err
+	}
+	_, ok, err := c.fingerprint()
+	if err != nil || ok {
+		return ok, err
+	}
+	c.saw(size)
+	return false, nil
 }
 
 // switchTo closes the current file, read to its end, and makes s the
@@ -313,9 +341,11 @@ func (f *Feed) switchTo(s *fileSource) error {
 // follows the current one, with its fingerprint read again and its size
 // looked at: s itself, or the copy that holds what s held when it was
 // opened, when s started over in place since (copytruncate) before any of
-// it was read. The copy is read first, in its own identity, and s after it
-// (s stays the next file, or is held); with no copy, what s held is a
-// RecordLoss of unknown extent. On an error s is as it was.
+// it was read, or a copy of a later life of s made since the feed last
+// listed the generations (see laterLifeCopy). The copy is read first, in
+// its own identity, and s after it (s stays the next file, or is held);
+// with no copy, what s held is a RecordLoss of unknown extent. On an error
+// s is as it was.
 func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 	first, before, seen := s.id, s.mtime, s.seen
 	since := s.openedAt // a copy of what s held when opened is made after that
@@ -330,8 +360,19 @@ func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 	if !ok {
 		fp = ""
 	}
+	f.log.Debug("looked at the file to move to", logFile, s.file.Name(), "first", first.String(),
+		"seen", seen, "since", since.Format(time.StampMicro), "fingerprint", fp, "size", s.size)
 	if first.fp == "" || fp == first.fp {
 		s.id.fp, s.seen = fp, s.size
+		return s, nil
+	}
+	if g, err := f.laterLifeCopy(s); err != nil || g != nil {
+		s.mtime = before
+		return g, err
+	}
+	if s.id.fp != first.fp {
+		// A copy in the making of what s holds now was matched against it
+		// in that listing (see anchor): its earlier lives are settled.
 		return s, nil
 	}
 	cpy, err := f.findCopy(copyWant{of: first, size: seen, since: since})
@@ -348,17 +389,57 @@ func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 		f.held = append(f.held, s)
 	}
 	switch {
-	case cpy != nil && f.readHere(cpy.id):
-		// Read already, as a generation of its own.
-		f.unhold(s)
-		return s, cpy.close()
-	case cpy == nil:
+	case cpy != nil && !f.readHere(cpy.id):
+		f.log.Info("reading what it held from its copy", logFile, cpy.file.Name())
+		return cpy, nil
+	case cpy != nil: // read already, as a generation of its own
+		if err := cpy.close(); err != nil {
+			return nil, err
+		}
+	default:
 		f.lose(first.String(), 0, ingest.UnknownPosition, LossTruncated)
-		f.unhold(s)
-		return s, nil
 	}
-	f.log.Info("reading what it held from its copy", logFile, cpy.file.Name())
-	return cpy, nil
+	if fp == "" && s == f.next {
+		// Emptied (copytruncate) and not written again yet: it stays the
+		// next file, with no first life, until it has a first line (see
+		// lookBeforeTheMove). Taken now, a life it gets, copied and
+		// truncated again before the feed's next look, would be known
+		// only by its copy, which nothing would tie to it.
+		s.openedAt = s.mtime
+		return nil, fmt.Errorf("the next file %s started over and has no first line yet: %w", s.file.Name(), errUnsettled)
+	}
+	f.unhold(s)
+	return s, nil
+}
+
+// laterLifeCopy returns the generation to read before s, when s started
+// over in place since the feed took its first life, from a listing taken
+// after the look that showed it: copytruncate may have run more than once
+// since the feed last listed the generations, and the copies of the lives
+// between the first and the one s holds now are generations after the
+// current file that no earlier listing held (the copy of the first life
+// accounts for none of them). It returns nil when there is none, or when
+// the first is s itself: s is then settled as firstLife says, and is not
+// held. With a generation or an error, s stays the next file, or held,
+// until its turn.
+func (f *Feed) laterLifeCopy(s *fileSource) (*fileSource, error) {
+	hold := func() {
+		if s != f.next && !slices.Contains(f.held, s) {
+			f.held = append(f.held, s)
+		}
+	}
+	hold() // listed through the open file, never opened a second time
+	g, err := f.nextGeneration(markOf(f.cur))
+	if err != nil || g != nil && g != s {
+		hold()
+		if g != nil {
+			f.log.Info("the next file started over in place more than once before it was read; a later life's copy is read first",
+				logFile, g.file.Name())
+		}
+		return g, err
+	}
+	f.held = slices.DeleteFunc(f.held, func(h *fileSource) bool { return h == s })
+	return nil, nil
 }
 
 // unannouncedEpoch is the identity a file that never had a first line is
@@ -414,6 +495,9 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 			return nil, err
 		}
 		f.forgetPassed(gens)
+		if f.log.Enabled(context.Background(), slog.LevelDebug) {
+			f.log.Debug("generations listed", "after", m.id.String(), "gens", listingText(gens))
+		}
 		renamed := false
 		for _, g := range f.withHeld(m.after(f.markHeld(gens)), gens) {
 			if f.passed[inodeOf(g.id)] {
@@ -424,6 +508,7 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 				return nil, err
 			}
 			if copying {
+				f.log.Debug("a copy in the making of the next file: its lines are read there", logFile, g.name)
 				continue
 			}
 			if g.compressed {
@@ -453,8 +538,22 @@ func (f *Feed) nextGeneration(m chainMark) (*fileSource, error) {
 		if !renamed {
 			return nil, nil
 		}
+		f.log.Debug("a generation was renamed between the listing and its opening: listing again")
 	}
-	return nil, nil
+	// Every listing was stale by the time a generation was opened: that
+	// none was opened says nothing (taken for none, the generation would be
+	// passed over unread, with no loss known).
+	return nil, fmt.Errorf("open the next generation of %s: %w", f.path, errUnsettled)
+}
+
+// listingText formats a listing for a debug log: each generation's name,
+// inode, size and modification time, oldest first.
+func listingText(gens []generation) string {
+	var b strings.Builder
+	for _, g := range gens {
+		fmt.Fprintf(&b, "%s=%d/%d/%s ", filepath.Base(g.name), g.id.ino, g.size, g.mtime.Format(time.StampMicro))
+	}
+	return b.String()
 }
 
 // copyInProgress reports whether g holds nothing but a prefix of the file

@@ -2,8 +2,10 @@ package filefeed
 
 import (
 	"compress/gzip"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -1421,6 +1423,233 @@ func TestFeed_RotationRaces(t *testing.T) {
 		}
 		eCopy, c := ff.epochOf(cpy), ff.epoch()
 		want := []string{ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("NextFileCopiedAndTruncatedThriceBeforeTheMove", func(t *testing.T) {
+		t.Parallel()
+		// The feed opened the next file while it held b1, and is still
+		// reading the file before it when copytruncate runs twice: b1's
+		// and b2's copies are read as generations. As the feed moves to
+		// the file (after its look and its listing found nothing more to
+		// read first), copytruncate runs a third time: b3 is only in its
+		// copy, made after that listing. The file's first life (b1) has
+		// its copy read already; b3's copy must be read too, before b4,
+		// not passed over with no loss.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rename(".1")
+		ff.write("b1\n")
+		next := ff.identityOf(ff.path)
+		var copies []fileID
+		copyTruncate := func(then string) {
+			ff.rotateCopies()
+			copies = append(copies, ff.identityOf(ff.copyTruncate(".1")))
+			ff.write(then)
+		}
+		listed := false
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			if !listed { // the feed has the next file open, holding b1
+				listed = true
+				copyTruncate("b2\n")
+				copyTruncate("b3\n")
+			}
+			return listGenerationsOnce(path)
+		}
+		looks := 0
+		f.looking = func(s *fileSource, fingerprinted bool) {
+			if fingerprinted || !s.id.sameInode(next) || len(copies) != 2 || f.cur == nil || !f.cur.id.sameInode(copies[1]) {
+				return
+			}
+			if looks++; looks == 2 { // the move's own look, after the look and the listing before it
+				copyTruncate("b4\n")
+			}
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 8))
+		if looks < 2 || len(copies) != 3 {
+			t.Fatalf("%d looks at the next file, %d copies: the test did not copy a third time as the feed moved", looks, len(copies))
+		}
+		e1, e2, e3, e4 := copies[0].String(), copies[1].String(), copies[2].String(), ff.epoch()
+		want := []string{
+			ffEpochRec(e1), ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "b2"),
+			ffEpochRec(e3), ffItem(e3, 3, "b3"), ffEpochRec(e4), ffItem(e4, 3, "b4"),
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("EmptyFileWrittenAndRotatedWhileItIsLookedAt", func(t *testing.T) {
+		t.Parallel()
+		// A new feed on an empty file. Just after the feed finds it still
+		// without a first line, the writer puts b1 into it and rotates it
+		// away for c1. The feed finds c1's file, and must read b1 first:
+		// not pass the file over as one whose line never completed.
+		ff := ffNewFile(t)
+		ff.write("")
+		f := New(ff.path, Options{PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		t.Cleanup(func() { f.Close() })
+		rotated := false
+		f.looking = func(s *fileSource, fingerprinted bool) {
+			if !fingerprinted || rotated || s != f.cur {
+				return
+			}
+			rotated = true
+			ff.write("b1\n")
+			ff.rotate()
+			ff.write("c1\n")
+		}
+		if err := f.Open(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+		got := ffDescribeAll(ffCollect(t, f, 4))
+		if !rotated {
+			t.Fatal("the feed never looked at the empty file: the test did not rotate while it looked")
+		}
+		b, c := ff.epochOf(ff.path+".1"), ff.epoch()
+		want := []string{ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("NextFileEmptiedThenCopiedAndTruncatedAgain", func(t *testing.T) {
+		t.Parallel()
+		// The next file, opened holding b1, is copied and truncated; b1 is
+		// read from the copy, and the feed comes to the file while it is
+		// empty. Before the feed's next look, the file gets b2, is copied
+		// and truncated again, and gets b3: b2 is only in its copy, read
+		// before b3, not passed over.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		old := ff.rename(".1")
+		ff.write("b1\n")
+		wrote := false
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			if !wrote { // the feed has the next file open: a2 keeps it on a
+				wrote = true
+				ff.write("a2\n", old)
+			}
+			return listGenerationsOnce(path)
+		}
+		f.mu.Unlock()
+		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffItem(a, 6, "a2") {
+			t.Fatalf("got %v, want a2", got)
+		}
+		ff.rotateCopies()
+		e1 := ff.epochOf(ff.copyTruncate(".1"))
+		ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 3, "b1")) // and the feed comes to the empty file
+		ff.write("b2\n")
+		ff.rotateCopies()
+		e2 := ff.epochOf(ff.copyTruncate(".1"))
+		ff.write("b3\n")
+		b := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e2), ffItem(e2, 3, "b2"), ffEpochRec(b), ffItem(b, 3, "b3"))
+	})
+	t.Run("NextFileTruncatedUncopiedThenCopiedAsTheFeedMoves", func(t *testing.T) {
+		t.Parallel()
+		// The next file, opened holding b1, is truncated with no copy made
+		// and gets b2; as the feed moves to it, a copy of b2 is being made
+		// (copytruncate, not yet truncated). b1 is lost, once; b2 is read
+		// in the file.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		old := ff.rename(".1")
+		ff.write("b1\n")
+		first := ff.epoch()
+		wrote := false
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			if !wrote { // the feed has the next file open: a2 keeps it on a
+				wrote = true
+				ff.write("a2\n", old)
+			}
+			return listGenerationsOnce(path)
+		}
+		f.mu.Unlock()
+		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffItem(a, 6, "a2") {
+			t.Fatalf("got %v, want a2", got)
+		}
+		ff.truncate(0)
+		ff.write("b2\n")
+		looks, copied := 0, false
+		f.mu.Lock()
+		f.looking = func(s *fileSource, fingerprinted bool) {
+			if fingerprinted && !copied && s == f.next {
+				if looks++; looks == 2 { // the move's own look
+					copied = true
+					ff.rotateCopies()
+					ff.write("b2\n", ff.path+".1")
+				}
+			}
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 3))
+		if !copied {
+			t.Fatal("the feed did not look at the next file twice: the test did not copy as it moved")
+		}
+		b := ff.epoch()
+		want := []string{ffLoss(first, 0, ingest.UnknownPosition, LossTruncated), ffEpochRec(b), ffItem(b, 3, "b2")}
+		if !slices.Equal(got, want) {
+			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		ffNoMore(t, f)
+	})
+	t.Run("GenerationRenamedWhileItIsOpened", func(t *testing.T) {
+		t.Parallel()
+		// Two rotations: b1's file is the generation after the current one.
+		// On every try, rotations rename it between the listing that
+		// settles and its opening. That it could not be opened says
+		// nothing: the feed looks again once the renames stop and reads
+		// b1 before c1, not the file at the path as if none came between.
+		ff := ffNewFile(t)
+		ff.write("a1\n")
+		f := ff.open(outbox.Checkpoint{})
+		a := ff.epoch()
+		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
+		ff.rotate()
+		ff.write("b1\n")
+		b := ff.epoch()
+		ff.rotate()
+		ff.write("c1\n")
+		c := ff.epoch()
+		now := time.Now()
+		ff.touch(now.Add(-2*time.Second), ff.path+".2")
+		ff.touch(now.Add(-time.Second), ff.path+".1")
+		names := [2]string{ff.path + ".1", ff.path + ".3"}
+		calls := 0
+		f.mu.Lock()
+		f.listOnce = func(path string) ([]generation, error) {
+			gens, err := listGenerationsOnce(path)
+			// Each second listing agrees with the one before and is then
+			// made stale: b1's file moves to the other name.
+			if calls++; calls <= 4*listTries && calls%2 == 0 {
+				if err := os.Rename(names[(calls/2+1)%2], names[(calls/2)%2]); err != nil {
+					t.Error(err)
+				}
+			}
+			return gens, err
+		}
+		f.mu.Unlock()
+		got := ffDescribeAll(ffCollect(t, f, 4))
+		if calls <= 2*listTries {
+			t.Fatalf("%d listings: the test did not rename the generation on every try", calls)
+		}
+		want := []string{ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
 		if !slices.Equal(got, want) {
 			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
 		}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
+	"os"
 	"slices"
 	"time"
 
@@ -37,6 +39,48 @@ func (f *Feed) resume(cp outbox.Checkpoint) error {
 	return f.resumeIn(home, at, stored, cp)
 }
 
+// feedState is what resume may change in a Feed: saved before it, and put
+// back when it fails (see Feed.resumeOnce).
+type feedState struct {
+	prev      string
+	cur, next *fileSource
+	held      []*fileSource
+	pending   []ingest.Record
+	floor     *chainMark
+	lostGens  map[fileID]bool
+	passed    map[fileID]bool
+}
+
+func (f *Feed) saveState() feedState {
+	return feedState{
+		prev: f.prev, cur: f.cur, next: f.next, held: slices.Clone(f.held),
+		pending: slices.Clone(f.pending), floor: f.floor,
+		lostGens: maps.Clone(f.lostGens), passed: maps.Clone(f.passed),
+	}
+}
+
+// restoreState puts st back, closing the files the feed took since st was
+// saved. Those a failed step closed already are passed over.
+func (f *Feed) restoreState(st feedState) error {
+	kept := map[*fileSource]bool{st.cur: true, st.next: true}
+	for _, h := range st.held {
+		kept[h] = true
+	}
+	var errs []error
+	for _, s := range append([]*fileSource{f.cur, f.next}, f.held...) {
+		if s == nil || kept[s] {
+			continue
+		}
+		kept[s] = true // listed once, closed once
+		if err := s.close(); err != nil && !errors.Is(err, os.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	f.prev, f.cur, f.next, f.held = st.prev, st.cur, st.next, st.held
+	f.pending, f.floor, f.lostGens, f.passed = st.pending, st.floor, st.lostGens, st.passed
+	return errors.Join(errs...)
+}
+
 // findStored returns the file on the checkpoint's inode, whatever it holds
 // now: the file at the path (at), or a generation. It returns nil when there
 // is none.
@@ -59,7 +103,9 @@ func (f *Feed) findStored(stored fileEpoch, at *fileSource) (*fileSource, error)
 		}
 		// renamed by a rotation since the listing: list again
 	}
-	return nil, nil
+	// Renamed again on every try: that it was not opened says nothing
+	// (taken for gone, its rest would be reported lost, or read again).
+	return nil, fmt.Errorf("open the checkpoint's file among the generations of %s: %w", f.path, errUnsettled)
 }
 
 // resumeIn resumes in home, the file on the checkpoint's inode: after the
@@ -136,7 +182,10 @@ func (f *Feed) restartAfterCopy(home, at, cpy *fileSource, cp outbox.Checkpoint)
 		f.held = append(f.held, home) // a generation now: read in its turn, after the copy
 		return f.readCopy(cpy, nil, cp.Epoch, cp.Position)
 	}
-	return f.readCopy(cpy, home, cp.Epoch, cp.Position)
+	if err := f.readCopy(cpy, home, cp.Epoch, cp.Position); err != nil {
+		return errors.Join(err, home.close())
+	}
+	return nil
 }
 
 // reusedInode reports whether home, on the checkpoint's inode but not

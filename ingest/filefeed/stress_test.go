@@ -1,8 +1,11 @@
 //go:build stress
 
 // The rotation-storm stress: a writer rotates and copytruncates the file
-// with 0-5 ms pauses while the feed is polled in-process; every line must be
-// delivered once or covered by a recorded loss. It depends on timing and is
+// with 0-5 ms pauses while the feed is polled in-process. Every copy is
+// kept, so every line must be delivered exactly once and no loss recorded:
+// a round fails on a line missing or read twice, and on any loss. Each
+// failing round prints its operations and what was read in each epoch, and
+// the test ends with how many rounds failed. It depends on timing and is
 // kept out of the suite: go test -tags stress -run TestStress_RotationStorm ./ingest/filefeed/
 
 package filefeed
@@ -22,7 +25,10 @@ import (
 )
 
 func TestStress_RotationStorm(t *testing.T) {
-	for round := range 200 {
+	const rounds = 200
+	failed := 0
+	defer func() { t.Logf("%d of %d rounds failed", failed, rounds) }()
+	for round := range rounds {
 		ff := ffNewFile(t)
 		rng := rand.New(rand.NewPCG(uint64(round), 7))
 		gen := 0
@@ -139,7 +145,8 @@ func TestStress_RotationStorm(t *testing.T) {
 			for _, x := range trace {
 				t.Logf("%s: %s .. %s", x[0], x[1], x[2])
 			}
-			t.Fatalf("round %d: %d lines wrong (%v), losses %v", round, len(missing), missing[:min(20, len(missing))], losses)
+			t.Errorf("round %d: %d lines wrong (%v), losses %v", round, len(missing), missing[:min(20, len(missing))], losses)
+			failed++
 		}
 		f.Close()
 	}

@@ -27,11 +27,14 @@ type recentSeg struct {
 // reads every row from it; one that falls behind by more than the cache
 // reads from SQLite, which costs it more per row than publishing does and
 // so puts it further behind. The bound is therefore well over a relay
-// batch: with small rows the row count binds (about 46 MiB of rows of
-// 20 bytes), with large ones the bytes (about 42,000 rows of 1 KiB).
+// batch, but not so much that a server with no relay (or a stalled one)
+// holds much memory for nothing: the garbage collector lets the heap grow
+// to three times what is live (GOGC 200). With small rows the row count
+// binds (about 23 MiB of rows of 20 bytes), with large ones the bytes
+// (about 21,000 rows of 1 KiB).
 const (
-	maxRecentRows  = 1 << 18
-	maxRecentBytes = 48 << 20
+	maxRecentRows  = 1 << 17
+	maxRecentBytes = 24 << 20
 )
 
 // cachedRowOverhead is what a cached Row costs beyond its key, value and

@@ -10,3 +10,10 @@ func WriterOf(s *Store) *sqlx.DB { return s.db }
 
 // ReadPoolOf is s's read-only pool, for the same tests.
 func ReadPoolOf(s *Store) *sqlx.DB { return s.rdb }
+
+// MaxRecentBytes and CachedRowOverhead are the recent rows cache's byte
+// bound and what it counts for a row beyond its key, value and headers.
+const (
+	MaxRecentBytes    = maxRecentBytes
+	CachedRowOverhead = cachedRowOverhead
+)

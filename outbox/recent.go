@@ -7,47 +7,101 @@ import "sync"
 // without reading it: the ingest writer already had it in hand. It is a
 // cache and nothing more. An id is never reused, so a row in it is the
 // row SQLite holds under that id; a row missing from it is read from
-// SQLite. It holds about maxRecentRows rows: when the relay falls behind
-// (Kafka down, a backlog, no relay at all), the oldest commits' rows are
-// dropped and read back later.
+// SQLite. It holds at most maxRecentRows rows and about maxRecentBytes
+// bytes: when the relay falls behind (Kafka down, a backlog, no relay at
+// all), the oldest commits' rows are dropped and read back later.
 type recentRows struct {
-	mu   sync.Mutex
-	segs [][]Row // one per commit, oldest first, ids consecutive across them
-	n    int     // rows in segs
+	mu    sync.Mutex
+	segs  []recentSeg // one per commit, oldest first, ids consecutive across them
+	n     int         // rows in segs
+	bytes int64       // cachedBytes of the rows in segs
 }
 
-// maxRecentRows bounds the cache: a few relay batches, a few MiB.
-const maxRecentRows = 1 << 15
+// recentSeg is the rows of one commit still cached, and their bytes.
+type recentSeg struct {
+	rows  []Row
+	bytes int64
+}
+
+// maxRecentRows and maxRecentBytes bound the cache. A relay that keeps up
+// reads every row from it; one that falls behind by more than the cache
+// reads from SQLite, which costs it more per row than publishing does and
+// so puts it further behind. The bound is therefore well over a relay
+// batch, but not so much that a server with no relay (or a stalled one)
+// holds much memory for nothing: the garbage collector lets the heap grow
+// to three times what is live (GOGC 200). With small rows the row count
+// binds (about 23 MiB of rows of 20 bytes), with large ones the bytes
+// (about 21,000 rows of 1 KiB).
+const (
+	maxRecentRows  = 1 << 17
+	maxRecentBytes = 24 << 20
+)
+
+// cachedRowOverhead is what a cached Row costs beyond its key, value and
+// headers: the struct itself (its strings are shared between the rows of
+// a commit) and the slice it sits in.
+const cachedRowOverhead = 160
+
+// cachedBytes is what rows hold in memory, as the cache counts it.
+func cachedBytes(rows []Row) int64 {
+	n := int64(len(rows)) * cachedRowOverhead
+	for i := range rows {
+		n += int64(len(rows[i].Key) + len(rows[i].Value) + len(rows[i].Headers))
+	}
+	return n
+}
 
 // add appends the rows of a commit, which the cache then owns. Rows that
 // do not follow the cached ones (another writer's ids came between)
-// replace them.
+// replace them. Of a commit over the bounds, only its newest rows are
+// kept.
 func (c *recentRows) add(rows []Row) {
 	if len(rows) == 0 {
 		return
 	}
+	rows, b := newestWithin(rows)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if last := c.last(); last != nil && last.ID+1 != rows[0].ID {
-		c.segs, c.n = nil, 0
+		c.segs, c.n, c.bytes = nil, 0, 0
 	}
-	if len(rows) > maxRecentRows {
-		rows = rows[len(rows)-maxRecentRows:]
-	}
-	c.segs = append(c.segs, rows)
+	c.segs = append(c.segs, recentSeg{rows: rows, bytes: b})
 	c.n += len(rows)
-	for c.n > maxRecentRows {
-		c.n -= len(c.segs[0])
-		c.segs[0] = nil
-		c.segs = c.segs[1:]
+	c.bytes += b
+	for c.n > maxRecentRows || c.bytes > maxRecentBytes {
+		c.dropOldest()
 	}
+}
+
+// newestWithin returns the newest rows of rows within the cache's bounds
+// (at least one), and their bytes.
+func newestWithin(rows []Row) ([]Row, int64) {
+	var b int64
+	i := len(rows)
+	for i > 0 && len(rows)-i < maxRecentRows {
+		rb := cachedBytes(rows[i-1 : i])
+		if b+rb > maxRecentBytes && i < len(rows) {
+			break
+		}
+		b += rb
+		i--
+	}
+	return rows[i:], b
+}
+
+// dropOldest forgets the oldest commit's rows.
+func (c *recentRows) dropOldest() {
+	c.n -= len(c.segs[0].rows)
+	c.bytes -= c.segs[0].bytes
+	c.segs[0] = recentSeg{}
+	c.segs = c.segs[1:]
 }
 
 func (c *recentRows) last() *Row {
 	if len(c.segs) == 0 {
 		return nil
 	}
-	s := c.segs[len(c.segs)-1]
+	s := c.segs[len(c.segs)-1].rows
 	return &s[len(s)-1]
 }
 
@@ -59,23 +113,24 @@ func (c *recentRows) after(after int64, limit int) []Row {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for len(c.segs) > 0 {
-		s := c.segs[0]
+		s := c.segs[0].rows
 		if s[len(s)-1].ID > after {
 			if k := after + 1 - s[0].ID; k > 0 {
-				c.segs[0] = s[k:]
+				gone := cachedBytes(s[:k])
+				c.segs[0] = recentSeg{rows: s[k:], bytes: c.segs[0].bytes - gone}
 				c.n -= int(k)
+				c.bytes -= gone
 			}
 			break
 		}
-		c.n -= len(s)
-		c.segs[0] = nil
-		c.segs = c.segs[1:]
+		c.dropOldest()
 	}
-	if len(c.segs) == 0 || c.segs[0][0].ID != after+1 {
+	if len(c.segs) == 0 || c.segs[0].rows[0].ID != after+1 {
 		return nil
 	}
 	rows := make([]Row, 0, min(limit, c.n))
-	for _, s := range c.segs {
+	for _, seg := range c.segs {
+		s := seg.rows
 		if len(rows) == limit {
 			break
 		}

@@ -111,28 +111,35 @@ func TestStore_RecentRows(t *testing.T) {
 		equal(t, "first id", relayRows(t, s, 0, 10)[0].ID, int64(1))
 	})
 
-	// A commit bigger than the cache keeps its newest rows; the oldest are
-	// read from SQLite. Going over the bound drops the oldest commits.
+	// A commit bigger than the cache's bytes keeps its newest rows; the
+	// oldest are read from SQLite. Going over the bound drops the oldest
+	// commits, whole.
 	t.Run("Bounded", func(t *testing.T) {
 		s, _ := openStore(t)
-		const n = 40_000
+		const n = 50_000
+		value := string(make([]byte, 1024))
 		tx := begin(t, s)
 		for i := range int64(n) {
 			must(t, tx.BeginItem(place("f", i+1)))
-			must(t, tx.Emit(ctx, out("t", "", "v")))
+			must(t, tx.Emit(ctx, out("t", "", value)))
 			must(t, tx.EndItem())
 		}
 		must(t, tx.Commit())
 		if got := s.RecentRows(0, 10); got != nil {
 			t.Fatalf("RecentRows(0, 10) = %d rows, want none: row 1 is not cached", len(got))
 		}
-		const kept = 1 << 15
-		first := int64(n - kept)
+		kept := int64(outbox.MaxRecentBytes / (outbox.CachedRowOverhead + len(value)))
+		first := n - kept
+		if got := s.RecentRows(first-1, 10); got != nil {
+			t.Fatalf("RecentRows(%d, 10) = %d rows, want none: only the newest %d rows fit", first-1, len(got), kept)
+		}
 		sameRows(t, "the newest rows", s.RecentRows(first, 100), relayRows(t, s, first, 100))
 		emit(t, s, place("f", n+1), out("t", "", "w"))
+		sameRows(t, "a small commit beside them", s.RecentRows(first+100, 100), relayRows(t, s, first+100, 100))
+		emit(t, s, place("f", n+2), out("t", "", string(make([]byte, 256<<10))))
 		if got := s.RecentRows(n-1, 10); got != nil {
 			t.Fatalf("RecentRows(%d, 10) = %d rows, want none: the big commit was dropped", n-1, len(got))
 		}
-		sameRows(t, "the next commit", s.RecentRows(n, 10), relayRows(t, s, n, 10))
+		sameRows(t, "the next commits", s.RecentRows(n, 10), relayRows(t, s, n, 10))
 	})
 }

@@ -10,12 +10,21 @@ import (
 
 // This file holds what the relay needs beyond the general store API.
 
+// relayRowsQuery's last column says which of key and value are not NULL
+// (keySet | valueSet), in one column: every column read costs the driver
+// a few calls into SQLite, each through the connection's mutex.
 const relayRowsQuery = `SELECT id, feed, partition, epoch, position, n, topic, key, value, headers, created_at,
-key IS NOT NULL, value IS NOT NULL
+(key IS NOT NULL) | ((value IS NOT NULL) << 1)
 FROM outbox WHERE id > ? ORDER BY id LIMIT ?`
 
 // relayRowColumns is the number of columns relayRowsQuery selects.
-const relayRowColumns = 13
+const relayRowColumns = 12
+
+// The bits of relayRowsQuery's last column.
+const (
+	keySet   = 1
+	valueSet = 2
+)
 
 // RelayRows returns the same rows as Rows (up to limit rows with id > after,
 // in id order, through the read-only pool), read through the SQLite driver
@@ -78,10 +87,12 @@ func rowOf(v []driver.Value) (Row, error) {
 	r.Key, r.Value, r.Headers = blobValue(v[7]), blobValue(v[8]), blobValue(v[9])
 	// The driver reads an empty blob back as nil; an empty key or value is
 	// not a null one (Kafka takes a null value for a tombstone).
-	if r.Key == nil && v[11] == int64(1) {
+	var set int64
+	get(11, &set)
+	if r.Key == nil && set&keySet != 0 {
 		r.Key = []byte{}
 	}
-	if r.Value == nil && v[12] == int64(1) {
+	if r.Value == nil && set&valueSet != 0 {
 		r.Value = []byte{}
 	}
 	if err := errors.Join(errs...); err != nil {

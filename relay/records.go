@@ -39,27 +39,91 @@ var (
 // epoch are the row's Feed and Epoch as bytes (shared between records:
 // sarama only reads header values).
 func message(r *outbox.Row, feed, epoch []byte) (*sarama.ProducerMessage, error) {
+	return newRecordSlab(1).message(r, feed, epoch)
+}
+
+// recordSlab hands out the records of a batch, their headers, their
+// decimal header values and their key and value encoders from a few
+// arrays, where each record would otherwise cost five allocations. A
+// record keeps its batch's arrays alive while sarama holds it; nothing
+// handed out is written again.
+type recordSlab struct {
+	msgs   []sarama.ProducerMessage
+	hdrs   []sarama.RecordHeader
+	encs   []sarama.ByteEncoder
+	digits []byte
+}
+
+// relayHeaders is the number of headers the relay adds to each record.
+const relayHeaders = 4
+
+// maxDigits is the most bytes of two decimal int64s.
+const maxDigits = 2 * 20
+
+func newRecordSlab(n int) *recordSlab {
+	return &recordSlab{
+		msgs:   make([]sarama.ProducerMessage, 0, n),
+		hdrs:   make([]sarama.RecordHeader, 0, n*relayHeaders),
+		encs:   make([]sarama.ByteEncoder, 0, 2*n),
+		digits: make([]byte, 0, n*maxDigits),
+	}
+}
+
+// message is message made from the slab's arrays.
+func (s *recordSlab) message(r *outbox.Row, feed, epoch []byte) (*sarama.ProducerMessage, error) {
 	hs, err := outbox.DecodeHeaders(r.Headers)
 	if err != nil {
 		return nil, fmt.Errorf("outbox row %d: %w: %w", r.ID, errBadRow, err)
 	}
-	rhs := appendRowHeaders(make([]sarama.RecordHeader, 0, len(hs)+4), hs)
+	rhs := appendRowHeaders(s.headers(len(hs)+relayHeaders), hs)
 	rhs = append(rhs,
-		sarama.RecordHeader{Key: headerIDKey, Value: strconv.AppendInt(nil, r.ID, 10)},
+		sarama.RecordHeader{Key: headerIDKey, Value: s.decimal(r.ID)},
 		sarama.RecordHeader{Key: headerFeedKey, Value: feed},
 		sarama.RecordHeader{Key: headerEpochKey, Value: epoch},
-		sarama.RecordHeader{Key: headerPositionKey, Value: strconv.AppendInt(nil, r.Position, 10)},
+		sarama.RecordHeader{Key: headerPositionKey, Value: s.decimal(r.Position)},
 	)
-	m := &sarama.ProducerMessage{Topic: r.Topic, Headers: rhs, Timestamp: time.Unix(0, r.CreatedAt)}
+	s.hdrs = s.hdrs[:len(s.hdrs)+len(rhs)]
+	s.msgs = append(s.msgs, sarama.ProducerMessage{Topic: r.Topic, Headers: rhs[:len(rhs):len(rhs)],
+		Timestamp: time.Unix(0, r.CreatedAt)})
+	m := &s.msgs[len(s.msgs)-1]
 	// A nil key must stay a nil interface: the partitioner hashes any
 	// non-nil key, even an empty one, as the Java client does.
 	if r.Key != nil {
-		m.Key = sarama.ByteEncoder(r.Key)
+		m.Key = s.encoder(r.Key)
 	}
 	if r.Value != nil {
-		m.Value = sarama.ByteEncoder(r.Value)
+		m.Value = s.encoder(r.Value)
 	}
 	return m, nil
+}
+
+// headers returns an empty slice with room for n headers, within the slab
+// when it has that room.
+func (s *recordSlab) headers(n int) []sarama.RecordHeader {
+	if cap(s.hdrs)-len(s.hdrs) < n {
+		s.hdrs = make([]sarama.RecordHeader, 0, max(n, cap(s.hdrs)))
+	}
+	return s.hdrs[len(s.hdrs):len(s.hdrs)]
+}
+
+// decimal returns v in decimal, in the slab's bytes.
+func (s *recordSlab) decimal(v int64) []byte {
+	if cap(s.digits)-len(s.digits) < maxDigits/2 {
+		s.digits = make([]byte, 0, max(maxDigits, cap(s.digits)))
+	}
+	start := len(s.digits)
+	s.digits = strconv.AppendInt(s.digits, v, 10)
+	return s.digits[start:len(s.digits):len(s.digits)]
+}
+
+// encoder returns b as an Encoder without an allocation of its own: a
+// pointer to an element of the slab (sarama only reads it).
+func (s *recordSlab) encoder(b []byte) sarama.Encoder {
+	if len(s.encs) == cap(s.encs) {
+		s.encs = make([]sarama.ByteEncoder, 0, max(1, cap(s.encs)))
+	}
+	s.encs = append(s.encs, b)
+	return &s.encs[len(s.encs)-1]
 }
 
 // appendRowHeaders appends a row's own headers as its record carries them,
@@ -125,6 +189,7 @@ func fits(m *sarama.ProducerMessage, maxBytes int) bool {
 // messages turns a batch of rows into records, in id order.
 func messages(rows []outbox.Row) ([]*sarama.ProducerMessage, error) {
 	ms := make([]*sarama.ProducerMessage, 0, len(rows)+1)
+	slab := newRecordSlab(len(rows))
 	var feed, epoch []byte
 	for i := range rows {
 		r := &rows[i]
@@ -135,7 +200,7 @@ func messages(rows []outbox.Row) ([]*sarama.ProducerMessage, error) {
 		if string(epoch) != r.Epoch || epoch == nil {
 			epoch = []byte(r.Epoch)
 		}
-		m, err := message(r, feed, epoch)
+		m, err := slab.message(r, feed, epoch)
 		if err != nil {
 			return nil, err
 		}

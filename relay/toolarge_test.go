@@ -20,8 +20,15 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// fill returns n bytes of one letter.
-func fill(c byte, n int) []byte { return bytes.Repeat([]byte{c}, n) }
+// fill returns n bytes drawn from a generator seeded with c: the same for
+// the same c and n, and incompressible, so the producer's compression
+// cannot bring a record a broker must refuse under the broker's limit.
+func fill(c byte, n int) []byte {
+	b := make([]byte, n)
+	rng := rand.NewChaCha8([32]byte{c})
+	_, _ = rng.Read(b)
+	return b
+}
 
 // exactFit returns a value that makes the record of row (to be emitted as
 // outbox row id of feed "f") exactly as large as limit allows: one byte

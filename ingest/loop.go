@@ -169,6 +169,8 @@ type Loop struct {
 	applyMu sync.Mutex
 	attempt sharedAttempt // the loop's items' attempt context
 	maxItem int           // the feed's largest item, in bytes (see ItemSizer)
+	// prepItems is the buffer of the items shown to a Preparer.
+	prepItems []Item
 
 	status loopStatus // what State reports
 }

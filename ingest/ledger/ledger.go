@@ -88,6 +88,7 @@ type Processor struct {
 	tx        *outbox.Tx     // the batch in hand
 	pending   *batchBalances // its changes
 	scratch   []byte         // the output being built (Emit copies it)
+	need      []string       // Prepare's accounts to read
 }
 
 type balanceKey struct{ feed, account string }
@@ -96,6 +97,10 @@ type balanceKey struct{ feed, account string }
 type batchBalances struct {
 	m     map[balanceKey]*change
 	order []balanceKey
+	// read holds the committed balances of readFeed's accounts that
+	// Prepare read for the batch (0 for an account with no row).
+	readFeed string
+	read     map[string]int64
 }
 
 type change struct{ balance, lines int64 }
@@ -270,6 +275,11 @@ func (p *Processor) commit(b *batchBalances) {
 func (p *Processor) balance(ctx context.Context, tx *outbox.Tx, k balanceKey) (int64, error) {
 	if c, ok := p.pending.m[k]; ok {
 		return c.balance, nil
+	}
+	if k.feed == p.pending.readFeed {
+		if b, ok := p.pending.read[k.account]; ok {
+			return b, nil
+		}
 	}
 	if b, ok := p.committed.get(k); ok {
 		return b, nil

@@ -75,15 +75,16 @@ type Output struct {
 // balances are kept per feed.
 //
 // It keeps the balances it has committed in a cache of at most CacheBytes,
-// so an account it knows costs no read, and writes each account's balance
-// once per batch, when the batch commits (Tx.BeforeCommit), in key order.
+// so an account it knows costs no read, reads those it does not hold once
+// per batch, all in one key-ordered query (Prepare), and writes each
+// account's balance once per batch, when the batch commits
+// (Tx.BeforeCommit), in key order.
 // That is safe because one server owns the database (outbox.Store.Claim) and
 // the processor is its only writer of ledger_balances.
 type Processor struct {
 	topic string
 
 	mu        sync.Mutex
-	warmOnce  sync.Once
 	committed *balanceCache  // as of the last commit
 	tx        *outbox.Tx     // the batch in hand
 	pending   *batchBalances // its changes

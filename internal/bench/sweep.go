@@ -98,7 +98,11 @@ func (b *bench) sweepPoint(ctx context.Context, n int) (sweepPoint, error) {
 	if p.RawSQLite, err = b.rawSQLite(ctx, "raw_sqlite"+name, floor, d, prefillBalance); err != nil {
 		return p, err
 	}
-	if p.Ingest, err = b.ingestFile(ctx, "ingest"+name, b.ingestSpec(engine, d), d); err != nil {
+	// The phase names the server child's profile (--cpuprofile).
+	b.phase = "ingest" + name
+	p.Ingest, err = b.ingestFile(ctx, b.phase, b.ingestSpec(engine, d), d)
+	b.phase = ""
+	if err != nil {
 		return p, err
 	}
 	p.IngestRawSQLite = ratio(p.Ingest, p.RawSQLite)

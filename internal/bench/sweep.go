@@ -84,7 +84,11 @@ func (b *bench) sweepPoint(ctx context.Context, n int) (sweepPoint, error) {
 	if fi, err := os.Stat(tmpl); err == nil {
 		p.DBMiB = round1(float64(fi.Size()) / (1 << 20))
 	}
-	d, err := writeLines(ctx, b.path("sweep-lines.txt"), b.o.Lines, n, b.o.LineBytes)
+	lines, err := b.inputPath("sweep-lines.txt")
+	if err != nil {
+		return p, err
+	}
+	d, err := writeLines(ctx, lines, b.o.Lines, n, b.o.LineBytes)
 	if err != nil {
 		return p, err
 	}

@@ -1,10 +1,12 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/outbox"
@@ -52,22 +54,26 @@ func (p *Processor) Prepare(ctx context.Context, tx *outbox.Tx, feed string, ite
 	}
 	need := p.need[:0]
 	for _, it := range items {
-		e, err := Parse(it.Value)
-		if err != nil {
+		// Only what must be read is copied: an account the cache holds
+		// costs no allocation.
+		acct, ok := account(it.Value)
+		if !ok {
 			continue
 		}
-		if _, ok := b.read[e.Account]; ok {
+		if _, ok := b.read[string(acct)]; ok {
 			continue
 		}
-		k := balanceKey{feed, e.Account}
-		if _, ok := b.m[k]; ok {
+		if len(b.m) > 0 { // changed by an item already: its balance is known
+			if _, ok := b.m[balanceKey{feed, string(acct)}]; ok {
+				continue
+			}
+		}
+		if p.committed.has(feed, acct) {
 			continue
 		}
-		if _, ok := p.committed.get(k); ok {
-			continue
-		}
-		b.read[e.Account] = 0
-		need = append(need, e.Account)
+		a := string(acct)
+		b.read[a] = 0
+		need = append(need, a)
 	}
 	p.need = need[:0]
 	defer clear(need)
@@ -81,6 +87,18 @@ func (p *Processor) Prepare(ctx context.Context, tx *outbox.Tx, feed string, ite
 		return err
 	}
 	return nil
+}
+
+// account is the account of a line as Parse finds it, when the line has
+// one; the amount is left to Parse (a line with a bad one only costs its
+// account a read).
+func account(line []byte) ([]byte, bool) {
+	acct, _, ok := bytes.Cut(line, []byte{','})
+	if !ok {
+		return nil, false
+	}
+	acct = bytes.TrimSpace(acct)
+	return acct, len(acct) > 0 && utf8.Valid(acct)
 }
 
 // readBalances reads the balances of accounts of feed into b.read, in

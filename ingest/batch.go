@@ -220,6 +220,12 @@ func (l *Loop) transact(ctx context.Context, b batch, h tries, retried bool) (ou
 	if retried {
 		w.delta.Retries++
 	}
+	if err := l.prepare(ctx, w, b); err != nil {
+		// Every record of b was about to be taken in: under the skip
+		// policy a read that keeps failing is looked for in pieces, as a
+		// write would be.
+		return outcome{storeFailed: err, reached: len(b.recs)}, -1
+	}
 	n, itemFailed := len(b.recs), error(nil)
 	for i, r := range b.recs {
 		hi := replayedTries(r)

@@ -71,9 +71,18 @@ const DefaultMaxMessageBytes = 1 << 20
 // feed: a freed disk is noticed within it.
 const DefaultStallMaxDelay = 30 * time.Second
 
+// DefaultBatchMax is Config.BatchMax unless set. A batch's commit writes
+// each page it dirtied once, whatever number of its items touched it:
+// with a state of millions of keys, where items dirty pages of their own,
+// a bigger batch shares each page among more items (at a million ledger
+// accounts, 16,000 items a batch ingest about 1.5 times as fast as 4,000).
+// At a moderate load batches close after Config.BatchWait, far below this
+// size, so it costs no latency there.
+const DefaultBatchMax = 16000
+
 // DefaultBatchBytes bounds a batch's item bytes unless Config.BatchBytes
-// says otherwise: 4000 lines of 4 KiB, or 16 of the longest lines a file
-// feed delivers whole.
+// says otherwise: 16,000 lines of 1 KiB, or 16 of the longest lines a
+// file feed delivers whole.
 const DefaultBatchBytes = 16 << 20
 
 // DefaultMaxItemBytes is the largest item the loop expects from a feed that
@@ -93,7 +102,7 @@ type ItemSizer interface {
 func DefaultConfig(name string) Config {
 	return Config{
 		Name:                name,
-		BatchMax:            4000,
+		BatchMax:            DefaultBatchMax,
 		BatchBytes:          DefaultBatchBytes,
 		BatchWait:           5 * time.Millisecond,
 		Retry:               DefaultRetry(),
@@ -169,6 +178,8 @@ type Loop struct {
 	applyMu sync.Mutex
 	attempt sharedAttempt // the loop's items' attempt context
 	maxItem int           // the feed's largest item, in bytes (see ItemSizer)
+	// prepItems is the buffer of the items shown to a Preparer.
+	prepItems []Item
 
 	status loopStatus // what State reports
 }

@@ -20,7 +20,7 @@ func TestParseConfig(t *testing.T) {
 		}
 		f := c.Feeds["l"]
 		if c.DB != "./data/outboxd.db" || c.HTTP != "127.0.0.1:8080" || c.Synchronous != "full" ||
-			c.BatchMax != 4000 || c.BatchBytes != 16<<20 || c.BatchWait != 5*time.Millisecond || c.Relay.Mode != "exactly-once" ||
+			c.BatchMax != 16000 || c.BatchBytes != 16<<20 || c.BatchWait != 5*time.Millisecond || c.Relay.Mode != "exactly-once" ||
 			c.MaxMessageBytes != 1<<20 {
 			t.Fatalf("defaults: %+v", c)
 		}

@@ -29,7 +29,7 @@ func TestSettings_Complete(t *testing.T) {
 		seen[s.Key] = true
 	}
 	for _, want := range []struct{ key, flag, env, def string }{
-		{"batchMax", "batch-max", "OUTBOXD_BATCH_MAX", "4000"},
+		{"batchMax", "batch-max", "OUTBOXD_BATCH_MAX", "16000"},
 		{"relay.wait", "relay-wait", "OUTBOXD_RELAY_WAIT", "1ms"},
 		{"devBroker.data", "dev-broker-data", "OUTBOXD_DEV_BROKER_DATA", "auto"},
 		{"feeds.NAME.onCompletionFailure", "on-completion-failure", "OUTBOXD_ON_COMPLETION_FAILURE", "stop"},

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -26,7 +27,10 @@ type ledgerFile struct {
 
 // makeLedger builds n lines over a few accounts; about one in 400 is
 // malformed, in each of the ways the ledger refuses.
-func makeLedger(rng *rand.Rand, n int) ledgerFile {
+func makeLedger(rng *rand.Rand, n int) ledgerFile { return makeLedgerOver(rng, n, 200) }
+
+// makeLedgerOver is makeLedger over the given number of accounts.
+func makeLedgerOver(rng *rand.Rand, n, accounts int) ledgerFile {
 	bad := []string{"no comma here", ",5", "acct-x,", "acct-y,12z", "acct-z,99999999999999999999", "\r"}
 	lf := ledgerFile{balances: map[string]int64{}}
 	var b strings.Builder
@@ -35,7 +39,7 @@ func makeLedger(rng *rand.Rand, n int) ledgerFile {
 		if rng.IntN(400) == 0 {
 			line = bad[rng.IntN(len(bad))]
 		} else {
-			acct := fmt.Sprintf("acct-%03d", rng.IntN(200))
+			acct := fmt.Sprintf("acct-%03d", rng.IntN(accounts))
 			amt := rng.Int64N(2001) - 1000
 			line = fmt.Sprintf("%s,%d", acct, amt)
 			if i%7 == 0 {
@@ -169,6 +173,76 @@ func TestIngest_KillNine(t *testing.T) {
 			t.Fatal("balances are still exact with the guard off: the replay test could not fail")
 		}
 	})
+}
+
+// TestIngest_KillNineManyAccounts kills the server at random moments
+// while it applies lines over more accounts than a batch holds: each
+// restart starts with no balance in memory, so every batch reads
+// thousands of balances from SQLite (several reads of a chunk each) before
+// its items. Every line must still be applied once, with the balance it
+// had.
+func TestIngest_KillNineManyAccounts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	dir := t.TempDir()
+	input := filepath.Join(dir, "ledger.csv")
+	db := filepath.Join(dir, "outboxd.db")
+	lf := makeLedgerOver(rng, 60_000, 20_000)
+	args := []string{"--db", db, "--feed", "ledger=file:" + input, "--processor", "ledger=ledger",
+		"--relay", "none", "--http", "127.0.0.1:0"}
+	writing := appendSlowly(t, input, lf.data, 4*time.Second, rng)
+	for range 15 {
+		p := start(t, nil, args...)
+		time.Sleep(time.Duration(20+rng.IntN(300)) * time.Millisecond) // a random moment to crash at
+		p.kill()
+	}
+	<-writing
+	p := start(t, nil, args...)
+	end := int64(len(lf.data))
+	wait(t, 60*time.Second, func() error {
+		if pos := storedPosition(t, db, "ledger"); pos != end {
+			return fmt.Errorf("stored position %d, want %d", pos, end)
+		}
+		return nil
+	})
+	if code := p.stop(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+	checkLedger(t, db, lf, 0)
+	checkRunningBalances(t, db, lf)
+}
+
+// checkRunningBalances checks each output of ledger.out carries the sum
+// of its account's amounts up to and including its line: a balance read
+// wrong after a restart shows there, even when a later line hides it in
+// the final balances.
+func checkRunningBalances(t *testing.T, db string, lf ledgerFile) {
+	t.Helper()
+	s := readStore(t, db)
+	sums := map[string]int64{}
+	var after int64
+	for {
+		rows, err := s.Rows(context.Background(), after, 10_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) == 0 {
+			return
+		}
+		for _, r := range rows {
+			after = r.ID
+			if r.Topic != "ledger.out" {
+				continue
+			}
+			var o ledger.Output
+			if err := json.Unmarshal(r.Value, &o); err != nil {
+				t.Fatalf("output %d: %v", r.ID, err)
+			}
+			sums[o.Account] += o.Amount
+			if o.Balance != sums[o.Account] {
+				t.Fatalf("output at position %d: balance %d of %s, want %d", r.Position, o.Balance, o.Account, sums[o.Account])
+			}
+		}
+	}
 }
 
 func countAfter(lf ledgerFile, pos int64) int {

@@ -36,6 +36,19 @@ func (c *balanceCache) encode(k balanceKey) []byte {
 	return c.key
 }
 
+// has reports whether the cache holds a committed balance of account of
+// feed.
+func (c *balanceCache) has(feed string, account []byte) bool {
+	b := binary.AppendUvarint(c.key[:0], uint64(len(feed)))
+	b = append(b, feed...)
+	c.key = append(b, account...)
+	v, ok := c.c.HasGet(c.val[:0], c.key)
+	if ok {
+		c.val = v
+	}
+	return ok && len(v) == 8
+}
+
 // get returns k's committed balance, if the cache has it.
 func (c *balanceCache) get(k balanceKey) (int64, bool) {
 	v, ok := c.c.HasGet(c.val[:0], c.encode(k))

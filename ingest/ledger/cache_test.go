@@ -34,6 +34,9 @@ func TestBalanceCache(t *testing.T) {
 		if _, ok := c.get(balanceKey{"ab", "c\x00"}); ok {
 			t.Fatal("a longer account found a shorter one's balance")
 		}
+		if c.has("a", []byte("bc")) || !c.has("ab", []byte("c")) || c.has("ab", []byte("c\x00")) {
+			t.Fatal("has does not find exactly what get does")
+		}
 	})
 	t.Run("OversizedAccountIsNotKept", func(t *testing.T) {
 		c := newBalanceCache(CacheBytes)

@@ -75,19 +75,21 @@ type Output struct {
 // balances are kept per feed.
 //
 // It keeps the balances it has committed in a cache of at most CacheBytes,
-// so an account it knows costs no read, and writes each account's balance
-// once per batch, when the batch commits (Tx.BeforeCommit), in key order.
+// so an account it knows costs no read, reads those it does not hold once
+// per batch, all in one key-ordered query (Prepare), and writes each
+// account's balance once per batch, when the batch commits
+// (Tx.BeforeCommit), in key order.
 // That is safe because one server owns the database (outbox.Store.Claim) and
 // the processor is its only writer of ledger_balances.
 type Processor struct {
 	topic string
 
 	mu        sync.Mutex
-	warmOnce  sync.Once
 	committed *balanceCache  // as of the last commit
 	tx        *outbox.Tx     // the batch in hand
 	pending   *batchBalances // its changes
 	scratch   []byte         // the output being built (Emit copies it)
+	need      []string       // Prepare's accounts to read
 }
 
 type balanceKey struct{ feed, account string }
@@ -96,6 +98,10 @@ type balanceKey struct{ feed, account string }
 type batchBalances struct {
 	m     map[balanceKey]*change
 	order []balanceKey
+	// read holds the committed balances of readFeed's accounts that
+	// Prepare read for the batch (0 for an account with no row).
+	readFeed string
+	read     map[string]int64
 }
 
 type change struct{ balance, lines int64 }
@@ -270,6 +276,11 @@ func (p *Processor) commit(b *batchBalances) {
 func (p *Processor) balance(ctx context.Context, tx *outbox.Tx, k balanceKey) (int64, error) {
 	if c, ok := p.pending.m[k]; ok {
 		return c.balance, nil
+	}
+	if k.feed == p.pending.readFeed {
+		if b, ok := p.pending.read[k.account]; ok {
+			return b, nil
+		}
 	}
 	if b, ok := p.committed.get(k); ok {
 		return b, nil

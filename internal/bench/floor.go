@@ -24,6 +24,7 @@ type floorDB struct {
 	db      *sql.DB
 	inserts map[int]*sql.Stmt // outbox.OutboxInsertSQL by chunk size
 	upserts map[int]*sql.Stmt // ledger.UpsertSQL by chunk size
+	reads   map[int]*sql.Stmt // ledger.ReadSQL by chunk size
 	pos     *sql.Stmt
 	stats   *sql.Stmt
 	owner   *sql.Stmt
@@ -47,7 +48,7 @@ func openFloorDB(ctx context.Context, path, synchronous string) (*floorDB, error
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
-	f := &floorDB{db: db, inserts: map[int]*sql.Stmt{}, upserts: map[int]*sql.Stmt{}}
+	f := &floorDB{db: db, inserts: map[int]*sql.Stmt{}, upserts: map[int]*sql.Stmt{}, reads: map[int]*sql.Stmt{}}
 	if err := f.prepare(ctx); err != nil {
 		f.close()
 		return nil, err
@@ -70,6 +71,11 @@ ON CONFLICT(name) DO NOTHING`, benchFeed); err != nil {
 		}
 		if f.upserts[n], err = f.db.PrepareContext(ctx, ledger.UpsertSQL(n)); err != nil {
 			return fmt.Errorf("prepare balance upsert: %w", err)
+		}
+	}
+	for n := ledger.ReadChunk; n >= 1; n /= 2 {
+		if f.reads[n], err = f.db.PrepareContext(ctx, ledger.ReadSQL(n)); err != nil {
+			return fmt.Errorf("prepare balance read: %w", err)
 		}
 	}
 	if f.pos, err = f.db.PrepareContext(ctx, outbox.PositionUpsertSQL); err != nil {
@@ -101,10 +107,11 @@ func (f *floorDB) sqliteVersion(ctx context.Context) (string, error) {
 	return v, nil
 }
 
-// floorBatch is one batch's writes, built before the timer: the statement
-// arguments of its upserts (in key order) and outbox inserts (in line
-// order), and its last position.
+// floorBatch is one batch's work, built before the timer: the statement
+// arguments of its reads and upserts (in key order) and outbox inserts (in
+// line order), and its last position.
 type floorBatch struct {
+	reads   [][]any
 	upserts [][]any
 	inserts [][]any
 	lines   int64
@@ -131,6 +138,7 @@ func (in *floorInputs) batch(n int64) floorBatch {
 	}
 	rows := make([]row, 0, n)
 	touched := map[int]int64{}
+	var unseen []string
 	for range n {
 		l, text := in.g.next()
 		r := row{pos: l.Position}
@@ -138,6 +146,7 @@ func (in *floorInputs) batch(n int64) floorBatch {
 			b, ok := in.balances[l.Account]
 			if !ok {
 				b = in.start(l.Account)
+				unseen = append(unseen, accountName(l.Account))
 			}
 			b += l.Amount
 			in.balances[l.Account], touched[l.Account] = b, touched[l.Account]+1
@@ -152,6 +161,7 @@ func (in *floorInputs) batch(n int64) floorBatch {
 		fb.last = l.Position
 	}
 	fb.lines = n
+	fb.reads = readArgs(unseen)
 	accounts := make([]string, 0, len(touched))
 	for a := range touched {
 		accounts = append(accounts, accountName(a))
@@ -179,6 +189,23 @@ func (in *floorInputs) batch(n int64) floorBatch {
 	return fb
 }
 
+// readArgs are the arguments of the reads of accounts' balances, in key
+// order and chunks as the ledger's Prepare reads those it does not hold.
+func readArgs(accounts []string) [][]any {
+	slices.Sort(accounts)
+	var reads [][]any
+	for len(accounts) > 0 {
+		k := outbox.ChunkSize(len(accounts), ledger.ReadChunk)
+		args := []any{benchFeed}
+		for _, a := range accounts[:k] {
+			args = append(args, a)
+		}
+		reads = append(reads, args)
+		accounts = accounts[k:]
+	}
+	return reads
+}
+
 // accountNumber is the number in an account's name.
 func accountNumber(name string) int {
 	n := 0
@@ -195,6 +222,11 @@ func (f *floorDB) write(ctx context.Context, fb floorBatch, size int64) error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback()
+	for _, args := range fb.reads {
+		if err := f.read(ctx, tx, args); err != nil {
+			return err
+		}
+	}
 	for _, args := range fb.upserts {
 		if _, err := tx.StmtContext(ctx, f.upserts[(len(args)-1)/3]).ExecContext(ctx, args...); err != nil {
 			return fmt.Errorf("upsert balances: %w", err)
@@ -219,6 +251,26 @@ func (f *floorDB) write(ctx context.Context, fb floorBatch, size int64) error {
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// read runs one read of balances and scans its rows, as the ledger does.
+func (f *floorDB) read(ctx context.Context, tx *sql.Tx, args []any) error {
+	rows, err := tx.StmtContext(ctx, f.reads[len(args)-1]).QueryContext(ctx, args...)
+	if err != nil {
+		return fmt.Errorf("read balances: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var account string
+		var balance int64
+		if err := rows.Scan(&account, &balance); err != nil {
+			return fmt.Errorf("read balances: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read balances: %w", err)
 	}
 	return nil
 }

@@ -129,7 +129,11 @@ func writeLines(ctx context.Context, path string, lines int64, accounts, lineByt
 
 // generate is the first phase: the file every other phase reads.
 func (b *bench) generate(ctx context.Context) error {
-	d, err := writeLines(ctx, b.path("lines.txt"), b.o.Lines, b.o.Accounts, b.o.LineBytes)
+	path, err := b.inputPath("lines.txt")
+	if err != nil {
+		return err
+	}
+	d, err := writeLines(ctx, path, b.o.Lines, b.o.Accounts, b.o.LineBytes)
 	if err != nil {
 		return err
 	}

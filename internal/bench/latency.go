@@ -58,7 +58,11 @@ func (b *bench) runLatency(ctx context.Context) error {
 	if n == 0 {
 		return nil
 	}
-	topic, path := b.topic("latency"), b.path("latency.csv")
+	topic := b.topic("latency")
+	path, err := b.inputPath("latency.csv")
+	if err != nil {
+		return err
+	}
 	if err := b.createTopics(ctx, topic); err != nil {
 		return err
 	}

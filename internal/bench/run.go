@@ -198,6 +198,22 @@ func (b *bench) say(format string, args ...any) {
 // path is a file of the run's directory.
 func (b *bench) path(name string) string { return filepath.Join(b.dir, name) }
 
+// inputDir is the directory of the files the feeds tail, apart from the
+// databases: the file feed watches its file's directory, and every write
+// to a database's WAL beside the file would wake it (at a million
+// accounts, a third of the server's CPU). Logs and state apart is how a
+// server is deployed.
+const inputDir = "input"
+
+// inputPath names a file the feeds tail, creating its directory.
+func (b *bench) inputPath(name string) (string, error) {
+	dir := b.path(inputDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create input directory: %w", err)
+	}
+	return filepath.Join(dir, name), nil
+}
+
 // topic names one phase's output topic.
 func (b *bench) topic(phase string) string { return b.prefix + "." + phase }
 

@@ -84,7 +84,11 @@ func (b *bench) sweepPoint(ctx context.Context, n int) (sweepPoint, error) {
 	if fi, err := os.Stat(tmpl); err == nil {
 		p.DBMiB = round1(float64(fi.Size()) / (1 << 20))
 	}
-	d, err := writeLines(ctx, b.path("sweep-lines.txt"), b.o.Lines, n, b.o.LineBytes)
+	lines, err := b.inputPath("sweep-lines.txt")
+	if err != nil {
+		return p, err
+	}
+	d, err := writeLines(ctx, lines, b.o.Lines, n, b.o.LineBytes)
 	if err != nil {
 		return p, err
 	}
@@ -98,7 +102,11 @@ func (b *bench) sweepPoint(ctx context.Context, n int) (sweepPoint, error) {
 	if p.RawSQLite, err = b.rawSQLite(ctx, "raw_sqlite"+name, floor, d, prefillBalance); err != nil {
 		return p, err
 	}
-	if p.Ingest, err = b.ingestFile(ctx, "ingest"+name, b.ingestSpec(engine, d), d); err != nil {
+	// The phase names the server child's profile (--cpuprofile).
+	b.phase = "ingest" + name
+	p.Ingest, err = b.ingestFile(ctx, b.phase, b.ingestSpec(engine, d), d)
+	b.phase = ""
+	if err != nil {
 		return p, err
 	}
 	p.IngestRawSQLite = ratio(p.Ingest, p.RawSQLite)

@@ -1,0 +1,144 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+var _ ingest.Preparer = (*Processor)(nil)
+
+// readChunk is the most balances one statement of Prepare reads.
+const readChunk = 256
+
+// readBySize are the batch reads by number of accounts (readChunk and the
+// powers of two below it).
+var readBySize = map[int]string{}
+
+func init() {
+	for n := readChunk; n >= 1; n /= 2 {
+		readBySize[n] = "SELECT account, balance FROM ledger_balances WHERE feed = ? AND account IN (" +
+			strings.Repeat("?,", n-1) + "?)"
+	}
+}
+
+// ReadSQL is the statement Prepare reads n balances of one feed with: the
+// feed, then n accounts. n is a chunk size (outbox.ChunkSize with at most
+// ReadChunk).
+func ReadSQL(n int) string { return readBySize[n] }
+
+// ReadChunk is the most accounts one ReadSQL statement takes.
+const ReadChunk = readChunk
+
+// Prepare reads, in key order and a few statements, the committed balance
+// of every account of items that the processor holds neither in its cache
+// nor in the batch: at a state larger than the cache, a freshly started
+// server would otherwise read each of them alone, one statement per
+// account. An account that has no row has balance 0. Lines that do not
+// parse are left to Apply, which dead-letters them.
+func (p *Processor) Prepare(ctx context.Context, tx *outbox.Tx, feed string, items []ingest.Item) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if tx != p.tx {
+		p.begin(tx)
+	}
+	b := p.pending
+	if b.readFeed != feed {
+		b.readFeed, b.read = feed, map[string]int64{}
+	}
+	need := p.need[:0]
+	for _, it := range items {
+		// Only what must be read is copied: an account the cache holds
+		// costs no allocation.
+		acct, ok := account(it.Value)
+		if !ok {
+			continue
+		}
+		if _, ok := b.read[string(acct)]; ok {
+			continue
+		}
+		if len(b.m) > 0 { // changed by an item already: its balance is known
+			if _, ok := b.m[balanceKey{feed, string(acct)}]; ok {
+				continue
+			}
+		}
+		if p.committed.has(feed, acct) {
+			continue
+		}
+		a := string(acct)
+		b.read[a] = 0
+		need = append(need, a)
+	}
+	p.need = need[:0]
+	defer clear(need)
+	// Key order: each B-tree page is found once, and the batch's upserts
+	// find the same pages in SQLite's cache.
+	slices.Sort(need)
+	if err := b.readBalances(ctx, tx, feed, need); err != nil {
+		// Half read, the zeros set above would stand for balances: forget
+		// every read, so each account is read on its own again.
+		b.readFeed, b.read = "", nil
+		return err
+	}
+	return nil
+}
+
+// account is the account of a line as Parse finds it, when the line has
+// one; the amount is left to Parse (a line with a bad one only costs its
+// account a read).
+func account(line []byte) ([]byte, bool) {
+	acct, _, ok := bytes.Cut(line, []byte{','})
+	if !ok {
+		return nil, false
+	}
+	acct = bytes.TrimSpace(acct)
+	return acct, len(acct) > 0 && utf8.Valid(acct)
+}
+
+// readBalances reads the balances of accounts of feed into b.read, in
+// statements of at most readChunk accounts.
+func (b *batchBalances) readBalances(ctx context.Context, tx *outbox.Tx, feed string, accounts []string) error {
+	args := make([]any, 0, 1+min(len(accounts), readChunk))
+	for len(accounts) > 0 {
+		k := outbox.ChunkSize(len(accounts), readChunk)
+		args = append(args[:0], feed)
+		for _, a := range accounts[:k] {
+			args = append(args, a)
+		}
+		if err := b.readChunk(ctx, tx, k, args); err != nil {
+			return err
+		}
+		accounts = accounts[k:]
+	}
+	return nil
+}
+
+func (b *batchBalances) readChunk(ctx context.Context, tx *outbox.Tx, k int, args []any) error {
+	sel, err := tx.ReadStmt(ctx, readBySize[k])
+	if err != nil {
+		return err
+	}
+	rows, err := sel.QueryContext(ctx, args...)
+	if err != nil {
+		return fmt.Errorf("read balances: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var account string
+		var balance int64
+		if err := rows.Scan(&account, &balance); err != nil {
+			return fmt.Errorf("read balances: %w", err)
+		}
+		b.read[account] = balance
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read balances: %w", err)
+	}
+	return nil
+}

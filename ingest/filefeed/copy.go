@@ -3,6 +3,7 @@ package filefeed
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -128,4 +129,64 @@ func chooseCopy(matches []*fileSource, want copyWant) *fileSource {
 		return matches[0]
 	}
 	return nil
+}
+
+// maxReadLives bounds Feed.readLives. A next file's first life is read from
+// its copy just before the feed moves to the file, with at most the held
+// files read between: the lives kept reach far past that.
+const maxReadLives = 64
+
+// readLife is what the feed read of a file, from 0 in its own epoch: its
+// identity with its fingerprint, how far it was read (the end of its last
+// complete line), and its modification time as last seen.
+type readLife struct {
+	id    fileID
+	read  int64
+	mtime time.Time
+}
+
+// lifeOf is what the feed has read of s, when s was read from 0 in its own
+// epoch (as a generation, or as the copy of a next file's first life); ok
+// is false for a copy read on from a position in another file's epoch.
+func lifeOf(s *fileSource) (readLife, bool) {
+	if s.id.fp == "" || s.epoch != s.id.String() {
+		return readLife{}, false
+	}
+	return readLife{id: s.id, read: s.split.pos, mtime: s.mtime}, true
+}
+
+// noteRead keeps what the feed read of s, read to its end, among the lives
+// lifeRead looks at.
+func (f *Feed) noteRead(s *fileSource) {
+	l, ok := lifeOf(s)
+	if !ok {
+		return
+	}
+	if len(f.readLives) == maxReadLives {
+		f.readLives = slices.Delete(f.readLives, 0, 1)
+	}
+	f.readLives = append(f.readLives, l)
+}
+
+// lifeRead reports whether the life want describes (a next file's first
+// life: want.pos 0) was read already in this run from a copy of it: a file
+// read from 0 in its own epoch (the current one, or one read to its end
+// before), on another inode than the file, with its fingerprint, read past
+// what the feed saw of the life, and modified since the feed took the life
+// as the file's (so not an older generation that starts with the same
+// line). Such a life is settled: its copy deleted, compressed or renamed
+// away after it was read takes nothing unread with it, and no copy listed
+// now is read again for it. A copy that went before it was read is no
+// read life, and stays a loss.
+func (f *Feed) lifeRead(want copyWant) bool {
+	lives := f.readLives
+	if f.cur != nil {
+		if l, ok := lifeOf(f.cur); ok {
+			lives = append(slices.Clip(lives), l)
+		}
+	}
+	return slices.ContainsFunc(lives, func(l readLife) bool {
+		return l.id.fp == want.of.fp && !l.id.sameInode(want.of) &&
+			l.read >= want.size && !l.mtime.Before(want.since)
+	})
 }

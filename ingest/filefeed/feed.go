@@ -135,7 +135,10 @@ func (o Options) withDefaults() Options {
 // The next file (opened at the path while older generations are read) that
 // started over in place before the feed got to it has what it held when
 // opened read from its copy first, in the copy's identity; without one,
-// that is a RecordLoss (LossTruncated) from 0, of unknown extent. The
+// that is a RecordLoss (LossTruncated) from 0, of unknown extent. A copy
+// read to its end before the feed moves to the file settles what it held:
+// deleted, compressed or renamed away after that, it took nothing unread,
+// and no loss is recorded. The
 // generations are listed again after the look that shows it started over,
 // so the copies of lives it had since (copytruncate run again and again)
 // are read first too; left empty, it is moved to only once it has a first
@@ -188,6 +191,11 @@ type Feed struct {
 	// passed are the files read to their end in this run and still listed
 	// among the generations: never read again.
 	passed map[fileID]bool
+	// readLives are the files read from 0 to their end in this run, in
+	// their own epoch, the newest last (at most maxReadLives): a copy of
+	// the next file's first life read so is that life settled, even once
+	// the copy is gone from beside the path (see lifeRead).
+	readLives []readLife
 
 	// listOnce takes one listing of the path's directory: tests list in
 	// the middle of a rotation through it.

@@ -326,6 +326,7 @@ func (f *Feed) switchTo(s *fileSource) error {
 	}
 	f.log.Info("file rotated", logEpoch, old.epoch, logTo, old.split.pos, "next", s.file.Name())
 	f.passed[inodeOf(old.id)] = true
+	f.noteRead(old)
 	f.cur = nil
 	if s == f.next {
 		f.next = nil
@@ -343,9 +344,11 @@ func (f *Feed) switchTo(s *fileSource) error {
 // opened, when s started over in place since (copytruncate) before any of
 // it was read, or a copy of a later life of s made since the feed last
 // listed the generations (see laterLifeCopy). The copy is read first, in
-// its own identity, and s after it (s stays the next file, or is held);
-// with no copy, what s held is a RecordLoss of unknown extent. On an error
-// s is as it was.
+// its own identity, and s after it (s stays the next file, or is held).
+// What s held is settled, with nothing read again, when a copy of it was
+// read already in this run (see lifeRead), whether or not that copy is
+// still beside the path; with no copy, read or there, it is a RecordLoss
+// of unknown extent. On an error s is as it was.
 func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 	first, before, seen := s.id, s.mtime, s.seen
 	since := s.openedAt // a copy of what s held when opened is made after that
@@ -375,13 +378,17 @@ func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 		// in that listing (see anchor): its earlier lives are settled.
 		return s, nil
 	}
-	cpy, err := f.findCopy(copyWant{of: first, size: seen, since: since})
-	if err != nil {
-		s.mtime = before
-		if s != f.next {
-			f.held = append(f.held, s)
+	want := copyWant{of: first, size: seen, since: since}
+	settled := f.lifeRead(want)
+	var cpy *fileSource
+	if !settled {
+		if cpy, err = f.findCopy(want); err != nil {
+			s.mtime = before
+			if s != f.next {
+				f.held = append(f.held, s)
+			}
+			return nil, err
 		}
-		return nil, err
 	}
 	f.log.Info("the next file started over in place before it was read", logFile, s.file.Name(), logEpoch, first.String())
 	s.id.fp, s.seen = fp, s.size
@@ -389,6 +396,8 @@ func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 		f.held = append(f.held, s)
 	}
 	switch {
+	case settled:
+		f.log.Info("what it held was read already from a copy", logEpoch, first.String())
 	case cpy != nil && !f.readHere(cpy.id):
 		f.log.Info("reading what it held from its copy", logFile, cpy.file.Name())
 		return cpy, nil
@@ -613,12 +622,18 @@ func (f *Feed) prefixOfNext(g generation) (bool, error) {
 // the one next held when it was opened (an empty file, or a life copied and
 // truncated since: copytruncate may run again and again before the feed
 // gets to next). That earlier life is settled first, as firstLife would:
-// its copy read already, or none (a RecordLoss of unknown extent). When its
+// its copy read already (see lifeRead: the copy may be gone since), or none
+// (a RecordLoss of unknown extent). When its
 // copy is there unread, next keeps its first life, to be read from that
 // copy. It reports whether the copy just matched is left to next.
 func (f *Feed) anchor(next *fileSource, fp string) (bool, error) {
 	if next.id.fp != "" && next.id.fp != fp {
-		cpy, err := f.findCopy(copyWant{of: next.id, size: next.seen, since: next.openedAt})
+		want := copyWant{of: next.id, size: next.seen, since: next.openedAt}
+		if f.lifeRead(want) {
+			next.id.fp, next.openedAt, next.seen = fp, next.mtime, next.size
+			return true, nil // read already from a copy: settled
+		}
+		cpy, err := f.findCopy(want)
 		switch {
 		case err != nil:
 			return false, err

@@ -23,6 +23,7 @@ package outbox
 import (
 	"context"
 	"crypto/rand"
+	"database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -106,6 +107,9 @@ type Store struct {
 	commitHook func(ctx context.Context) error
 
 	owner atomic.Int64 // generation taken by Claim; 0 = unclaimed
+
+	drv      driverStmts   // statements prepared by Tx.Raw
+	drvSpill []driver.Stmt // prepared past drv's room, closed as the Raw call ends
 
 	health writeHealth // how the writes went, for CheckWritable
 	closed atomic.Bool // set by Close
@@ -338,6 +342,7 @@ func (s *Store) Close() error {
 	}
 	s.stmts = map[string]*sqlx.Stmt{}
 	s.mu.Unlock()
+	s.closeDriverStmts(context.Background())
 	rerr := s.rdb.Close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", s.cfg.Path, err)

@@ -10,3 +10,7 @@ func WriterOf(s *Store) *sqlx.DB { return s.db }
 
 // ReadPoolOf is s's read-only pool, for the same tests.
 func ReadPoolOf(s *Store) *sqlx.DB { return s.rdb }
+
+// KeptDriverStmts is the number of statements Tx.Raw keeps prepared on
+// the writer's driver connection, and the most it keeps.
+func KeptDriverStmts(s *Store) (n, most int) { return len(s.drv.stmts), maxKeptStmts }

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -28,12 +29,27 @@ func (tx *Tx) Raw(f func(prep Prepare) error) error {
 	if tx.done || tx.conn == nil {
 		return fmt.Errorf("raw: the transaction has ended")
 	}
-	err := tx.conn.Raw(func(dc any) error {
+	var panicked any
+	err := tx.conn.Raw(func(dc any) (err error) {
 		defer tx.store.closeSpilled()
+		// database/sql closes a connection whose Raw function panicked,
+		// under the open transaction, and the pool's next connection would
+		// have no authorizer: the panic is carried past Raw instead.
+		defer func() {
+			if p := recover(); p != nil {
+				panicked, err = p, errRawPanic
+			}
+		}()
 		return f(func(query string) (driver.Stmt, error) { return tx.store.driverStmt(dc, query) })
 	})
+	if panicked != nil {
+		panic(panicked)
+	}
 	return tx.statementDone(err)
 }
+
+// errRawPanic stands for a panic of Raw's function inside database/sql.
+var errRawPanic = errors.New("raw: the function panicked")
 
 // driverStmts are the statements Raw prepared on the writer's driver
 // connection. They are used only by the holder of that connection (the

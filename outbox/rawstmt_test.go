@@ -179,6 +179,35 @@ func TestTx_Raw(t *testing.T) {
 		}
 	})
 
+	// A panic of f reaches Raw's caller, and the transaction and its
+	// connection stand (database/sql would close a connection whose Raw
+	// function panicked).
+	t.Run("Panic", func(t *testing.T) {
+		s, _ := openStore(t)
+		tx := begin(t, s)
+		must(t, tx.BeginItem(place("f", 1)))
+		got := func() (p any) {
+			defer func() { p = recover() }()
+			_ = tx.Raw(func(prep outbox.Prepare) error {
+				if err := rawExec(prep, insert, "panicked", "v"); err != nil {
+					return err
+				}
+				panic("processor bug")
+			})
+			return nil
+		}()
+		equal(t, "panic value", got, any("processor bug"))
+		must(t, tx.RollbackItem())
+		must(t, tx.BeginItem(place("f", 2)))
+		must(t, tx.Raw(func(prep outbox.Prepare) error { return rawExec(prep, insert, "after", "v") }))
+		must(t, tx.EndItem())
+		must(t, tx.Commit())
+		equal(t, "rows of the item that panicked", metaCount(t, s, "panicked"), 0)
+		equal(t, "rows of the next item", metaCount(t, s, "after"), 1)
+		n, _ := outbox.KeptDriverStmts(s)
+		equal(t, "statements kept (the connection is the same)", n, 1)
+	})
+
 	// SQLite keeps a connection closed with statements still prepared
 	// alive, its files open: Close must close them first.
 	t.Run("CloseReleasesTheFiles", func(t *testing.T) {

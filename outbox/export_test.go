@@ -17,3 +17,7 @@ const (
 	MaxRecentBytes    = maxRecentBytes
 	CachedRowOverhead = cachedRowOverhead
 )
+
+// KeptDriverStmts is the number of statements Tx.Raw keeps prepared on
+// the writer's driver connection, and the most it keeps.
+func KeptDriverStmts(s *Store) (n, most int) { return len(s.drv.stmts), maxKeptStmts }

@@ -23,6 +23,7 @@ package outbox
 import (
 	"context"
 	"crypto/rand"
+	"database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -108,6 +109,8 @@ type Store struct {
 	owner atomic.Int64 // generation taken by Claim; 0 = unclaimed
 
 	queries queryConns // the state queries' own connections, see QueryConns
+	drv      driverStmts   // statements prepared by Tx.Raw
+	drvSpill []driver.Stmt // prepared past drv's room, closed as the Raw call ends
 
 	health writeHealth // how the writes went, for CheckWritable
 	closed atomic.Bool // set by Close
@@ -340,6 +343,7 @@ func (s *Store) Close() error {
 	}
 	s.stmts = map[string]*sqlx.Stmt{}
 	s.mu.Unlock()
+	s.closeDriverStmts(context.Background())
 	rerr := errors.Join(s.closeQueryConns(), s.rdb.Close())
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", s.cfg.Path, err)

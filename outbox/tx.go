@@ -45,6 +45,7 @@ type Place struct {
 // an item that writes only outputs needs none.
 type Tx struct {
 	store        *Store
+	conn         *sqlx.Conn // the writer connection, held for the transaction (see Raw)
 	tx           *sqlx.Tx
 	ctx          context.Context
 	place        Place
@@ -80,12 +81,30 @@ var ErrTxLost = errors.New("SQLite rolled the whole transaction back")
 // run through the Tx take their own contexts.
 func (s *Store) Begin(ctx context.Context) (*Tx, error) {
 	ctx = context.WithoutCancel(ctx)
-	tx, err := s.db.BeginTxx(ctx, nil)
+	// The transaction runs on a connection of its own, not the pool's,
+	// so that Raw can reach the driver's connection while it is open.
+	conn, err := s.db.Connx(ctx)
 	if err != nil {
+		s.noteWrite(err)
+		return nil, fmt.Errorf("begin: writer connection: %w", err)
+	}
+	tx, err := conn.BeginTxx(ctx, nil)
+	if err != nil {
+		conn.Close()
 		s.noteWrite(err)
 		return nil, fmt.Errorf("begin: %w", err)
 	}
-	return &Tx{store: s, tx: tx, ctx: ctx}, nil
+	return &Tx{store: s, conn: conn, tx: tx, ctx: ctx}, nil
+}
+
+// release gives the writer connection back to the pool once the
+// transaction has ended: the store's own uses of it (keeping statements
+// prepared, say) wait for it.
+func (tx *Tx) release() {
+	if tx.conn != nil {
+		tx.conn.Close()
+		tx.conn = nil
+	}
 }
 
 // Store is the store the transaction belongs to.
@@ -383,6 +402,7 @@ func (tx *Tx) Commit() error {
 		return errors.New("commit: transaction already finished")
 	}
 	tx.done = true
+	defer tx.release()
 	if tx.lost != nil {
 		tx.tx.Rollback()
 		return fmt.Errorf("commit: %w", tx.lost)
@@ -392,6 +412,7 @@ func (tx *Tx) Commit() error {
 		tx.store.noteWrite(err)
 		return fmt.Errorf("commit: %w", err)
 	}
+	tx.release()
 	tx.store.noteWrite(nil)
 	tx.store.meter.committed(tx.lastID, tx.rowBytes)
 	tx.store.keepStmts(tx.ctx, tx.toKeep)
@@ -431,6 +452,7 @@ func (tx *Tx) Rollback() error {
 		return nil
 	}
 	tx.done = true
+	defer tx.release()
 	if err := tx.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
 		return fmt.Errorf("rollback: %w", err)
 	}

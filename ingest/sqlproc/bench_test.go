@@ -43,6 +43,11 @@ type ingestRun struct {
 // processor mk makes, into a new store, and times it from the loop's start
 // to the last line's commit.
 func runIngest(b *testing.B, n int, mk func(b *testing.B, s *outbox.Store) ingest.Processor) ingestRun {
+	return runIngestCfg(b, n, mk, func(*ingest.Config) {})
+}
+
+// runIngestCfg is runIngest with the loop's configuration changed by set.
+func runIngestCfg(b *testing.B, n int, mk func(b *testing.B, s *outbox.Store) ingest.Processor, set func(*ingest.Config)) ingestRun {
 	b.Helper()
 	dir := b.TempDir()
 	path, end := benchLedgerFile(b, dir, n)
@@ -56,6 +61,7 @@ func runIngest(b *testing.B, n int, mk func(b *testing.B, s *outbox.Store) inges
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := ingest.DefaultConfig("ledger")
 	cfg.Logger = quiet
+	set(&cfg)
 	l, err := ingest.NewLoop(s, filefeed.New(path, filefeed.Options{Logger: quiet}), proc, cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -114,9 +120,16 @@ func report(b *testing.B, r ingestRun) {
 // BenchmarkIngest is the Go ledger and the SQL ledger through the real
 // loop on the same lines (as ingest/ledger's BenchmarkIngest): b.N lines.
 // Run it with -benchtime 200000x or more, so the loop's start is noise.
+// "SQLLedgerNoAttemptTimeout" runs the SQL ledger with no attempt
+// timeout: its statements' context has no deadline, so the driver runs
+// them without a goroutine watching it; the difference is what bounding an
+// attempt costs.
 func BenchmarkIngest(b *testing.B) {
 	b.Run("GoLedger", func(b *testing.B) { report(b, runIngest(b, b.N, goLedger)) })
 	b.Run("SQLLedger", func(b *testing.B) { report(b, runIngest(b, b.N, sqlLedger)) })
+	b.Run("SQLLedgerNoAttemptTimeout", func(b *testing.B) {
+		report(b, runIngestCfg(b, b.N, sqlLedger, func(c *ingest.Config) { c.Retry.AttemptTimeout = 0 }))
+	})
 }
 
 // BenchmarkIngestRatio runs both ledgers on b.N lines each, one after the

@@ -3,7 +3,9 @@ package sqlproc_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
+	"io"
 	"path/filepath"
 	"testing"
 	"time"
@@ -43,17 +45,24 @@ const (
 // same store. No feed, no decoding, no loop. "deadline" runs the
 // statements with a context that has a deadline, as the loop's attempts
 // do; "nodeadline" with one that has none, which the driver runs without
-// its watcher goroutine.
+// its watcher goroutine. "raw" runs the three on the driver's connection
+// (outbox.Tx.Raw), as the processor does: what is left is SQLite's own
+// execution of the statements, the driver's binding and the store's
+// savepoint and commit.
 func BenchmarkFloor(b *testing.B) {
 	for _, c := range []struct {
-		name            string
-		deadline, three bool
-	}{{"deadline", true, true}, {"nodeadline", false, true}, {"returning/deadline", true, false}, {"returning/nodeadline", false, false}} {
-		b.Run(c.name, func(b *testing.B) { benchmarkFloor(b, c.deadline, c.three) })
+		name                 string
+		deadline, three, raw bool
+	}{
+		{"deadline", true, true, false}, {"nodeadline", false, true, false},
+		{"returning/deadline", true, false, false}, {"returning/nodeadline", false, false, false},
+		{"raw/deadline", true, true, true}, {"raw/nodeadline", false, true, true},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchmarkFloor(b, c.deadline, c.three, c.raw) })
 	}
 }
 
-func benchmarkFloor(b *testing.B, deadline, three bool) {
+func benchmarkFloor(b *testing.B, deadline, three, raw bool) {
 	ctx := context.Background()
 	s, err := outbox.Open(ctx, outbox.DefaultConfig(filepath.Join(b.TempDir(), "f.db")))
 	if err != nil {
@@ -84,7 +93,11 @@ func benchmarkFloor(b *testing.B, deadline, three bool) {
 	cpu0 := cpuTime(b)
 	for done := 0; done < b.N; {
 		n := min(4000, b.N-done)
-		if err := floorBatch(sctx, s, accounts, done, n, three); err != nil {
+		batch := floorBatch
+		if raw {
+			batch = floorBatchRaw
+		}
+		if err := batch(sctx, s, accounts, done, n, three); err != nil {
 			b.Fatal(err)
 		}
 		done += n
@@ -145,6 +158,78 @@ func floorBatch(ctx context.Context, s *outbox.Store, accounts []string, from, n
 			}
 		}
 		rows.Close()
+		if err := tx.EndItem(); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// floorBatchRaw is floorBatch's three statements run on the driver's
+// connection, with the argument and row slices reused.
+func floorBatchRaw(ctx context.Context, s *outbox.Store, accounts []string, from, n int, _ bool) error {
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	args := make([]driver.NamedValue, 5)
+	for i := range args {
+		args[i].Ordinal = i + 1
+	}
+	row := make([]driver.Value, 2)
+	for i := from; i < from+n; i++ {
+		acct, amt, pos := accounts[i%1000], int64(i%2001-1000), int64(i)*12
+		if err := tx.BeginItem(outbox.Place{Feed: "ledger", Epoch: "e", Position: pos}); err != nil {
+			return err
+		}
+		args[0].Value, args[1].Value, args[2].Value, args[3].Value, args[4].Value = acct, amt, "ledger", "e", pos
+		err := tx.Raw(func(prep outbox.Prepare) error {
+			rej, err := prep(floorReject)
+			if err != nil {
+				return err
+			}
+			rows, err := rej.(driver.StmtQueryContext).QueryContext(ctx, args[:2])
+			if err != nil {
+				return err
+			}
+			if err := rows.Next(row[:1]); err != io.EOF {
+				rows.Close()
+				return fmt.Errorf("line %d rejected (%v)", i, err)
+			}
+			rows.Close()
+			up, err := prep(floorUpsert)
+			if err != nil {
+				return err
+			}
+			if _, err := up.(driver.StmtExecContext).ExecContext(ctx, args[:2]); err != nil {
+				return err
+			}
+			em, err := prep(floorEmit)
+			if err != nil {
+				return err
+			}
+			if rows, err = em.(driver.StmtQueryContext).QueryContext(ctx, args); err != nil {
+				return err
+			}
+			defer rows.Close()
+			for {
+				switch err := rows.Next(row); {
+				case err == io.EOF:
+					return nil
+				case err != nil:
+					return err
+				}
+				key, _ := row[0].(string)
+				value, _ := row[1].(string)
+				if err := tx.Emit(ctx, outbox.Output{Topic: "ledger.out", Key: []byte(key), Value: []byte(value)}); err != nil {
+					return err
+				}
+			}
+		})
+		if err != nil {
+			return err
+		}
 		if err := tx.EndItem(); err != nil {
 			return err
 		}

@@ -2,8 +2,9 @@ package sqlproc
 
 import (
 	"context"
-	"database/sql"
+	"database/sql/driver"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,6 +141,11 @@ func (p *Processor) checkGuard(ctx context.Context, tx *outbox.Tx) error {
 // that does not decode, a reject row, a broken constraint, a statement that
 // cannot run on the item's values and an emit row that is not an output;
 // any other is transient (see classify).
+//
+// The statements run on the driver's connection (outbox.Tx.Raw), prepared
+// once per store: database/sql's own work per statement (its argument
+// conversion, its locks, a goroutine per result set watching the context)
+// costs as much as a small statement's execution.
 func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery, item ingest.Item) error {
 	if err := p.checkGuard(ctx, tx); err != nil {
 		return err
@@ -149,24 +155,42 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 	if err := s.bind(d, item); err != nil {
 		return ingest.Permanent(ingest.ReasonMalformed, err)
 	}
+	s.failed, s.verdict = nil, nil
+	err := tx.Raw(func(prep outbox.Prepare) error { return p.run(ctx, tx, prep, s) })
+	switch {
+	case err != nil && s.failed != nil:
+		return p.stmtError(s.failed, err)
+	case err != nil:
+		return fmt.Errorf("sqlproc %s: %w", p.Name(), err)
+	}
+	return s.verdict
+}
+
+// run runs the item's statements on the driver's connection. A statement's
+// error is returned, s.failed naming the statement; the item's own verdict
+// (a reject row, an emit row that is not an output) is left in s.verdict,
+// so that only SQLite's errors are taken for the connection's.
+func (p *Processor) run(ctx context.Context, tx *outbox.Tx, prep outbox.Prepare, s *itemState) error {
 	if p.reject != nil {
-		if err := p.runReject(ctx, tx, s); err != nil {
+		if err := p.runReject(ctx, prep, s); err != nil || s.verdict != nil {
 			return err
 		}
 	}
 	for i := range p.apply {
 		r := &p.apply[i]
-		st, err := tx.Stmt(ctx, r.text)
-		if err == nil {
-			_, err = st.ExecContext(ctx, s.args(r)...)
-		}
+		s.failed = r
+		st, err := prep(r.text)
 		if err != nil {
-			return p.stmtError(r, err)
+			return err
+		}
+		if _, err := st.(driver.StmtExecContext).ExecContext(ctx, s.args(r)); err != nil {
+			return err
 		}
 	}
 	if p.emit != nil {
-		return p.runEmit(ctx, tx, s)
+		return p.runEmit(ctx, tx, prep, s)
 	}
+	s.failed = nil
 	return nil
 }
 
@@ -179,34 +203,48 @@ func (p *Processor) stmtError(r *runStmt, err error) error {
 	return fmt.Errorf("sqlproc %s: %s: %w", p.Name(), r.name, err)
 }
 
-func (p *Processor) query(ctx context.Context, tx *outbox.Tx, s *itemState, r *runStmt) (*sql.Rows, error) {
-	st, err := tx.Stmt(ctx, r.text)
+// query runs statement r, whose rows the caller closes.
+func (p *Processor) query(ctx context.Context, prep outbox.Prepare, s *itemState, r *runStmt) (driver.Rows, error) {
+	s.failed = r
+	st, err := prep(r.text)
 	if err != nil {
 		return nil, err
 	}
-	return st.QueryContext(ctx, s.args(r)...)
+	return st.(driver.StmtQueryContext).QueryContext(ctx, s.args(r))
 }
 
-// runReject dead-letters the item when the reject query returns a row.
-func (p *Processor) runReject(ctx context.Context, tx *outbox.Tx, s *itemState) error {
-	rows, err := p.query(ctx, tx, s, p.reject)
+// next reads rows' next row into s.row: false at the end (err nil) or on
+// an error.
+func (s *itemState) next(rows driver.Rows) (bool, error) {
+	n := len(rows.Columns())
+	if cap(s.row) < n {
+		s.row = make([]driver.Value, n)
+	}
+	s.row = s.row[:n]
+	switch err := rows.Next(s.row); {
+	case err == io.EOF:
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
+}
+
+// runReject makes the item's verdict a dead letter when the reject query
+// returns a row.
+func (p *Processor) runReject(ctx context.Context, prep outbox.Prepare, s *itemState) error {
+	rows, err := p.query(ctx, prep, s, p.reject)
 	if err != nil {
-		return p.stmtError(p.reject, err)
+		return err
 	}
 	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return p.stmtError(p.reject, err)
-		}
-		return nil
+	ok, err := s.next(rows)
+	if !ok {
+		return err
 	}
-	cols, err := rows.Columns()
-	if err != nil {
-		return p.stmtError(p.reject, err)
-	}
-	s.cells[1].v = nil
-	if err := rows.Scan(s.rejectScan[:min(len(cols), 2)]...); err != nil {
-		return p.stmtError(p.reject, err)
+	s.cells[0].v, s.cells[1].v = s.row[0], nil
+	if len(s.row) > 1 {
+		s.cells[1].v = s.row[1]
 	}
 	reason := clip(s.cells[0].text(), maxReason)
 	if reason == "" {
@@ -216,7 +254,8 @@ func (p *Processor) runReject(ctx context.Context, tx *outbox.Tx, s *itemState) 
 	if msg == "" {
 		msg = "rejected by the reject statement"
 	}
-	return ingest.Permanent(reason, rejection(msg))
+	s.verdict = ingest.Permanent(reason, rejection(msg))
+	return nil
 }
 
 // Bounds of what a reject row gives a dead letter: a reason is a short
@@ -245,48 +284,42 @@ type rejection string
 
 func (r rejection) Error() string { return string(r) }
 
-// runEmit emits each row of the emit statement.
-func (p *Processor) runEmit(ctx context.Context, tx *outbox.Tx, s *itemState) error {
-	rows, err := p.query(ctx, tx, s, p.emit)
+// runEmit emits each row of the emit statement; a row that is not an
+// output makes the item's verdict a dead letter.
+func (p *Processor) runEmit(ctx context.Context, tx *outbox.Tx, prep outbox.Prepare, s *itemState) error {
+	rows, err := p.query(ctx, prep, s, p.emit)
 	if err != nil {
-		return p.stmtError(p.emit, err)
+		return err
 	}
 	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return p.stmtError(p.emit, err)
+	if err := s.emitDest(rows.Columns()); err != nil {
+		s.verdict = ingest.Permanent(ReasonBadOutput, fmt.Errorf("%s: %w", p.emit.name, err))
+		return nil
 	}
-	dest, err := s.emitDest(cols)
-	if err != nil {
-		return ingest.Permanent(ReasonBadOutput, fmt.Errorf("%s: %w", p.emit.name, err))
-	}
-	for n := 0; rows.Next(); n++ {
-		if err := rows.Scan(dest...); err != nil {
-			return p.stmtError(p.emit, err)
-		}
-		o, err := s.output(p.plan.cfg.Topic)
-		if err != nil {
-			return ingest.Permanent(ReasonBadOutput, fmt.Errorf("%s: row %d: %w", p.emit.name, n+1, err))
-		}
-		if err := tx.Emit(ctx, o); err != nil {
+	for n := 0; ; n++ {
+		ok, err := s.next(rows)
+		if !ok {
+			if err == nil {
+				s.failed = nil
+			}
 			return err
 		}
+		s.fill()
+		o, err := s.output(p.plan.cfg.Topic)
+		if err != nil {
+			s.verdict = ingest.Permanent(ReasonBadOutput, fmt.Errorf("%s: row %d: %w", p.emit.name, n+1, err))
+			return nil
+		}
+		if err := tx.Emit(ctx, o); err != nil {
+			s.verdict = err
+			return nil
+		}
 	}
-	if err := rows.Err(); err != nil {
-		return p.stmtError(p.emit, err)
-	}
-	return nil
 }
 
 // cell holds one column's value as the driver gave it: int64, float64,
 // string, []byte or nil.
 type cell struct{ v any }
-
-// Scan implements sql.Scanner.
-func (c *cell) Scan(src any) error {
-	c.v = src
-	return nil
-}
 
 // text is the cell as text ("" for NULL).
 func (c *cell) text() string {

@@ -2,6 +2,7 @@ package sqlproc
 
 import (
 	"bytes"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,23 +34,23 @@ const (
 // rows are read into. A processor keeps a pool of them, one per Apply
 // running.
 type itemState struct {
-	p          *Processor
-	dec        decoder
-	vals       []any // per parameter slot
-	argv       []any
-	cells      [4]cell // a row's columns: topic, key, value, headers (reject: reason, error)
-	rejectScan [2]any  // &cells[0], &cells[1]
+	p     *Processor
+	dec   decoder
+	vals  []any // per parameter slot, each a driver.Value
+	argv  []driver.NamedValue
+	row   []driver.Value // the row just read
+	cells [4]cell        // a row's columns: topic, key, value, headers (reject: reason, error)
 
-	emitCols []string // the emit columns dest was made for
-	emitScan []any
-	emitAt   [4]int // per output column, its index in the row, -1 if absent
+	emitCols []string // the emit columns emitAt was found for
+	emitAt   [4]int   // per output column, its index in the row, -1 if absent
 	hdrs     []outbox.Header
+
+	failed  *runStmt // the statement whose error the item's run returned
+	verdict error    // the item's failure that is not a statement's
 }
 
 func (p *Processor) newState() *itemState {
-	s := &itemState{p: p, dec: newDecoder(p.plan.cfg), vals: make([]any, len(p.plan.params))}
-	s.rejectScan = [2]any{&s.cells[0], &s.cells[1]}
-	return s
+	return &itemState{p: p, dec: newDecoder(p.plan.cfg), vals: make([]any, len(p.plan.params))}
 }
 
 // bind sets the parameters of item d: the delivery's, then the decoded ones
@@ -118,43 +119,49 @@ func headersJSON(hs []outbox.Header) string {
 	return string(append(b, '}'))
 }
 
-// args are statement r's arguments for the bound item.
-func (s *itemState) args(r *runStmt) []any {
+// args are statement r's arguments for the bound item, valid until the
+// next call. bind and the decoders give only driver values (int64,
+// float64, string, []byte, nil), so none needs converting.
+func (s *itemState) args(r *runStmt) []driver.NamedValue {
 	s.argv = s.argv[:0]
-	for _, slot := range r.slots {
-		s.argv = append(s.argv, s.vals[slot])
+	for i, slot := range r.slots {
+		s.argv = append(s.argv, driver.NamedValue{Ordinal: i + 1, Value: s.vals[slot]})
 	}
 	return s.argv
 }
 
 var outputCols = [4]string{ColTopic, ColKey, ColValue, ColHeaders}
 
-// emitDest is where a row of the emit statement with columns cols is
-// scanned to. Check made sure the columns are the output's.
-func (s *itemState) emitDest(cols []string) ([]any, error) {
-	if s.emitScan != nil && slices.Equal(cols, s.emitCols) {
-		return s.emitScan, nil
+// emitDest finds, for a row of the emit statement with columns cols, where
+// each output column is. Check made sure the columns are the output's.
+func (s *itemState) emitDest(cols []string) error {
+	if s.emitCols != nil && slices.Equal(cols, s.emitCols) {
+		return nil
 	}
+	s.emitCols = nil
 	s.emitAt = [4]int{-1, -1, -1, -1}
-	dest := make([]any, len(cols))
 	for i, c := range cols {
-		k := -1
-		for j, oc := range outputCols {
-			if c == oc {
-				k = j
-			}
-		}
+		k := slices.Index(outputCols[:], c)
 		if k < 0 || s.emitAt[k] >= 0 {
-			return nil, fmt.Errorf("column %q: the columns are topic, key, value and headers, once each", c)
+			return fmt.Errorf("column %q: the columns are topic, key, value and headers, once each", c)
 		}
 		s.emitAt[k] = i
-		dest[i] = &s.cells[k]
 	}
 	if s.emitAt[1] < 0 || s.emitAt[2] < 0 {
-		return nil, fmt.Errorf("columns %v: no key or no value", cols)
+		return fmt.Errorf("columns %v: no key or no value", cols)
 	}
-	s.emitCols, s.emitScan = append([]string(nil), cols...), dest
-	return dest, nil
+	s.emitCols = append([]string(nil), cols...)
+	return nil
+}
+
+// fill sets the output cells from the row just read.
+func (s *itemState) fill() {
+	for k, i := range s.emitAt {
+		s.cells[k].v = nil
+		if i >= 0 {
+			s.cells[k].v = s.row[i]
+		}
+	}
 }
 
 // output is the row just scanned as an output; its slices are valid until

@@ -1,0 +1,246 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql/driver"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// rawExec runs query with args on the driver's connection.
+func rawExec(prep outbox.Prepare, query string, args ...any) error {
+	st, err := prep(query)
+	if err != nil {
+		return err
+	}
+	_, err = st.(driver.StmtExecContext).ExecContext(context.Background(), named(args))
+	return err
+}
+
+// rawCount runs a query returning one integer on the driver's connection.
+func rawCount(prep outbox.Prepare, query string, args ...any) (int64, error) {
+	st, err := prep(query)
+	if err != nil {
+		return 0, err
+	}
+	rows, err := st.(driver.StmtQueryContext).QueryContext(context.Background(), named(args))
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	row := make([]driver.Value, 1)
+	if err := rows.Next(row); err != nil {
+		return 0, err
+	}
+	if err := rows.Next(row[:1]); err != io.EOF {
+		return 0, fmt.Errorf("a second row (%v)", err)
+	}
+	return row[0].(int64), nil
+}
+
+func named(args []any) []driver.NamedValue {
+	nv := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		nv[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+	}
+	return nv
+}
+
+func metaCount(t *testing.T, s *outbox.Store, key string) int64 {
+	t.Helper()
+	tx := begin(t, s)
+	defer tx.Rollback()
+	var n int64
+	must(t, tx.Get(context.Background(), &n, `SELECT count(*) FROM meta WHERE key = ?`, key))
+	return n
+}
+
+func TestTx_Raw(t *testing.T) {
+	const insert = `INSERT INTO meta (key, value) VALUES (?1, ?2)`
+	const count = `SELECT count(*) FROM meta WHERE key = ?1`
+
+	t.Run("InTheItemsSavepoint", func(t *testing.T) {
+		s, _ := openStore(t)
+		tx := begin(t, s)
+		must(t, tx.BeginItem(place("f", 1)))
+		must(t, tx.Raw(func(prep outbox.Prepare) error {
+			if err := rawExec(prep, insert, "undone", "v"); err != nil {
+				return err
+			}
+			n, err := rawCount(prep, count, "undone")
+			equal(t, "rows seen inside the item", n, 1)
+			return err
+		}))
+		must(t, tx.RollbackItem())
+		must(t, tx.BeginItem(place("f", 2)))
+		must(t, tx.Raw(func(prep outbox.Prepare) error {
+			n, err := rawCount(prep, count, "undone")
+			if err != nil {
+				return err
+			}
+			equal(t, "rows of the rolled back item", n, 0)
+			return rawExec(prep, insert, "kept", "v")
+		}))
+		must(t, tx.EndItem())
+		must(t, tx.Commit())
+		equal(t, "rolled back item's rows", metaCount(t, s, "undone"), 0)
+		equal(t, "kept item's rows", metaCount(t, s, "kept"), 1)
+	})
+
+	t.Run("StatementsKept", func(t *testing.T) {
+		s, _ := openStore(t)
+		var first, again driver.Stmt
+		for i, dst := range []*driver.Stmt{&first, &again} {
+			tx := begin(t, s)
+			must(t, tx.Raw(func(prep outbox.Prepare) error {
+				st, err := prep(count)
+				*dst = st
+				return err
+			}))
+			if i == 0 {
+				must(t, tx.Commit())
+			} else {
+				must(t, tx.Rollback())
+			}
+		}
+		if first == nil || first != again {
+			t.Fatal("a query was prepared again in the next transaction")
+		}
+		n, most := outbox.KeptDriverStmts(s)
+		equal(t, "statements kept", n, 1)
+
+		// Past the cache's room, a statement is prepared for the call
+		// and closed after it: the cache does not grow.
+		tx := begin(t, s)
+		must(t, tx.Raw(func(prep outbox.Prepare) error {
+			for i := range most + 10 {
+				if err := rawExec(prep, insert, fmt.Sprintf("k%d", i), fmt.Sprintf("statement %d", i)); err != nil {
+					return err
+				}
+				// A distinct text per key, so each is a statement of its own.
+				if _, err := rawCount(prep, count+fmt.Sprintf(" AND %d = %d", i, i), fmt.Sprintf("k%d", i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+		must(t, tx.Commit())
+		n, _ = outbox.KeptDriverStmts(s)
+		equal(t, "statements kept past the room", n, most)
+		equal(t, "rows written past the room", metaCount(t, s, fmt.Sprintf("k%d", most+9)), 1)
+	})
+
+	t.Run("StatementError", func(t *testing.T) {
+		s, _ := openStore(t)
+		tx := begin(t, s)
+		must(t, tx.BeginItem(place("f", 1)))
+		must(t, tx.Raw(func(prep outbox.Prepare) error { return rawExec(prep, insert, "dup", "v") }))
+		must(t, tx.EndItem())
+		must(t, tx.BeginItem(place("f", 2)))
+		err := tx.Raw(func(prep outbox.Prepare) error { return rawExec(prep, insert, "dup", "again") })
+		if outbox.Classify(err) != outbox.ClassConstraint {
+			t.Fatalf("Raw with a duplicate key = %v (%v), want a constraint error", err, outbox.Classify(err))
+		}
+		if tx.Lost() != nil {
+			t.Fatalf("a constraint error lost the transaction: %v", tx.Lost())
+		}
+		must(t, tx.RollbackItem())
+		must(t, tx.Commit())
+		equal(t, "rows of the key", metaCount(t, s, "dup"), 1)
+	})
+
+	t.Run("PrepareError", func(t *testing.T) {
+		s, _ := openStore(t)
+		tx := begin(t, s)
+		defer tx.Rollback()
+		err := tx.Raw(func(prep outbox.Prepare) error {
+			_, err := prep("SELEC nonsense\nFROM nowhere")
+			return err
+		})
+		want := `prepare "SELEC nonsense ...": `
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Fatalf("error = %v, want prefix %q", err, want)
+		}
+	})
+
+	t.Run("Ended", func(t *testing.T) {
+		s, _ := openStore(t)
+		tx := begin(t, s)
+		must(t, tx.Commit())
+		ran := false
+		if err := tx.Raw(func(outbox.Prepare) error { ran = true; return nil }); err == nil || ran {
+			t.Fatalf("Raw after Commit = %v, ran %v; want an error and no call", err, ran)
+		}
+	})
+
+	// A panic of f reaches Raw's caller, and the transaction and its
+	// connection stand (database/sql would close a connection whose Raw
+	// function panicked).
+	t.Run("Panic", func(t *testing.T) {
+		s, _ := openStore(t)
+		tx := begin(t, s)
+		must(t, tx.BeginItem(place("f", 1)))
+		got := func() (p any) {
+			defer func() { p = recover() }()
+			_ = tx.Raw(func(prep outbox.Prepare) error {
+				if err := rawExec(prep, insert, "panicked", "v"); err != nil {
+					return err
+				}
+				panic("processor bug")
+			})
+			return nil
+		}()
+		equal(t, "panic value", got, any("processor bug"))
+		must(t, tx.RollbackItem())
+		must(t, tx.BeginItem(place("f", 2)))
+		must(t, tx.Raw(func(prep outbox.Prepare) error { return rawExec(prep, insert, "after", "v") }))
+		must(t, tx.EndItem())
+		must(t, tx.Commit())
+		equal(t, "rows of the item that panicked", metaCount(t, s, "panicked"), 0)
+		equal(t, "rows of the next item", metaCount(t, s, "after"), 1)
+		n, _ := outbox.KeptDriverStmts(s)
+		equal(t, "statements kept (the connection is the same)", n, 1)
+	})
+
+	// SQLite keeps a connection closed with statements still prepared
+	// alive, its files open: Close must close them first.
+	t.Run("CloseReleasesTheFiles", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "raw.db")
+		s, err := outbox.Open(context.Background(), outbox.DefaultConfig(path))
+		must(t, err)
+		tx := begin(t, s)
+		must(t, tx.Raw(func(prep outbox.Prepare) error { return rawExec(prep, insert, "k", "v") }))
+		must(t, tx.Commit())
+		if n := openFiles(t, path); n == 0 {
+			t.Fatal("no file of the open store found in /proc/self/fd")
+		}
+		must(t, s.Close())
+		if n := openFiles(t, path); n != 0 {
+			t.Fatalf("%d descriptors of the database's files still open after Close", n)
+		}
+	})
+}
+
+// openFiles counts the process's descriptors open on path or its -wal and
+// -shm files.
+func openFiles(t *testing.T, path string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	n := 0
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err == nil && (target == path || target == path+"-wal" || target == path+"-shm") {
+			n++
+		}
+	}
+	return n
+}

@@ -108,7 +108,7 @@ type Store struct {
 
 	owner atomic.Int64 // generation taken by Claim; 0 = unclaimed
 
-	queries queryConns // the state queries' own connections, see QueryConns
+	queries  queryConns    // the state queries' own connections, see QueryConns
 	drv      driverStmts   // statements prepared by Tx.Raw
 	drvSpill []driver.Stmt // prepared past drv's room, closed as the Raw call ends
 

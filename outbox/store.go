@@ -159,6 +159,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("open %s for reading: %w", cfg.Path, err)
 	}
 	s.rdb.SetMaxOpenConns(4)
+	// Kept open: database/sql keeps 2 idle by default, and each reopened
+	// connection parses the schema again.
+	s.rdb.SetMaxIdleConns(4)
 	if err := s.openMeter(ctx); err != nil {
 		s.Close()
 		return nil, err

@@ -296,7 +296,6 @@ func (m *Main) newFeed(name string, fc *FeedConfig, kind, target string, proc in
 			return nil, fmt.Errorf("feed %s: processor %s sends items to the retry topic %s, which only a Kafka feed reads back",
 				name, fc.Processor, retry)
 		}
-		m.warnSharedDir(name, target)
 		return filefeed.New(target, filefeed.Options{MaxLine: m.Config.MaxLine, Logger: m.Logger}), nil
 	case "kafka":
 		kc := kafkafeed.Config{Brokers: m.Config.Brokers, Topic: target, Group: fc.Group, Logger: m.Logger,

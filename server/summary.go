@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/outboxd/outboxd/outbox"
@@ -12,7 +14,8 @@ import (
 // logSummary writes the one line that says what runs: the feeds with
 // their sources, processors and topics, the database, the relay and its
 // brokers, and the HTTP address. It is a warning, saying why, when the
-// dev broker or synchronous=normal is in use.
+// dev broker or synchronous=normal is in use. Then it warns of each file
+// feed whose file is in the database's directory.
 func (m *Main) logSummary(ctx context.Context) {
 	level, attrs := summary(m.Config, m.Broker != nil, m.URL())
 	if len(m.Config.Brokers) > 0 {
@@ -23,6 +26,11 @@ func (m *Main) logSummary(ctx context.Context) {
 			slog.String("backlog_bound", m.backlogHow))
 	}
 	m.Logger.LogAttrs(ctx, level, "outboxd running", attrs...)
+	for _, name := range slices.Sorted(maps.Keys(m.Config.Feeds)) {
+		if kind, target, _ := strings.Cut(m.Config.Feeds[name].Source, ":"); kind == "file" {
+			m.warnSharedDir(name, target)
+		}
+	}
 }
 
 // summary is the start-up line's level and attributes for cfg.

@@ -68,16 +68,9 @@ func ledgerOutputs(t *testing.T, s *outbox.Store) []string {
 // sqlLedgerBalances reads examples/ledger.yaml's balances table.
 func sqlLedgerBalances(t *testing.T, s *outbox.Store) map[string]int64 {
 	t.Helper()
-	var rs []struct {
-		Account string `db:"account"`
-		Balance int64  `db:"balance"`
-	}
-	if err := outboxtest.Select(context.Background(), s, &rs, "SELECT account, balance FROM balances"); err != nil {
+	m, err := outboxtest.Balances(context.Background(), s, "balances")
+	if err != nil {
 		t.Fatal(err)
-	}
-	m := map[string]int64{}
-	for _, r := range rs {
-		m[r.Account] = r.Balance
 	}
 	return m
 }

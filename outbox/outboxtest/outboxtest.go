@@ -37,3 +37,21 @@ func Get(ctx context.Context, s *outbox.Store, dest any, query string, args ...a
 func Select(ctx context.Context, s *outbox.Store, dest any, query string, args ...any) error {
 	return s.View(ctx, func(r *outbox.ReadTx) error { return r.Select(ctx, dest, query, args...) })
 }
+
+// Balances reads table's account and balance columns (a SQL processor's
+// balances, as examples/ledger.yaml makes them) into a map, in one read
+// transaction of s's read pool.
+func Balances(ctx context.Context, s *outbox.Store, table string) (map[string]int64, error) {
+	var rs []struct {
+		Account string `db:"account"`
+		Balance int64  `db:"balance"`
+	}
+	if err := Select(ctx, s, &rs, "SELECT account, balance FROM "+table); err != nil {
+		return nil, err
+	}
+	m := make(map[string]int64, len(rs))
+	for _, r := range rs {
+		m[r.Account] = r.Balance
+	}
+	return m, nil
+}

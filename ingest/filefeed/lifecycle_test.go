@@ -1189,26 +1189,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 		// moves to it. b2 is read from its copy: the copy of the life the
 		// file was opened with is not the only one to look for.
 		ff := ffNewFile(t)
-		ff.write("a1\n")
-		f := ff.open(outbox.Checkpoint{})
-		a := ff.epoch()
-		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
-		old := ff.rename(".1")
-		ff.write("b1\n")
-		next := ff.identityOf(ff.path)
-		wrote := false
-		f.mu.Lock()
-		f.listOnce = func(path string) ([]generation, error) {
-			if !wrote { // the feed has the next file open: a2 keeps it on a
-				wrote = true
-				ff.write("a2\n", old)
-			}
-			return listGenerationsOnce(path)
-		}
-		f.mu.Unlock()
-		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffItem(a, 6, "a2") {
-			t.Fatalf("got %v, want a2", got)
-		}
+		f, next := ffNextFileOpenedWithB1(t, ff)
 		f.mu.Lock()
 		opened := f.next != nil && f.next.id.sameInode(next)
 		f.mu.Unlock()
@@ -1528,25 +1509,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 		// and truncated again, and gets b3: b2 is only in its copy, read
 		// before b3, not passed over.
 		ff := ffNewFile(t)
-		ff.write("a1\n")
-		f := ff.open(outbox.Checkpoint{})
-		a := ff.epoch()
-		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
-		old := ff.rename(".1")
-		ff.write("b1\n")
-		wrote := false
-		f.mu.Lock()
-		f.listOnce = func(path string) ([]generation, error) {
-			if !wrote { // the feed has the next file open: a2 keeps it on a
-				wrote = true
-				ff.write("a2\n", old)
-			}
-			return listGenerationsOnce(path)
-		}
-		f.mu.Unlock()
-		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffItem(a, 6, "a2") {
-			t.Fatalf("got %v, want a2", got)
-		}
+		f, _ := ffNextFileOpenedWithB1(t, ff)
 		ff.rotateCopies()
 		e1 := ff.epochOf(ff.copyTruncate(".1"))
 		ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 3, "b1")) // and the feed comes to the empty file
@@ -1564,26 +1527,8 @@ func TestFeed_RotationRaces(t *testing.T) {
 		// (copytruncate, not yet truncated). b1 is lost, once; b2 is read
 		// in the file.
 		ff := ffNewFile(t)
-		ff.write("a1\n")
-		f := ff.open(outbox.Checkpoint{})
-		a := ff.epoch()
-		ffExpect(t, f, ffEpochRec(a), ffItem(a, 3, "a1"))
-		old := ff.rename(".1")
-		ff.write("b1\n")
+		f, _ := ffNextFileOpenedWithB1(t, ff)
 		first := ff.epoch()
-		wrote := false
-		f.mu.Lock()
-		f.listOnce = func(path string) ([]generation, error) {
-			if !wrote { // the feed has the next file open: a2 keeps it on a
-				wrote = true
-				ff.write("a2\n", old)
-			}
-			return listGenerationsOnce(path)
-		}
-		f.mu.Unlock()
-		if got := ffDescribeAll(ffCollect(t, f, 1)); got[0] != ffItem(a, 6, "a2") {
-			t.Fatalf("got %v, want a2", got)
-		}
 		ff.truncate(0)
 		ff.write("b2\n")
 		looks, copied := 0, false

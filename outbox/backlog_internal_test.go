@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// A feed's backlog is counted over the pending rows; after a scan that
-// took long, its result is reused for ten times that long, then counted
-// again.
+// A feed's backlog is counted over the pending rows; after a scan of many
+// rows that took long, its result is reused for ten times that long, then
+// counted again. A slow scan of few rows is not reused.
 func TestStore_FeedBacklogReuse(t *testing.T) {
 	ctx := context.Background()
 	s, err := Open(ctx, DefaultConfig(filepath.Join(t.TempDir(), "t.db")))
@@ -56,14 +56,20 @@ func TestStore_FeedBacklogReuse(t *testing.T) {
 		t.Fatalf("pending(4) = %d, want 0: a quick scan is not reused", got)
 	}
 
-	// Make the last scan of f look slow and recent: it stands in for a
-	// new count.
-	slow := func(at time.Time) {
+	// Make the last scan of f look slow and recent, over rows (after,
+	// after+rows]: over many rows it stands in for a new count.
+	slowOver := func(at time.Time, rows int64) {
 		s.backlogs.mu.Lock()
 		sc := s.backlogs.scans["f"]
 		sc.result, sc.took, sc.at = Backlog{Pending: 3}, time.Second, at
+		sc.last = sc.after + rows
 		s.backlogs.scans["f"] = sc
 		s.backlogs.mu.Unlock()
+	}
+	slow := func(at time.Time) { slowOver(at, scanReuseRows) }
+	slowOver(time.Now(), 3)
+	if got := pending(1); got != 2 {
+		t.Fatalf("pending(1) after a slow scan of 3 rows = %d, want 2: a small scan is not reused", got)
 	}
 	slow(time.Now())
 	if got := pending(1); got != 3 {

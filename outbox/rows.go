@@ -170,9 +170,12 @@ coalesce((SELECT created_at FROM outbox WHERE id > ? ORDER BY id LIMIT 1), 0) AS
 // reading every pending row: little while the relay keeps up, much while
 // Kafka is away and rows pile up, just when an operator watches the
 // status. A result is reused as is while the outbox has not changed (it
-// is exact), and after a scan that took longer than scanReuseAbove for ten
-// times that scan's duration, at most scanReuseMax: repeated status
-// requests spend at most about a tenth of a core on scans.
+// is exact), and after a scan of at least scanReuseRows rows that took
+// longer than scanReuseAbove for ten times that scan's duration, at most
+// scanReuseMax: repeated status requests spend at most about a tenth of a
+// core on scans. A scan of fewer rows is never reused, however long it
+// took: on a loaded machine a few hundred rows can take 20 ms of wall
+// time, and their count is cheap and must be the snapshot's.
 type feedBacklogs struct {
 	mu    sync.Mutex
 	scans map[string]feedScan
@@ -187,6 +190,7 @@ type feedScan struct {
 
 const (
 	scanReuseAbove = 20 * time.Millisecond
+	scanReuseRows  = 10_000
 	scanReuseMax   = 5 * time.Second
 )
 
@@ -204,7 +208,8 @@ func (s *Store) feedBacklog(ctx context.Context, q sqlx.QueryerContext, feed str
 	c.mu.Unlock()
 	now := time.Now()
 	if ok && ((prev.after == after && prev.last == last) ||
-		(prev.took > scanReuseAbove && now.Sub(prev.at) < min(10*prev.took, scanReuseMax))) {
+		(prev.last-prev.after >= scanReuseRows && prev.took > scanReuseAbove &&
+			now.Sub(prev.at) < min(10*prev.took, scanReuseMax))) {
 		return prev.result, nil
 	}
 	var b Backlog

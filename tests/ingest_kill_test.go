@@ -26,7 +26,8 @@ type ledgerFile struct {
 }
 
 // makeLedger builds n lines over a few accounts; about one in 400 is
-// malformed, in each of the ways the ledger refuses.
+// malformed, in each of the ways the ledger refuses, and so is the line at
+// n/2.
 func makeLedger(rng *rand.Rand, n int) ledgerFile { return makeLedgerOver(rng, n, 200) }
 
 // makeLedgerOver is makeLedger over the given number of accounts.
@@ -36,7 +37,9 @@ func makeLedgerOver(rng *rand.Rand, n, accounts int) ledgerFile {
 	var b strings.Builder
 	for i := range n {
 		var line string
-		if rng.IntN(400) == 0 {
+		// About one line in 400 is malformed, and always the middle one,
+		// so every file has a dead letter (and its topic) to check.
+		if rng.IntN(400) == 0 || i == n/2 {
 			line = bad[rng.IntN(len(bad))]
 		} else {
 			acct := fmt.Sprintf("acct-%03d", rng.IntN(accounts))

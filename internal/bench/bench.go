@@ -243,8 +243,9 @@ func benchUsage(w io.Writer) {
 Measures, on this machine and disk, in one run: the floors (the file feed
 read with no store, a commit per batch), the ceilings (a plain SQLite loop
 writing exactly the engine's rows through the store's DSN and statements,
-raw_sqlite; the relay's producer sending its records, raw_produce) and the
-naive three-statements-per-line loop; then the server itself, in a child
+raw_sqlite; the relay's producer sending its records, raw_produce; the
+two at once, each batch's records sent once it is committed, raw_pipeline,
+the end-to-end ceiling) and the naive three-statements-per-line loop; then the server itself, in a child
 process: file -> SQLite (ingest), its relay draining that outbox (relay),
 file -> Kafka (end_to_end), and the append-to-visible latency at a fixed
 load, with the CPU time and memory of each. --record adds ingest with

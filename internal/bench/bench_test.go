@@ -47,7 +47,7 @@ func TestBenchCommand(t *testing.T) {
 	}
 	t.Run("OK", func(t *testing.T) {
 		res := run(t, "--lines", "20000", "--rate", "2000", "--latency-duration", "1s")
-		for _, phase := range []string{"read_floor", "commit_floor", "raw_sqlite", "naive_sqlite", "raw_produce", "ingest", "end_to_end"} {
+		for _, phase := range []string{"read_floor", "commit_floor", "raw_sqlite", "naive_sqlite", "raw_produce", "raw_pipeline", "ingest", "end_to_end"} {
 			if got := res[phase]["count"]; got != 20000.0 {
 				t.Errorf("%s.count = %v, want 20000", phase, got)
 			}

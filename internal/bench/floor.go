@@ -116,6 +116,16 @@ type floorBatch struct {
 	inserts [][]any
 	lines   int64
 	last    int64
+	// rows are the batch's outbox rows, in line order, when the inputs
+	// were asked to keep them (raw_pipeline publishes them).
+	rows []floorRow
+}
+
+// floorRow is one outbox row of a floor batch: its line's position, and
+// the output's key and value.
+type floorRow struct {
+	pos        int64
+	key, value []byte
 }
 
 // floorInputs builds the floors' batches from the generated lines, as the
@@ -128,20 +138,17 @@ type floorInputs struct {
 	topic     string
 	start     func(account int) int64
 	balances  map[int]int64
+	keepRows  bool // each batch keeps its rows (floorBatch.rows)
 }
 
 func (in *floorInputs) batch(n int64) floorBatch {
 	var fb floorBatch
-	type row struct {
-		pos        int64
-		key, value []byte
-	}
-	rows := make([]row, 0, n)
+	rows := make([]floorRow, 0, n)
 	touched := map[int]int64{}
 	var unseen []string
 	for range n {
 		l, text := in.g.next()
-		r := row{pos: l.Position}
+		r := floorRow{pos: l.Position}
 		if in.processor == "ledger" {
 			b, ok := in.balances[l.Account]
 			if !ok {
@@ -161,6 +168,9 @@ func (in *floorInputs) batch(n int64) floorBatch {
 		fb.last = l.Position
 	}
 	fb.lines = n
+	if in.keepRows {
+		fb.rows = rows
+	}
 	fb.reads = readArgs(unseen)
 	accounts := make([]string, 0, len(touched))
 	for a := range touched {

@@ -89,25 +89,36 @@ func (p *rawProducer) messages(g *lineGen, n int64) []*sarama.ProducerMessage {
 	msgs := make([]*sarama.ProducerMessage, 0, n)
 	for range n {
 		l, text := g.next()
-		m := &sarama.ProducerMessage{Topic: p.topic, Timestamp: time.Now(),
-			Headers: []sarama.RecordHeader{
-				{Key: []byte(relay.HeaderID), Value: strconv.AppendInt(nil, l.Index+1, 10)},
-				{Key: []byte(relay.HeaderFeed), Value: p.feed},
-				{Key: []byte(relay.HeaderEpoch), Value: p.epoch},
-				{Key: []byte(relay.HeaderPosition), Value: strconv.AppendInt(nil, l.Position, 10)},
-			}}
+		var key, value []byte
 		if p.processor == "ledger" {
 			p.balances[l.Account] += l.Amount
 			account := accountName(l.Account)
-			v, _ := json.Marshal(ledger.Output{Account: account, Amount: l.Amount, Balance: p.balances[l.Account],
+			key = []byte(account)
+			value, _ = json.Marshal(ledger.Output{Account: account, Amount: l.Amount, Balance: p.balances[l.Account],
 				Feed: benchFeed, Epoch: floorEpoch, Position: l.Position}) // plain fields: cannot fail
-			m.Key, m.Value = sarama.StringEncoder(account), sarama.ByteEncoder(v)
 		} else {
-			m.Value = sarama.ByteEncoder(append([]byte(nil), text[:len(text)-1]...))
+			value = append([]byte(nil), text[:len(text)-1]...)
 		}
+		m := p.record(l.Index+1, l.Position, key, value)
 		msgs = append(msgs, m)
 	}
 	return msgs
+}
+
+// record is the relay's record of the outbox row id, the output (key,
+// value) of the line at pos.
+func (p *rawProducer) record(id, pos int64, key, value []byte) *sarama.ProducerMessage {
+	m := &sarama.ProducerMessage{Topic: p.topic, Timestamp: time.Now(),
+		Headers: []sarama.RecordHeader{
+			{Key: []byte(relay.HeaderID), Value: strconv.AppendInt(nil, id, 10)},
+			{Key: []byte(relay.HeaderFeed), Value: p.feed},
+			{Key: []byte(relay.HeaderEpoch), Value: p.epoch},
+			{Key: []byte(relay.HeaderPosition), Value: strconv.AppendInt(nil, pos, 10)},
+		}, Value: sarama.ByteEncoder(value)}
+	if key != nil {
+		m.Key = sarama.ByteEncoder(key)
+	}
+	return m
 }
 
 // txn sends msgs in one transaction and commits it.

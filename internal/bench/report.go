@@ -19,6 +19,7 @@ type benchResult struct {
 	RawSQLite   *phaseResult `json:"raw_sqlite"`
 	NaiveSQLite *phaseResult `json:"naive_sqlite"`
 	RawProduce  *phaseResult `json:"raw_produce"`
+	RawPipeline *phaseResult `json:"raw_pipeline"`
 	Ingest      *phaseResult `json:"ingest"`
 	// IngestRecorded, Recording and Replay are measured with --record
 	// (record.go), null without.
@@ -61,8 +62,9 @@ func newPhaseResult(n int64, d time.Duration) *phaseResult {
 }
 
 // benchRatios compare the engine's stages to their ceilings (1 = as fast):
-// ingest to raw_sqlite, the relay to raw_produce, end_to_end to the slower
-// of the two (a pipeline is no faster than its slowest stage alone).
+// ingest to raw_sqlite, the relay to raw_produce, end_to_end to
+// raw_pipeline (both ceilings' work at once, sharing the machine as the
+// server's stages do).
 type benchRatios struct {
 	IngestRawSQLite float64 `json:"ingest_raw_sqlite"`
 	RelayRawProduce float64 `json:"relay_raw_produce"`
@@ -175,21 +177,10 @@ func newBenchResult(o benchOptions) *benchResult {
 func (r *benchResult) fillRatios() {
 	r.Ratios.IngestRawSQLite = ratio(r.Ingest, r.RawSQLite)
 	r.Ratios.RelayRawProduce = ratio(r.Relay, r.RawProduce)
-	r.Ratios.EndToEndCeiling = ratio(r.EndToEnd, slower(r.RawSQLite, r.RawProduce))
+	r.Ratios.EndToEndCeiling = ratio(r.EndToEnd, r.RawPipeline)
 	r.Ratios.IngestRecorded = ratio(r.IngestRecorded, r.Ingest)
 	r.Ratios.IngestRecordedCPU = cpuRatio(r.IngestRecorded, r.Ingest)
 	r.Verify.OK = r.Verify.Enabled && len(r.Verify.Failures) == 0
-}
-
-// slower is the slower of two measured phases (nil if either is missing).
-func slower(a, b *phaseResult) *phaseResult {
-	if a == nil || b == nil {
-		return nil
-	}
-	if a.PerSecond < b.PerSecond {
-		return a
-	}
-	return b
 }
 
 func ratio(a, b *phaseResult) float64 {
@@ -245,11 +236,12 @@ func (r *benchResult) table(w io.Writer) error {
 		{"raw_sqlite", "lines/s", "", r.RawSQLite},
 		{"naive_sqlite", "lines/s", "", r.NaiveSQLite},
 		{"raw_produce", "records/s", "", r.RawProduce},
+		{"raw_pipeline", "lines/s", "", r.RawPipeline},
 		{"ingest", "lines/s", ratioText(r.Ratios.IngestRawSQLite, "raw_sqlite"), r.Ingest},
 		{"ingest_recorded", "lines/s", ratioText(r.Ratios.IngestRecorded, "ingest"), r.IngestRecorded},
 		{"replay", "items/s", "", r.replayPhase()},
 		{"relay", "records/s", ratioText(r.Ratios.RelayRawProduce, "raw_produce"), r.Relay},
-		{"end_to_end", "lines/s", ratioText(r.Ratios.EndToEndCeiling, "the slower of raw_sqlite, raw_produce"), r.EndToEnd},
+		{"end_to_end", "lines/s", ratioText(r.Ratios.EndToEndCeiling, "raw_pipeline"), r.EndToEnd},
 	}
 	for _, row := range rows {
 		if row.p == nil && !s.Record && (row.name == "ingest_recorded" || row.name == "replay") {

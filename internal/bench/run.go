@@ -105,6 +105,7 @@ func (b *bench) runPhases(ctx context.Context) error {
 		{"raw_sqlite", b.runRawSQLite},
 		{"naive_sqlite", b.runNaiveSQLite},
 		{"raw_produce", b.runRawProduce},
+		{"raw_pipeline", b.runRawPipeline},
 		{"ingest", b.runIngest},
 	}
 	if b.o.Record {

@@ -1,0 +1,161 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/outboxd/outboxd/relay"
+)
+
+// pipelineBytes bounds what raw_pipeline builds before its timer: it runs
+// over the file's first lines that fit, at pipelineLineCost bytes a line
+// beyond twice the output's own bytes (the floor's statement arguments and
+// the record with its headers: 1.18 GiB of peak RSS for a million short
+// lines). With the default 1,000,000 short lines the whole file fits.
+const (
+	pipelineBytes    = 1536 << 20
+	pipelineLineCost = 1200
+)
+
+// runRawPipeline measures the end-to-end ceiling: raw_sqlite's loop and
+// raw_produce's producer running at once on the same machine, the
+// producer sending each batch's records as soon as the loop has committed
+// it (the least an exactly-once relay must wait for) and taking what is
+// committed, up to --relay-batch, per transaction, as the relay does. Both
+// work on inputs built before the timer, so neither pays for the other's
+// preparation, and nothing reads the rows back: the producer holds the
+// records the loop writes. Its CPU per line is the process's and the
+// broker's over the timed part, both stages together.
+//
+// On a machine with fewer cores than the stages need this is the
+// tightest figure end_to_end can be held to; the slower of raw_sqlite
+// and raw_produce alone is not, since each of those had the machine to
+// itself.
+func (b *bench) runRawPipeline(ctx context.Context) error {
+	topic := b.topic("pipeline")
+	if err := b.createTopics(ctx, topic); err != nil {
+		return err
+	}
+	defer b.doneWithTopic(topic)
+	f, err := openFloorDB(ctx, b.path("pipeline.db"), b.o.Synchronous)
+	if err != nil {
+		return err
+	}
+	defer f.close()
+	ap, err := sarama.NewAsyncProducer(b.brokers, relay.ProducerConfig(relay.DefaultConfig(), b.prefix+"-pipeline"))
+	if err != nil {
+		return fmt.Errorf("start transactional producer: %w", err)
+	}
+	defer ap.Close()
+	p := &rawProducer{ap: ap, topic: topic, processor: b.o.Processor, feed: []byte(benchFeed), epoch: []byte(floorEpoch)}
+	lines := pipelineLines(b.data.Lines, b.o.LineBytes)
+	batches, msgs := b.pipelineInputs(p, lines)
+	m := b.startInProcess()
+	t0 := time.Now()
+	if err := runPipeline(ctx, f, p, batches, msgs, b.data.Size, b.o.RelayBatch); err != nil {
+		return err
+	}
+	res := newPhaseResult(lines, time.Since(t0))
+	m.finish(b, "raw_pipeline", res)
+	b.res.RawPipeline = res
+	return nil
+}
+
+// pipelineLines is how many of the file's lines raw_pipeline runs over:
+// all of them, unless their inputs would be over pipelineBytes.
+func pipelineLines(lines int64, lineBytes int) int64 {
+	per := int64(pipelineLineCost + 2*max(lineBytes, 64))
+	return max(1, min(lines, pipelineBytes/per))
+}
+
+// pipelineInputs builds the floor batches of the file's first lines and,
+// from the same rows, the records the relay would send for them.
+func (b *bench) pipelineInputs(p *rawProducer, lines int64) ([]floorBatch, []*sarama.ProducerMessage) {
+	in := &floorInputs{g: b.data.gen(), processor: b.o.Processor, topic: p.topic,
+		start: func(int) int64 { return 0 }, balances: map[int]int64{}, keepRows: true}
+	var batches []floorBatch
+	msgs := make([]*sarama.ProducerMessage, 0, lines)
+	for left := lines; left > 0; left -= int64(b.o.BatchMax) {
+		fb := in.batch(min(left, int64(b.o.BatchMax)))
+		for _, r := range fb.rows {
+			msgs = append(msgs, p.record(int64(len(msgs))+1, r.pos, r.key, r.value))
+		}
+		fb.rows = nil
+		batches = append(batches, fb)
+	}
+	return batches, msgs
+}
+
+// runPipeline writes the batches on one goroutine and publishes their
+// records on this one, each transaction of at most relayBatch records
+// taken from what is committed. It returns when every record is
+// published, or at the first error of either stage.
+func runPipeline(ctx context.Context, f *floorDB, p *rawProducer, batches []floorBatch,
+	msgs []*sarama.ProducerMessage, size int64, relayBatch int) error {
+	// committed carries the count of records whose rows are committed;
+	// the writer never blocks on it.
+	committed := make(chan int, len(batches))
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	werr := make(chan error, 1)
+	go func() {
+		defer close(committed)
+		// As in raw_sqlite, statements get a context that is never done;
+		// the run's is checked between batches.
+		sctx := context.WithoutCancel(wctx)
+		n := 0
+		for _, fb := range batches {
+			if err := wctx.Err(); err != nil {
+				werr <- err
+				return
+			}
+			if err := f.write(sctx, fb, size); err != nil {
+				werr <- err
+				return
+			}
+			n += int(fb.lines)
+			committed <- n
+		}
+		werr <- nil
+	}()
+	sent, avail := 0, 0
+	for sent < len(msgs) {
+		if avail == sent {
+			n, ok := <-committed
+			if !ok {
+				break
+			}
+			avail = n
+		}
+		// Take every commit already made, as the relay reads all it can.
+		for drained := false; !drained; {
+			select {
+			case n, ok := <-committed:
+				if !ok {
+					drained = true
+				} else {
+					avail = n
+				}
+			default:
+				drained = true
+			}
+		}
+		k := min(relayBatch, avail-sent)
+		if err := p.txn(msgs[sent : sent+k]); err != nil {
+			stop()
+			<-werr
+			return err
+		}
+		sent += k
+	}
+	if err := <-werr; err != nil {
+		return err
+	}
+	if sent != len(msgs) {
+		return fmt.Errorf("raw_pipeline published %d of %d records", sent, len(msgs))
+	}
+	return nil
+}

@@ -345,8 +345,10 @@ func (tx *Tx) Emit(_ context.Context, o Output) error {
 	return nil
 }
 
-// maxRowsHint caps the rows a transaction allocates room for up front.
-const maxRowsHint = 1 << 13
+// maxRowsHint caps the rows a transaction allocates room for up front:
+// above the ingest loop's default batch (16,000 items), so a full batch of
+// one output an item never copies its rows to a larger array half way.
+const maxRowsHint = 1 << 15
 
 // arenaSlab is the size of the arrays Emit copies keys and values to.
 const arenaSlab = 64 << 10

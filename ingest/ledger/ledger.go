@@ -90,6 +90,10 @@ type Processor struct {
 	pending   *batchBalances // its changes
 	scratch   []byte         // the output being built (Emit copies it)
 	need      []string       // Prepare's accounts to read
+	// lastKeys and lastRead are the sizes of the last batch's maps: the
+	// next batch's are made that large, not grown (and rehashed) from
+	// empty as its items arrive.
+	lastKeys, lastRead int
 }
 
 type balanceKey struct{ feed, account string }
@@ -102,9 +106,28 @@ type batchBalances struct {
 	// Prepare read for the batch (0 for an account with no row).
 	readFeed string
 	read     map[string]int64
+	readHint int // the size to make read at
+	// slab holds the changes m points to, a few thousand an allocation.
+	slab []change
+	// undo has, for each item applied, what its set changed; undoLast,
+	// made once per batch, takes the last one back (an item's rollback
+	// comes before any later item), so an item costs no function of its
+	// own.
+	undo     []undoEntry
+	undoLast func()
 }
 
 type change struct{ balance, lines int64 }
+
+// undoEntry is what one set changed: k's change before it, or k added.
+type undoEntry struct {
+	k     balanceKey
+	prev  change
+	added bool
+}
+
+// slabChanges is the number of changes one allocation of a batch holds.
+const slabChanges = 4096
 
 var _ ingest.Processor = (*Processor)(nil)
 
@@ -151,35 +174,49 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 	if err := tx.Emit(ctx, outbox.Output{Topic: p.topic, Key: key, Value: v}); err != nil {
 		return err
 	}
-	undo := p.pending.set(k, balance)
-	tx.OnRollbackItem(undo)
+	p.pending.set(k, balance)
+	tx.OnRollbackItem(p.pending.undoLast)
 	return nil
 }
 
 // begin starts tracking a new transaction: what an earlier one left pending
 // never committed, so it is dropped.
 func (p *Processor) begin(tx *outbox.Tx) {
-	b := &batchBalances{m: map[balanceKey]*change{}}
+	b := &batchBalances{m: make(map[balanceKey]*change, p.lastKeys), readHint: p.lastRead}
+	b.undoLast = b.takeBackLast
 	p.tx, p.pending = tx, b
 	tx.BeforeCommit(func(ctx context.Context) error { return b.write(ctx, tx) })
 	tx.OnCommit(func() { p.commit(b) })
 }
 
-// set records k's new balance and returns the function that takes it back.
-func (b *batchBalances) set(k balanceKey, balance int64) (undo func()) {
+// set records k's new balance, and what it changed for takeBackLast.
+func (b *batchBalances) set(k balanceKey, balance int64) {
 	c, ok := b.m[k]
 	if !ok {
-		b.m[k] = &change{balance: balance, lines: 1}
-		b.order = append(b.order, k)
-		return func() {
-			delete(b.m, k)
-			b.order = b.order[:len(b.order)-1] // k was added last: later items came after this one
+		if len(b.slab) == cap(b.slab) {
+			b.slab = make([]change, 0, slabChanges)
 		}
+		b.slab = append(b.slab, change{balance: balance, lines: 1})
+		b.m[k] = &b.slab[len(b.slab)-1]
+		b.order = append(b.order, k)
+		b.undo = append(b.undo, undoEntry{k: k, added: true})
+		return
 	}
-	prev := *c
+	b.undo = append(b.undo, undoEntry{k: k, prev: *c})
 	c.balance = balance
 	c.lines++
-	return func() { *c = prev }
+}
+
+// takeBackLast undoes the last set: that of the item being rolled back.
+func (b *batchBalances) takeBackLast() {
+	u := b.undo[len(b.undo)-1]
+	b.undo = b.undo[:len(b.undo)-1]
+	if u.added {
+		delete(b.m, u.k)
+		b.order = b.order[:len(b.order)-1] // k was added last: later items came after this one
+		return
+	}
+	*b.m[u.k] = u.prev
 }
 
 // write stores the batch's balances in statements of outbox.ChunkSize
@@ -267,6 +304,7 @@ func UpsertSQL(n int) string { return upsertOneFeedBySize[n] }
 func (p *Processor) commit(b *batchBalances) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.lastKeys, p.lastRead = len(b.m), len(b.read)
 	for _, k := range b.order {
 		p.committed.set(k, b.m[k].balance)
 	}

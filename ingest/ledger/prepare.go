@@ -50,7 +50,7 @@ func (p *Processor) Prepare(ctx context.Context, tx *outbox.Tx, feed string, ite
 	}
 	b := p.pending
 	if b.readFeed != feed {
-		b.readFeed, b.read = feed, map[string]int64{}
+		b.readFeed, b.read = feed, make(map[string]int64, b.readHint)
 	}
 	need := p.need[:0]
 	for _, it := range items {

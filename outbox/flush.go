@@ -87,6 +87,8 @@ func Placeholders(n, cols int) string {
 // prepareCommit runs the BeforeCommit functions, writes the pending
 // outputs, and checks this store still owns the database.
 func (tx *Tx) prepareCommit() error {
+	tx.committing = true
+	defer func() { tx.committing = false }()
 	for _, f := range tx.beforeCommit {
 		if err := f(tx.ctx); err != nil {
 			return err

@@ -26,7 +26,7 @@ func (tx *Tx) Raw(f func(prep Prepare) error) error {
 	if err := tx.ensureSavepoint(); err != nil {
 		return err
 	}
-	if tx.done || tx.conn == nil {
+	if (tx.done && !tx.committing) || tx.conn == nil {
 		return fmt.Errorf("raw: the transaction has ended")
 	}
 	var panicked any

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -232,34 +233,57 @@ func (b *batchBalances) takeBackLast() {
 // key order: consecutive upserts then land on the same B-tree pages, which
 // at a large state halves the work of a batch (pages stay in the CPU's
 // caches and each is found once). No item of the batch is undone after
-// this, so the order the undo functions rely on is no longer needed.
+// this, so the order the undo functions rely on is no longer needed. The
+// statements run on the driver's connection, with driver arguments, as
+// the store writes the outbox.
 func (b *batchBalances) write(ctx context.Context, tx *outbox.Tx) error {
+	if len(b.order) == 0 {
+		return nil
+	}
 	sortChanged(b.order)
-	args := make([]any, 0, min(len(b.order), upsertChunk)*4)
-	for keys := b.order; len(keys) > 0; {
-		k := outbox.ChunkSize(len(keys), upsertChunk)
-		chunk := keys[:k]
-		args = args[:0]
-		query := upsertBySize[k]
-		if oneFeed(chunk) {
-			query = upsertOneFeedBySize[k]
-			args = append(args, chunk[0].k.feed)
-			for _, e := range chunk {
-				args = append(args, e.k.account, e.c.balance, e.c.lines)
+	return tx.Raw(func(prep outbox.Prepare) error {
+		args := make([]driver.NamedValue, 0, min(len(b.order), upsertChunk)*4)
+		for keys := b.order; len(keys) > 0; {
+			k := outbox.ChunkSize(len(keys), upsertChunk)
+			if err := upsert(ctx, prep, keys[:k], args[:0]); err != nil {
+				return err
 			}
-		} else {
-			for _, e := range chunk {
-				args = append(args, e.k.feed, e.k.account, e.c.balance, e.c.lines)
-			}
+			keys = keys[k:]
 		}
-		up, err := tx.Stmt(ctx, query)
-		if err != nil {
-			return err
+		return nil
+	})
+}
+
+// upsert writes one chunk of balances, building its arguments in args.
+func upsert(ctx context.Context, prep outbox.Prepare, chunk []changed, args []driver.NamedValue) error {
+	arg := func(v driver.Value) { args = append(args, driver.NamedValue{Ordinal: len(args) + 1, Value: v}) }
+	query := upsertBySize[len(chunk)]
+	if oneFeed(chunk) {
+		query = upsertOneFeedBySize[len(chunk)]
+		arg(chunk[0].k.feed)
+		for _, e := range chunk {
+			arg(e.k.account)
+			arg(e.c.balance)
+			arg(e.c.lines)
 		}
-		if _, err := up.ExecContext(ctx, args...); err != nil {
-			return fmt.Errorf("store balances: %w", err)
+	} else {
+		for _, e := range chunk {
+			arg(e.k.feed)
+			arg(e.k.account)
+			arg(e.c.balance)
+			arg(e.c.lines)
 		}
-		keys = keys[k:]
+	}
+	st, err := prep(query)
+	if err != nil {
+		return err
+	}
+	ex, ok := st.(driver.StmtExecContext)
+	if !ok {
+		return errors.New("store balances: the SQLite driver cannot execute with a context")
+	}
+	if _, err := ex.ExecContext(ctx, args); err != nil {
+		return fmt.Errorf("store balances: %w", err)
 	}
 	return nil
 }

@@ -165,8 +165,11 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 		p.begin(tx)
 	}
 	k := balanceKey{d.Feed, e.Account}
-	balance, err := p.balance(ctx, tx, k)
-	if err != nil {
+	c := p.pending.m[k] // the batch's change of k, nil before its first
+	var balance int64
+	if c != nil {
+		balance = c.balance
+	} else if balance, err = p.balance(ctx, tx, k); err != nil {
 		return err
 	}
 	if (e.Amount > 0 && balance > math.MaxInt64-e.Amount) || (e.Amount < 0 && balance < math.MinInt64-e.Amount) {
@@ -182,7 +185,7 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 	if err := tx.Emit(ctx, outbox.Output{Topic: p.topic, Key: key, Value: v}); err != nil {
 		return err
 	}
-	p.pending.set(k, balance)
+	p.pending.set(k, c, balance)
 	tx.OnRollbackItem(p.pending.undoLast)
 	return nil
 }
@@ -197,10 +200,10 @@ func (p *Processor) begin(tx *outbox.Tx) {
 	tx.OnCommit(func() { p.commit(b) })
 }
 
-// set records k's new balance, and what it changed for takeBackLast.
-func (b *batchBalances) set(k balanceKey, balance int64) {
-	c, ok := b.m[k]
-	if !ok {
+// set records k's new balance, and what it changed for takeBackLast; c
+// is k's change in the batch, nil if it has none yet.
+func (b *batchBalances) set(k balanceKey, c *change, balance int64) {
+	if c == nil {
 		if len(b.slab) == cap(b.slab) {
 			b.slab = make([]change, 0, slabChanges)
 		}
@@ -351,11 +354,9 @@ func (p *Processor) commit(b *batchBalances) {
 	}
 }
 
-// balance is the account's balance as of the items applied so far.
+// balance is the balance of an account the batch has not changed yet: as
+// Prepare read it, as committed, or as SQLite holds it.
 func (p *Processor) balance(ctx context.Context, tx *outbox.Tx, k balanceKey) (int64, error) {
-	if c, ok := p.pending.m[k]; ok {
-		return c.balance, nil
-	}
 	if k.feed == p.pending.readFeed {
 		if b, ok := p.pending.read[k.account]; ok {
 			return b, nil

@@ -91,10 +91,10 @@ type Processor struct {
 	pending   *batchBalances // its changes
 	scratch   []byte         // the output being built (Emit copies it)
 	need      []string       // Prepare's accounts to read
-	// lastKeys and lastRead are the sizes of the last batch's maps: the
-	// next batch's are made that large, not grown (and rehashed) from
-	// empty as its items arrive.
-	lastKeys, lastRead int
+	// lastKeys, lastRead and lastSets are the sizes of the last batch's
+	// maps and undo log: the next batch's are made that large, not grown
+	// (and rehashed or copied) from empty as its items arrive.
+	lastKeys, lastRead, lastSets int
 }
 
 type balanceKey struct{ feed, account string }
@@ -193,7 +193,8 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 // begin starts tracking a new transaction: what an earlier one left pending
 // never committed, so it is dropped.
 func (p *Processor) begin(tx *outbox.Tx) {
-	b := &batchBalances{m: make(map[balanceKey]*change, p.lastKeys), readHint: p.lastRead}
+	b := &batchBalances{m: make(map[balanceKey]*change, p.lastKeys), readHint: p.lastRead,
+		order: make([]changed, 0, p.lastKeys), undo: make([]undoEntry, 0, p.lastSets)}
 	b.undoLast = b.takeBackLast
 	p.tx, p.pending = tx, b
 	tx.BeforeCommit(func(ctx context.Context) error { return b.write(ctx, tx) })
@@ -348,7 +349,7 @@ func UpsertSQL(n int) string { return upsertOneFeedBySize[n] }
 func (p *Processor) commit(b *batchBalances) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.lastKeys, p.lastRead = len(b.m), len(b.read)
+	p.lastKeys, p.lastRead, p.lastSets = len(b.m), len(b.read), len(b.undo)
 	for _, e := range b.order {
 		p.committed.set(e.k, e.c.balance)
 	}

@@ -169,6 +169,21 @@ func TestTx_Raw(t *testing.T) {
 		}
 	})
 
+	// A processor writes the state it kept in memory from a BeforeCommit
+	// function: Raw serves it there, in the transaction that commits.
+	t.Run("InBeforeCommit", func(t *testing.T) {
+		s, _ := openStore(t)
+		tx := begin(t, s)
+		tx.BeforeCommit(func(context.Context) error {
+			return tx.Raw(func(prep outbox.Prepare) error { return rawExec(prep, insert, "before-commit", "v") })
+		})
+		must(t, tx.Commit())
+		equal(t, "rows written before the commit", metaCount(t, s, "before-commit"), 1)
+		if err := tx.Raw(func(outbox.Prepare) error { return nil }); err == nil {
+			t.Fatal("Raw after the commit: no error")
+		}
+	})
+
 	t.Run("Ended", func(t *testing.T) {
 		s, _ := openStore(t)
 		tx := begin(t, s)

@@ -58,7 +58,7 @@ type Tx struct {
 	beforeCommit []func(ctx context.Context) error
 	onCommit     []func()
 	done         bool
-	committing   bool // the BeforeCommit functions are running: they may still use the Tx
+	committing   bool                  // the BeforeCommit functions are running: they may still use the Tx
 	stmts        map[string]*sqlx.Stmt // used in this transaction
 	toKeep       []string              // queries to keep prepared once the transaction ends
 	arena        []byte                // holds copies of the outputs' keys and values

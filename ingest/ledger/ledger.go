@@ -104,7 +104,8 @@ type batchBalances struct {
 	m     map[balanceKey]*change
 	order []changed
 	// read holds the committed balances of readFeed's accounts that
-	// Prepare read for the batch (0 for an account with no row).
+	// Prepare found for the batch, in the cache or in SQLite (0 for an
+	// account with no row).
 	readFeed string
 	read     map[string]int64
 	readHint int // the size to make read at

@@ -57,8 +57,7 @@ func (p *Processor) Prepare(ctx context.Context, tx *outbox.Tx, feed string, ite
 	}
 	need := p.need[:0]
 	for _, it := range items {
-		// Only what must be read is copied: an account the cache holds
-		// costs no allocation.
+		// An account is copied once per batch, at its first item.
 		acct, ok := account(it.Value)
 		if !ok {
 			continue
@@ -71,10 +70,13 @@ func (p *Processor) Prepare(ctx context.Context, tx *outbox.Tx, feed string, ite
 				continue
 			}
 		}
-		if p.committed.has(feed, acct) {
+		a := string(acct)
+		if v, ok := p.committed.lookup(feed, acct); ok {
+			// Kept with the batch's reads, the account is looked up
+			// neither in the cache again by Apply nor by the next item of it.
+			b.read[a] = v
 			continue
 		}
-		a := string(acct)
 		b.read[a] = 0
 		need = append(need, a)
 	}

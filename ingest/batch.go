@@ -397,14 +397,15 @@ func (l *Loop) attemptContext(ctx context.Context) context.Context {
 	if timeout <= 0 {
 		return context.WithoutCancel(ctx)
 	}
-	now := time.Now()
 	a := &l.attempt
-	if a.ctx != nil && a.ctx.Err() == nil && now.Sub(a.at) <= attemptReuse(timeout) {
+	// time.Since reads only the monotonic clock, where time.Now reads the
+	// wall clock too: half the cost, paid for every item.
+	if a.ctx != nil && a.ctx.Err() == nil && time.Since(a.at) <= attemptReuse(timeout) {
 		return a.ctx
 	}
 	a.stop()
+	a.at = time.Now()
 	a.ctx, a.cancel = l.newAttemptContext(ctx)
-	a.at = now
 	return a.ctx
 }
 

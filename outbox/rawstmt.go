@@ -26,7 +26,7 @@ func (tx *Tx) Raw(f func(prep Prepare) error) error {
 	if err := tx.ensureSavepoint(); err != nil {
 		return err
 	}
-	if tx.done || tx.conn == nil {
+	if (tx.done && !tx.committing) || tx.conn == nil {
 		return fmt.Errorf("raw: the transaction has ended")
 	}
 	var panicked any
@@ -57,6 +57,16 @@ var errRawPanic = errors.New("raw: the function panicked")
 type driverStmts struct {
 	conn  any // the driver connection they belong to
 	stmts map[string]driver.Stmt
+	own   map[string]driver.StmtExecContext // the store's own (see ownDriverStmt)
+}
+
+// onConn makes dc the connection of the statements: when the pool
+// replaced the connection (it does only when the driver reported the old
+// one broken), its statements went with it.
+func (ds *driverStmts) onConn(dc any) {
+	if ds.conn != dc {
+		ds.conn, ds.stmts, ds.own = dc, map[string]driver.Stmt{}, map[string]driver.StmtExecContext{}
+	}
 }
 
 // driverStmt returns query prepared on dc, kept for later calls while the
@@ -64,14 +74,47 @@ type driverStmts struct {
 // on each call and closed when the Raw call ends.
 func (s *Store) driverStmt(dc any, query string) (driver.Stmt, error) {
 	ds := &s.drv
-	if ds.conn != dc {
-		// The pool replaced the connection (it does only when the driver
-		// reported the old one broken): its statements went with it.
-		ds.conn, ds.stmts = dc, map[string]driver.Stmt{}
-	}
+	ds.onConn(dc)
 	if st, ok := ds.stmts[query]; ok {
 		return st, nil
 	}
+	st, err := prepareDriver(dc, query)
+	if err != nil {
+		return nil, err
+	}
+	if len(ds.stmts) >= maxKeptStmts {
+		s.drvSpill = append(s.drvSpill, st)
+		return st, nil
+	}
+	ds.stmts[query] = st
+	return st, nil
+}
+
+// ownDriverStmt returns one of the store's own statements (a few fixed
+// texts, such as the outbox inserts) prepared on dc and kept until the
+// store closes, apart from the processors' statements, so that these never
+// push them out.
+func (s *Store) ownDriverStmt(dc any, query string) (driver.StmtExecContext, error) {
+	ds := &s.drv
+	ds.onConn(dc)
+	if st, ok := ds.own[query]; ok {
+		return st, nil
+	}
+	st, err := prepareDriver(dc, query)
+	if err != nil {
+		return nil, err
+	}
+	ex, ok := st.(driver.StmtExecContext)
+	if !ok {
+		st.Close()
+		return nil, fmt.Errorf("prepare %q: the SQLite driver cannot execute with a context", firstLine(query))
+	}
+	ds.own[query] = ex
+	return ex, nil
+}
+
+// prepareDriver prepares query on the driver connection dc.
+func prepareDriver(dc any, query string) (driver.Stmt, error) {
 	pc, ok := dc.(driver.ConnPrepareContext)
 	if !ok {
 		return nil, fmt.Errorf("prepare %q: the SQLite driver cannot prepare with a context", firstLine(query))
@@ -80,11 +123,6 @@ func (s *Store) driverStmt(dc any, query string) (driver.Stmt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("prepare %q: %w", firstLine(query), err)
 	}
-	if len(ds.stmts) >= maxKeptStmts {
-		s.drvSpill = append(s.drvSpill, st)
-		return st, nil
-	}
-	ds.stmts[query] = st
 	return st, nil
 }
 
@@ -101,7 +139,7 @@ func (s *Store) closeSpilled() {
 // connection: SQLite keeps a connection with statements left open alive
 // (and its files open) after it is closed.
 func (s *Store) closeDriverStmts(ctx context.Context) {
-	if len(s.drv.stmts) == 0 {
+	if len(s.drv.stmts) == 0 && len(s.drv.own) == 0 {
 		return
 	}
 	// A transaction left open would hold the connection for ever: past
@@ -112,6 +150,9 @@ func (s *Store) closeDriverStmts(ctx context.Context) {
 		if dc == s.drv.conn {
 			for _, st := range s.drv.stmts {
 				st.Close()
+			}
+			for _, st := range s.drv.own {
+				st.(driver.Stmt).Close()
 			}
 		}
 		return nil

@@ -169,6 +169,21 @@ func TestTx_Raw(t *testing.T) {
 		}
 	})
 
+	// A processor writes the state it kept in memory from a BeforeCommit
+	// function: Raw serves it there, in the transaction that commits.
+	t.Run("InBeforeCommit", func(t *testing.T) {
+		s, _ := openStore(t)
+		tx := begin(t, s)
+		tx.BeforeCommit(func(context.Context) error {
+			return tx.Raw(func(prep outbox.Prepare) error { return rawExec(prep, insert, "before-commit", "v") })
+		})
+		must(t, tx.Commit())
+		equal(t, "rows written before the commit", metaCount(t, s, "before-commit"), 1)
+		if err := tx.Raw(func(outbox.Prepare) error { return nil }); err == nil {
+			t.Fatal("Raw after the commit: no error")
+		}
+	})
+
 	t.Run("Ended", func(t *testing.T) {
 		s, _ := openStore(t)
 		tx := begin(t, s)
@@ -210,6 +225,25 @@ func TestTx_Raw(t *testing.T) {
 
 	// SQLite keeps a connection closed with statements still prepared
 	// alive, its files open: Close must close them first.
+	// The outbox inserts are the store's own statements on the driver's
+	// connection: Close closes them too.
+	t.Run("CloseReleasesTheFilesAfterOutputs", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "out.db")
+		s, err := outbox.Open(context.Background(), outbox.DefaultConfig(path))
+		must(t, err)
+		tx := begin(t, s)
+		for i := range 3 {
+			must(t, tx.BeginItem(place("f", int64(i+1))))
+			must(t, tx.Emit(context.Background(), outbox.Output{Topic: "t", Value: []byte("v")}))
+			must(t, tx.EndItem())
+		}
+		must(t, tx.Commit())
+		must(t, s.Close())
+		if n := openFiles(t, path); n != 0 {
+			t.Fatalf("%d descriptors of the database's files still open after Close", n)
+		}
+	})
+
 	t.Run("CloseReleasesTheFiles", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "raw.db")
 		s, err := outbox.Open(context.Background(), outbox.DefaultConfig(path))

@@ -111,6 +111,8 @@ type Store struct {
 	queries  queryConns    // the state queries' own connections, see QueryConns
 	drv      driverStmts   // statements prepared by Tx.Raw
 	drvSpill []driver.Stmt // prepared past drv's room, closed as the Raw call ends
+	// flushArgs is the writer's buffer of an outbox insert's arguments.
+	flushArgs []driver.NamedValue
 
 	health writeHealth // how the writes went, for CheckWritable
 	closed atomic.Bool // set by Close

@@ -58,6 +58,7 @@ type Tx struct {
 	beforeCommit []func(ctx context.Context) error
 	onCommit     []func()
 	done         bool
+	committing   bool                  // the BeforeCommit functions are running: they may still use the Tx
 	stmts        map[string]*sqlx.Stmt // used in this transaction
 	toKeep       []string              // queries to keep prepared once the transaction ends
 	arena        []byte                // holds copies of the outputs' keys and values
@@ -345,8 +346,10 @@ func (tx *Tx) Emit(_ context.Context, o Output) error {
 	return nil
 }
 
-// maxRowsHint caps the rows a transaction allocates room for up front.
-const maxRowsHint = 1 << 13
+// maxRowsHint caps the rows a transaction allocates room for up front:
+// above the ingest loop's default batch (16,000 items), so a full batch of
+// one output an item never copies its rows to a larger array half way.
+const maxRowsHint = 1 << 15
 
 // arenaSlab is the size of the arrays Emit copies keys and values to.
 const arenaSlab = 64 << 10
@@ -380,7 +383,8 @@ func (tx *Tx) OnRollbackItem(f func()) {
 
 // BeforeCommit registers f to run at Commit, before the outputs are written
 // and the transaction commits: a processor that keeps its state in memory
-// during a batch writes it there. An error fails the commit.
+// during a batch writes it there, through the Tx (Stmt, Exec, Raw). An
+// error fails the commit.
 func (tx *Tx) BeforeCommit(f func(ctx context.Context) error) {
 	tx.beforeCommit = append(tx.beforeCommit, f)
 }

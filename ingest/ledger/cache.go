@@ -36,9 +36,9 @@ func (c *balanceCache) encode(k balanceKey) []byte {
 	return c.key
 }
 
-// has reports whether the cache holds a committed balance of account of
-// feed.
-func (c *balanceCache) has(feed string, account []byte) bool {
+// lookup returns the committed balance of account of feed, if the cache
+// has it.
+func (c *balanceCache) lookup(feed string, account []byte) (int64, bool) {
 	b := binary.AppendUvarint(c.key[:0], uint64(len(feed)))
 	b = append(b, feed...)
 	c.key = append(b, account...)
@@ -46,7 +46,10 @@ func (c *balanceCache) has(feed string, account []byte) bool {
 	if ok {
 		c.val = v
 	}
-	return ok && len(v) == 8
+	if !ok || len(v) != 8 {
+		return 0, false
+	}
+	return int64(binary.LittleEndian.Uint64(v)), true
 }
 
 // get returns k's committed balance, if the cache has it.

@@ -34,8 +34,11 @@ func TestBalanceCache(t *testing.T) {
 		if _, ok := c.get(balanceKey{"ab", "c\x00"}); ok {
 			t.Fatal("a longer account found a shorter one's balance")
 		}
-		if c.has("a", []byte("bc")) || !c.has("ab", []byte("c")) || c.has("ab", []byte("c\x00")) {
-			t.Fatal("has does not find exactly what get does")
+		_, bc := c.lookup("a", []byte("bc"))
+		v, c1 := c.lookup("ab", []byte("c"))
+		_, c0 := c.lookup("ab", []byte("c\x00"))
+		if bc || !c1 || v != 1 || c0 {
+			t.Fatal("lookup does not find exactly what get does")
 		}
 	})
 	t.Run("OversizedAccountIsNotKept", func(t *testing.T) {

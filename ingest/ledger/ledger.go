@@ -11,8 +11,10 @@ package ledger
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,6 +92,10 @@ type Processor struct {
 	pending   *batchBalances // its changes
 	scratch   []byte         // the output being built (Emit copies it)
 	need      []string       // Prepare's accounts to read
+	// lastKeys, lastRead and lastSets are the sizes of the last batch's
+	// maps and undo log: the next batch's are made that large, not grown
+	// (and rehashed or copied) from empty as its items arrive.
+	lastKeys, lastRead, lastSets int
 }
 
 type balanceKey struct{ feed, account string }
@@ -97,14 +103,42 @@ type balanceKey struct{ feed, account string }
 // batchBalances are one transaction's new balances, in first-change order.
 type batchBalances struct {
 	m     map[balanceKey]*change
-	order []balanceKey
+	order []changed
 	// read holds the committed balances of readFeed's accounts that
-	// Prepare read for the batch (0 for an account with no row).
+	// Prepare found for the batch, in the cache or in SQLite (0 for an
+	// account with no row).
 	readFeed string
 	read     map[string]int64
+	readHint int // the size to make read at
+	// slab holds the changes m points to, a few thousand an allocation.
+	slab []change
+	// undo has, for each item applied, what its set changed; undoLast,
+	// made once per batch, takes the last one back (an item's rollback
+	// comes before any later item), so an item costs no function of its
+	// own.
+	undo     []undoEntry
+	undoLast func()
 }
 
 type change struct{ balance, lines int64 }
+
+// changed is an account the batch changed, with its change: the batch's
+// write and commit need no lookup of it.
+type changed struct {
+	k   balanceKey
+	c   *change
+	pre uint64 // sortChanged's key of the account
+}
+
+// undoEntry is what one set changed: k's change before it, or k added.
+type undoEntry struct {
+	k     balanceKey
+	prev  change
+	added bool
+}
+
+// slabChanges is the number of changes one allocation of a batch holds.
+const slabChanges = 4096
 
 var _ ingest.Processor = (*Processor)(nil)
 
@@ -134,8 +168,11 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 		p.begin(tx)
 	}
 	k := balanceKey{d.Feed, e.Account}
-	balance, err := p.balance(ctx, tx, k)
-	if err != nil {
+	c := p.pending.m[k] // the batch's change of k, nil before its first
+	var balance int64
+	if c != nil {
+		balance = c.balance
+	} else if balance, err = p.balance(ctx, tx, k); err != nil {
 		return err
 	}
 	if (e.Amount > 0 && balance > math.MaxInt64-e.Amount) || (e.Amount < 0 && balance < math.MinInt64-e.Amount) {
@@ -151,35 +188,51 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 	if err := tx.Emit(ctx, outbox.Output{Topic: p.topic, Key: key, Value: v}); err != nil {
 		return err
 	}
-	undo := p.pending.set(k, balance)
-	tx.OnRollbackItem(undo)
+	p.pending.set(k, c, balance)
+	tx.OnRollbackItem(p.pending.undoLast)
 	return nil
 }
 
 // begin starts tracking a new transaction: what an earlier one left pending
 // never committed, so it is dropped.
 func (p *Processor) begin(tx *outbox.Tx) {
-	b := &batchBalances{m: map[balanceKey]*change{}}
+	b := &batchBalances{m: make(map[balanceKey]*change, p.lastKeys), readHint: p.lastRead,
+		order: make([]changed, 0, p.lastKeys), undo: make([]undoEntry, 0, p.lastSets)}
+	b.undoLast = b.takeBackLast
 	p.tx, p.pending = tx, b
 	tx.BeforeCommit(func(ctx context.Context) error { return b.write(ctx, tx) })
 	tx.OnCommit(func() { p.commit(b) })
 }
 
-// set records k's new balance and returns the function that takes it back.
-func (b *batchBalances) set(k balanceKey, balance int64) (undo func()) {
-	c, ok := b.m[k]
-	if !ok {
-		b.m[k] = &change{balance: balance, lines: 1}
-		b.order = append(b.order, k)
-		return func() {
-			delete(b.m, k)
-			b.order = b.order[:len(b.order)-1] // k was added last: later items came after this one
+// set records k's new balance, and what it changed for takeBackLast; c
+// is k's change in the batch, nil if it has none yet.
+func (b *batchBalances) set(k balanceKey, c *change, balance int64) {
+	if c == nil {
+		if len(b.slab) == cap(b.slab) {
+			b.slab = make([]change, 0, slabChanges)
 		}
+		b.slab = append(b.slab, change{balance: balance, lines: 1})
+		c = &b.slab[len(b.slab)-1]
+		b.m[k] = c
+		b.order = append(b.order, changed{k: k, c: c})
+		b.undo = append(b.undo, undoEntry{k: k, added: true})
+		return
 	}
-	prev := *c
+	b.undo = append(b.undo, undoEntry{k: k, prev: *c})
 	c.balance = balance
 	c.lines++
-	return func() { *c = prev }
+}
+
+// takeBackLast undoes the last set: that of the item being rolled back.
+func (b *batchBalances) takeBackLast() {
+	u := b.undo[len(b.undo)-1]
+	b.undo = b.undo[:len(b.undo)-1]
+	if u.added {
+		delete(b.m, u.k)
+		b.order = b.order[:len(b.order)-1] // k was added last: later items came after this one
+		return
+	}
+	*b.m[u.k] = u.prev
 }
 
 // write stores the batch's balances in statements of outbox.ChunkSize
@@ -187,36 +240,57 @@ func (b *batchBalances) set(k balanceKey, balance int64) (undo func()) {
 // key order: consecutive upserts then land on the same B-tree pages, which
 // at a large state halves the work of a batch (pages stay in the CPU's
 // caches and each is found once). No item of the batch is undone after
-// this, so the order the undo functions rely on is no longer needed.
+// this, so the order the undo functions rely on is no longer needed. The
+// statements run on the driver's connection, with driver arguments, as
+// the store writes the outbox.
 func (b *batchBalances) write(ctx context.Context, tx *outbox.Tx) error {
-	slices.SortFunc(b.order, compareKeys)
-	args := make([]any, 0, min(len(b.order), upsertChunk)*4)
-	for keys := b.order; len(keys) > 0; {
-		k := outbox.ChunkSize(len(keys), upsertChunk)
-		chunk := keys[:k]
-		args = args[:0]
-		query := upsertBySize[k]
-		if oneFeed(chunk) {
-			query = upsertOneFeedBySize[k]
-			args = append(args, chunk[0].feed)
-			for _, key := range chunk {
-				c := b.m[key]
-				args = append(args, key.account, c.balance, c.lines)
+	if len(b.order) == 0 {
+		return nil
+	}
+	sortChanged(b.order)
+	return tx.Raw(func(prep outbox.Prepare) error {
+		args := make([]driver.NamedValue, 0, min(len(b.order), upsertChunk)*4)
+		for keys := b.order; len(keys) > 0; {
+			k := outbox.ChunkSize(len(keys), upsertChunk)
+			if err := upsert(ctx, prep, keys[:k], args[:0]); err != nil {
+				return err
 			}
-		} else {
-			for _, key := range chunk {
-				c := b.m[key]
-				args = append(args, key.feed, key.account, c.balance, c.lines)
-			}
+			keys = keys[k:]
 		}
-		up, err := tx.Stmt(ctx, query)
-		if err != nil {
-			return err
+		return nil
+	})
+}
+
+// upsert writes one chunk of balances, building its arguments in args.
+func upsert(ctx context.Context, prep outbox.Prepare, chunk []changed, args []driver.NamedValue) error {
+	arg := func(v driver.Value) { args = append(args, driver.NamedValue{Ordinal: len(args) + 1, Value: v}) }
+	query := upsertBySize[len(chunk)]
+	if oneFeed(chunk) {
+		query = upsertOneFeedBySize[len(chunk)]
+		arg(chunk[0].k.feed)
+		for _, e := range chunk {
+			arg(e.k.account)
+			arg(e.c.balance)
+			arg(e.c.lines)
 		}
-		if _, err := up.ExecContext(ctx, args...); err != nil {
-			return fmt.Errorf("store balances: %w", err)
+	} else {
+		for _, e := range chunk {
+			arg(e.k.feed)
+			arg(e.k.account)
+			arg(e.c.balance)
+			arg(e.c.lines)
 		}
-		keys = keys[k:]
+	}
+	st, err := prep(query)
+	if err != nil {
+		return err
+	}
+	ex, ok := st.(driver.StmtExecContext)
+	if !ok {
+		return errors.New("store balances: the SQLite driver cannot execute with a context")
+	}
+	if _, err := ex.ExecContext(ctx, args); err != nil {
+		return fmt.Errorf("store balances: %w", err)
 	}
 	return nil
 }
@@ -230,9 +304,63 @@ func compareKeys(a, b balanceKey) int {
 	return strings.Compare(a.account, b.account)
 }
 
-func oneFeed(keys []balanceKey) bool {
-	for _, k := range keys[1:] {
-		if k.feed != keys[0].feed {
+// sortChanged sorts order as ledger_balances' primary key. When one feed
+// changed them all (the common case) it sorts by account alone, and first
+// by the eight bytes that follow the prefix every account shares, as a
+// big-endian integer padded with zeros: that orders as the bytes do, and
+// most pairs differ there, so they cost one integer comparison, not a
+// comparison of strings. Pairs equal there are compared whole.
+func sortChanged(order []changed) {
+	if len(order) == 0 || !oneFeed(order) {
+		slices.SortFunc(order, func(a, b changed) int { return compareKeys(a.k, b.k) })
+		return
+	}
+	shared := sharedPrefix(order)
+	for i := range order {
+		order[i].pre = prefixKey(order[i].k.account[shared:])
+	}
+	slices.SortFunc(order, func(a, b changed) int {
+		if c := cmp.Compare(a.pre, b.pre); c != 0 {
+			return c
+		}
+		return strings.Compare(a.k.account, b.k.account)
+	})
+}
+
+// sharedPrefix is the length of the prefix all of order's accounts share.
+func sharedPrefix(order []changed) int {
+	first := order[0].k.account
+	n := len(first)
+	for _, e := range order[1:] {
+		a := e.k.account
+		n = min(n, len(a))
+		for i := 0; i < n; i++ {
+			if a[i] != first[i] {
+				n = i
+				break
+			}
+		}
+	}
+	return n
+}
+
+// prefixKey is s's first eight bytes as a big-endian integer, padded with
+// zeros: a shorter key never orders after a longer one it begins, and
+// strings equal in the key are left to a whole comparison.
+func prefixKey(s string) uint64 {
+	var k uint64
+	for i := range 8 {
+		k <<= 8
+		if i < len(s) {
+			k |= uint64(s[i])
+		}
+	}
+	return k
+}
+
+func oneFeed(keys []changed) bool {
+	for _, e := range keys[1:] {
+		if e.k.feed != keys[0].k.feed {
 			return false
 		}
 	}
@@ -267,16 +395,15 @@ func UpsertSQL(n int) string { return upsertOneFeedBySize[n] }
 func (p *Processor) commit(b *batchBalances) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, k := range b.order {
-		p.committed.set(k, b.m[k].balance)
+	p.lastKeys, p.lastRead, p.lastSets = len(b.m), len(b.read), len(b.undo)
+	for _, e := range b.order {
+		p.committed.set(e.k, e.c.balance)
 	}
 }
 
-// balance is the account's balance as of the items applied so far.
+// balance is the balance of an account the batch has not changed yet: as
+// Prepare read it, as committed, or as SQLite holds it.
 func (p *Processor) balance(ctx context.Context, tx *outbox.Tx, k balanceKey) (int64, error) {
-	if c, ok := p.pending.m[k]; ok {
-		return c.balance, nil
-	}
 	if k.feed == p.pending.readFeed {
 		if b, ok := p.pending.read[k.account]; ok {
 			return b, nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -350,6 +351,34 @@ func TestProcessor_Apply(t *testing.T) {
 		must(t, tx.Commit())
 		if got := balances(t, s, "f"); !maps.Equal(got, map[string]int64{"a": math.MinInt64}) {
 			t.Fatalf("balances = %v, want a: %d", got, int64(math.MinInt64))
+		}
+	})
+
+	// An item rolled back after the batch's first change of its account
+	// takes the account out of the batch; later ones add it again.
+	t.Run("RolledBackNewAccountLeavesNoTrace", func(t *testing.T) {
+		s := openStore(t)
+		p := ledger.New("t")
+		tx, err := s.Begin(ctx)
+		must(t, err)
+		defer tx.Rollback()
+		must(t, apply(t, tx, p, delivery(1), "a,5"))
+		must(t, tx.BeginItem(delivery(2).Place()))
+		must(t, p.Apply(ctx, tx, delivery(2), ingest.Item{Value: []byte("b,7")}))
+		must(t, tx.RollbackItem())
+		must(t, apply(t, tx, p, delivery(2), "c,1"))
+		must(t, apply(t, tx, p, delivery(3), "b,2"))
+		must(t, apply(t, tx, p, delivery(4), "a,1"))
+		must(t, tx.Commit())
+		if got, want := balances(t, s, "f"), map[string]int64{"a": 6, "b": 2, "c": 1}; !maps.Equal(got, want) {
+			t.Fatalf("balances = %v, want %v", got, want)
+		}
+		var lines []int64
+		must(t, s.View(ctx, func(r *outbox.ReadTx) error {
+			return r.Select(ctx, &lines, `SELECT lines FROM ledger_balances WHERE feed = 'f' ORDER BY account`)
+		}))
+		if want := []int64{2, 1, 1}; !slices.Equal(lines, want) {
+			t.Fatalf("lines of a, b, c = %v, want %v", lines, want)
 		}
 	})
 

@@ -135,6 +135,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("create database directory: %w", err)
 		}
 	}
+	if err := initPageSize(ctx, cfg.Path); err != nil {
+		return nil, err
+	}
 	s := &Store{cfg: cfg, stmts: map[string]*sqlx.Stmt{}, committed: make(chan struct{}, 1)}
 	var err error
 	if s.db, err = sqlx.Open("sqlite", s.dsn(false)); err != nil {

@@ -103,6 +103,30 @@ func TestStore_Open(t *testing.T) {
 		equal(t, "readers' query_only", pragma(t, outbox.ReadPoolOf(s), "query_only"), "1")
 		equal(t, "writer's query_only", pragma(t, outbox.WriterOf(s), "query_only"), "0")
 		equal(t, "writer's open connections", outbox.WriterOf(s).Stats().MaxOpenConnections, 1)
+		equal(t, "page_size", pragma(t, outbox.WriterOf(s), "page_size"), fmt.Sprint(outbox.PageSize))
+	})
+
+	// A database made before keeps its page size (in WAL mode SQLite can
+	// no longer change it), and opens with its rows.
+	t.Run("ExistingPageSizeKept", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "t.db")
+		db, err := sqlx.Open("sqlite", "file:"+path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(`PRAGMA page_size = 4096; PRAGMA journal_mode = wal; CREATE TABLE kept (x INTEGER); INSERT INTO kept VALUES (42)`); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s := openAt(t, outbox.DefaultConfig(path))
+		equal(t, "page_size", pragma(t, outbox.WriterOf(s), "page_size"), "4096")
+		var x int
+		if err := outbox.WriterOf(s).Get(&x, `SELECT x FROM kept`); err != nil || x != 42 {
+			t.Fatalf("kept row: %d, %v", x, err)
+		}
+		emit(t, s, place("f", 1), out("t", "k", "v"))
 	})
 
 	t.Run("SyncNormal", func(t *testing.T) {

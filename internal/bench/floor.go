@@ -3,8 +3,10 @@ package bench
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -18,16 +20,27 @@ import (
 const floorEpoch = "raw:00000:0000000000000000"
 
 // floorDB is one connection opened exactly as the store opens its writer
-// (outbox.DSN), on a database whose schema the store created, with the
-// statements the engine runs prepared on it.
+// (outbox.DSN), on a database whose schema the store created. The raw
+// loop runs the engine's statements on the driver's connection, prepared
+// once, with driver arguments built before the timer: nothing of
+// database/sql's conversions is in its timed part, so it is at least as
+// tight as the engine (which runs its hot statements the same way).
 type floorDB struct {
-	db      *sql.DB
-	inserts map[int]*sql.Stmt // outbox.OutboxInsertSQL by chunk size
-	upserts map[int]*sql.Stmt // ledger.UpsertSQL by chunk size
-	reads   map[int]*sql.Stmt // ledger.ReadSQL by chunk size
-	pos     *sql.Stmt
-	stats   *sql.Stmt
-	owner   *sql.Stmt
+	db  *sql.DB
+	raw *floorStmts // prepared on the connection raw.dc, at the first write
+}
+
+// floorStmts are the driver statements of the raw loop, on one driver
+// connection.
+type floorStmts struct {
+	dc      any
+	inserts map[int]driver.Stmt // outbox.OutboxInsertSQL by chunk size
+	upserts map[int]driver.Stmt // ledger.UpsertSQL by chunk size
+	reads   map[int]driver.Stmt // ledger.ReadSQL by chunk size
+	pos     driver.Stmt
+	stats   driver.Stmt
+	owner   driver.Stmt
+	all     []driver.Stmt
 }
 
 // openFloorDB creates the schema through the store (then closes it),
@@ -48,15 +61,16 @@ func openFloorDB(ctx context.Context, path, synchronous string) (*floorDB, error
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
-	f := &floorDB{db: db, inserts: map[int]*sql.Stmt{}, upserts: map[int]*sql.Stmt{}, reads: map[int]*sql.Stmt{}}
-	if err := f.prepare(ctx); err != nil {
+	f := &floorDB{db: db}
+	if err := f.register(ctx); err != nil {
 		f.close()
 		return nil, err
 	}
 	return f, nil
 }
 
-func (f *floorDB) prepare(ctx context.Context) error {
+// register writes the feed and the owner the engine's statements expect.
+func (f *floorDB) register(ctx context.Context) error {
 	if _, err := f.db.ExecContext(ctx, `INSERT INTO feeds (name, kind, processor) VALUES (?, 'file', 'bench')
 ON CONFLICT(name) DO NOTHING`, benchFeed); err != nil {
 		return fmt.Errorf("insert feed: %w", err)
@@ -64,38 +78,102 @@ ON CONFLICT(name) DO NOTHING`, benchFeed); err != nil {
 	if _, err := f.db.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('owner', '1') ON CONFLICT(key) DO NOTHING`); err != nil {
 		return fmt.Errorf("insert owner: %w", err)
 	}
-	var err error
-	for n := outbox.OutboxInsertChunk; n >= 1; n /= 2 {
-		if f.inserts[n], err = f.db.PrepareContext(ctx, outbox.OutboxInsertSQL(n)); err != nil {
-			return fmt.Errorf("prepare outbox insert: %w", err)
-		}
-		if f.upserts[n], err = f.db.PrepareContext(ctx, ledger.UpsertSQL(n)); err != nil {
-			return fmt.Errorf("prepare balance upsert: %w", err)
-		}
-	}
-	for n := ledger.ReadChunk; n >= 1; n /= 2 {
-		if f.reads[n], err = f.db.PrepareContext(ctx, ledger.ReadSQL(n)); err != nil {
-			return fmt.Errorf("prepare balance read: %w", err)
-		}
-	}
-	if f.pos, err = f.db.PrepareContext(ctx, outbox.PositionUpsertSQL); err != nil {
-		return fmt.Errorf("prepare position upsert: %w", err)
-	}
-	if f.stats, err = f.db.PrepareContext(ctx, outbox.StatsUpdateSQL); err != nil {
-		return fmt.Errorf("prepare stats update: %w", err)
-	}
-	// The engine's check, in every commit, that it still owns the database.
-	if f.owner, err = f.db.PrepareContext(ctx, `SELECT value FROM meta WHERE key = 'owner'`); err != nil {
-		return fmt.Errorf("prepare owner check: %w", err)
-	}
 	return nil
 }
 
+// stmtsOn is the raw loop's statements on the driver connection dc,
+// prepared there the first time (the pool of one connection gives the
+// same one back each time; another one gets its own).
+func (f *floorDB) stmtsOn(dc any) (*floorStmts, error) {
+	if f.raw != nil && f.raw.dc == dc {
+		return f.raw, nil
+	}
+	c, ok := dc.(driver.Conn)
+	if !ok {
+		return nil, fmt.Errorf("prepare: the SQLite driver's connection is a %T", dc)
+	}
+	st := &floorStmts{dc: dc, inserts: map[int]driver.Stmt{}, upserts: map[int]driver.Stmt{}, reads: map[int]driver.Stmt{}}
+	prep := func(what, query string) (driver.Stmt, error) {
+		ds, err := c.Prepare(query)
+		if err != nil {
+			return nil, fmt.Errorf("prepare %s: %w", what, err)
+		}
+		st.all = append(st.all, ds)
+		return ds, nil
+	}
+	err := func() (err error) {
+		for n := outbox.OutboxInsertChunk; n >= 1; n /= 2 {
+			if st.inserts[n], err = prep("outbox insert", outbox.OutboxInsertSQL(n)); err != nil {
+				return err
+			}
+			if st.upserts[n], err = prep("balance upsert", ledger.UpsertSQL(n)); err != nil {
+				return err
+			}
+		}
+		for n := ledger.ReadChunk; n >= 1; n /= 2 {
+			if st.reads[n], err = prep("balance read", ledger.ReadSQL(n)); err != nil {
+				return err
+			}
+		}
+		if st.pos, err = prep("position upsert", outbox.PositionUpsertSQL); err != nil {
+			return err
+		}
+		if st.stats, err = prep("stats update", outbox.StatsUpdateSQL); err != nil {
+			return err
+		}
+		// The engine's check, in every commit, that it still owns the database.
+		st.owner, err = prep("owner check", `SELECT value FROM meta WHERE key = 'owner'`)
+		return err
+	}()
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	f.raw.closeOn(dc) // a former connection's, if any
+	f.raw = st
+	return st, nil
+}
+
+// close closes the statements.
+func (st *floorStmts) close() {
+	for _, ds := range st.all {
+		ds.Close()
+	}
+	st.all = nil
+}
+
+// closeOn closes the statements if they were prepared on dc (a nil
+// floorStmts has none).
+func (st *floorStmts) closeOn(dc any) {
+	if st != nil && st.dc == dc {
+		st.close()
+	}
+}
+
 func (f *floorDB) close() error {
+	if f.raw != nil {
+		// Statements left open keep SQLite's files open past Close.
+		err := f.onConn(context.Background(), func(dc any) error { f.raw.closeOn(dc); return nil })
+		f.raw = nil
+		if err != nil {
+			f.db.Close()
+			return fmt.Errorf("close floor statements: %w", err)
+		}
+	}
 	if err := f.db.Close(); err != nil {
 		return fmt.Errorf("close floor database: %w", err)
 	}
 	return nil
+}
+
+// onConn runs fn on the driver connection of the pool's one connection.
+func (f *floorDB) onConn(ctx context.Context, fn func(dc any) error) error {
+	c, err := f.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("connection: %w", err)
+	}
+	defer c.Close()
+	return c.Raw(fn)
 }
 
 // sqliteVersion is SQLite's version.
@@ -111,9 +189,9 @@ func (f *floorDB) sqliteVersion(ctx context.Context) (string, error) {
 // arguments of its reads and upserts (in key order) and outbox inserts (in
 // line order), and its last position.
 type floorBatch struct {
-	reads   [][]any
-	upserts [][]any
-	inserts [][]any
+	reads   [][]driver.NamedValue
+	upserts [][]driver.NamedValue
+	inserts [][]driver.NamedValue
 	lines   int64
 	last    int64
 	// rows are the batch's outbox rows, in line order, when the inputs
@@ -179,19 +257,19 @@ func (in *floorInputs) batch(n int64) floorBatch {
 	slices.Sort(accounts) // bytewise, as ledger_balances' key
 	for len(accounts) > 0 {
 		k := outbox.ChunkSize(len(accounts), outbox.OutboxInsertChunk)
-		args := []any{benchFeed}
+		args := namedValues(nil, benchFeed)
 		for _, name := range accounts[:k] {
 			a := accountNumber(name)
-			args = append(args, name, in.balances[a], touched[a])
+			args = namedValues(args, name, in.balances[a], int64(touched[a]))
 		}
 		fb.upserts = append(fb.upserts, args)
 		accounts = accounts[k:]
 	}
 	for len(rows) > 0 {
 		k := outbox.ChunkSize(len(rows), outbox.OutboxInsertChunk)
-		args := []any{benchFeed, 0, floorEpoch, in.topic, nil} // created_at is set in the timed part
+		args := namedValues(nil, benchFeed, int64(0), floorEpoch, in.topic, nil) // created_at is set in the timed part
 		for _, r := range rows[:k] {
-			args = append(args, r.pos, 0, r.key, r.value, nil)
+			args = namedValues(args, r.pos, int64(0), nullBytes(r.key), r.value, nil)
 		}
 		fb.inserts = append(fb.inserts, args)
 		rows = rows[k:]
@@ -201,14 +279,14 @@ func (in *floorInputs) batch(n int64) floorBatch {
 
 // readArgs are the arguments of the reads of accounts' balances, in key
 // order and chunks as the ledger's Prepare reads those it does not hold.
-func readArgs(accounts []string) [][]any {
+func readArgs(accounts []string) [][]driver.NamedValue {
 	slices.Sort(accounts)
-	var reads [][]any
+	var reads [][]driver.NamedValue
 	for len(accounts) > 0 {
 		k := outbox.ChunkSize(len(accounts), ledger.ReadChunk)
-		args := []any{benchFeed}
+		args := namedValues(nil, benchFeed)
 		for _, a := range accounts[:k] {
-			args = append(args, a)
+			args = namedValues(args, a)
 		}
 		reads = append(reads, args)
 		accounts = accounts[k:]
@@ -225,62 +303,119 @@ func accountNumber(name string) int {
 	return n
 }
 
-// write runs one batch in one transaction, as the engine's commit does.
-func (f *floorDB) write(ctx context.Context, fb floorBatch, size int64) error {
-	tx, err := f.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+// namedValues appends vs to args as the driver's arguments, numbered on.
+func namedValues(args []driver.NamedValue, vs ...driver.Value) []driver.NamedValue {
+	for _, v := range vs {
+		args = append(args, driver.NamedValue{Ordinal: len(args) + 1, Value: v})
 	}
-	defer tx.Rollback()
+	return args
+}
+
+// nullBytes is b as a driver value: NULL when b is nil, as the engine
+// binds a missing key.
+func nullBytes(b []byte) driver.Value {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+// write runs one batch in one transaction, as the engine's commit does,
+// on the driver's connection.
+func (f *floorDB) write(ctx context.Context, fb floorBatch, size int64) error {
+	return f.txn(ctx, func(st *floorStmts) error { return st.batch(ctx, fb, size) })
+}
+
+// txn runs fn in one transaction on the driver's connection.
+func (f *floorDB) txn(ctx context.Context, fn func(*floorStmts) error) error {
+	return f.onConn(ctx, func(dc any) error {
+		st, err := f.stmtsOn(dc)
+		if err != nil {
+			return err
+		}
+		b, ok := dc.(driver.ConnBeginTx)
+		if !ok {
+			return fmt.Errorf("begin: the SQLite driver's connection is a %T", dc)
+		}
+		tx, err := b.BeginTx(ctx, driver.TxOptions{}) // IMMEDIATE, from the DSN
+		if err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		if err := fn(st); err != nil {
+			if rerr := tx.Rollback(); rerr != nil {
+				err = fmt.Errorf("%w (and roll back: %v)", err, rerr)
+			}
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		return nil
+	})
+}
+
+// batch runs a batch's statements in the open transaction.
+func (st *floorStmts) batch(ctx context.Context, fb floorBatch, size int64) error {
+	row := make([]driver.Value, 2)
 	for _, args := range fb.reads {
-		if err := f.read(ctx, tx, args); err != nil {
+		if err := queryStmt(ctx, st.reads[len(args)-1], args, row, "read balances"); err != nil {
 			return err
 		}
 	}
 	for _, args := range fb.upserts {
-		if _, err := tx.StmtContext(ctx, f.upserts[(len(args)-1)/3]).ExecContext(ctx, args...); err != nil {
-			return fmt.Errorf("upsert balances: %w", err)
+		if err := execStmt(ctx, st.upserts[(len(args)-1)/3], args, "upsert balances"); err != nil {
+			return err
 		}
 	}
 	now := time.Now().UnixNano()
 	for _, args := range fb.inserts {
-		args[4] = now
-		if _, err := tx.StmtContext(ctx, f.inserts[(len(args)-5)/5]).ExecContext(ctx, args...); err != nil {
-			return fmt.Errorf("insert outbox rows: %w", err)
+		args[4].Value = now
+		if err := execStmt(ctx, st.inserts[(len(args)-5)/5], args, "insert outbox rows"); err != nil {
+			return err
 		}
 	}
-	if _, err := tx.StmtContext(ctx, f.pos).ExecContext(ctx, benchFeed, 0, floorEpoch, fb.last, size, now); err != nil {
-		return fmt.Errorf("store position: %w", err)
+	if err := execStmt(ctx, st.pos, namedValues(nil, benchFeed, int64(0), floorEpoch, fb.last, size, now), "store position"); err != nil {
+		return err
 	}
-	if _, err := tx.StmtContext(ctx, f.stats).ExecContext(ctx, fb.lines, 0, 0, 0, 0, 0, now, benchFeed); err != nil {
-		return fmt.Errorf("update stats: %w", err)
+	if err := execStmt(ctx, st.stats, namedValues(nil, fb.lines, int64(0), int64(0), int64(0), int64(0), int64(0), now, benchFeed), "update stats"); err != nil {
+		return err
 	}
-	var owner string
-	if err := tx.StmtContext(ctx, f.owner).QueryRowContext(ctx).Scan(&owner); err != nil {
-		return fmt.Errorf("check owner: %w", err)
+	return queryStmt(ctx, st.owner, nil, row[:1], "check owner")
+}
+
+// execStmt runs a driver statement.
+func execStmt(ctx context.Context, ds driver.Stmt, args []driver.NamedValue, what string) error {
+	ex, ok := ds.(driver.StmtExecContext)
+	if !ok {
+		return fmt.Errorf("%s: the SQLite driver's statement is a %T", what, ds)
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+	if _, err := ex.ExecContext(ctx, args); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
 
-// read runs one read of balances and scans its rows, as the ledger does.
-func (f *floorDB) read(ctx context.Context, tx *sql.Tx, args []any) error {
-	rows, err := tx.StmtContext(ctx, f.reads[len(args)-1]).QueryContext(ctx, args...)
-	if err != nil {
-		return fmt.Errorf("read balances: %w", err)
+// queryStmt runs a driver statement and reads its rows into dest, as the
+// engine reads them.
+func queryStmt(ctx context.Context, ds driver.Stmt, args []driver.NamedValue, dest []driver.Value, what string) error {
+	q, ok := ds.(driver.StmtQueryContext)
+	if !ok {
+		return fmt.Errorf("%s: the SQLite driver's statement is a %T", what, ds)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var account string
-		var balance int64
-		if err := rows.Scan(&account, &balance); err != nil {
-			return fmt.Errorf("read balances: %w", err)
+	rows, err := q.QueryContext(ctx, args)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	for {
+		if err := rows.Next(dest); err == io.EOF {
+			break
+		} else if err != nil {
+			rows.Close()
+			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read balances: %w", err)
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
@@ -365,16 +500,8 @@ func (b *bench) runCommitFloor(ctx context.Context) error {
 }
 
 func (f *floorDB) commitOnly(ctx context.Context, pos, size int64) error {
-	tx, err := f.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.StmtContext(ctx, f.pos).ExecContext(ctx, benchFeed, 0, floorEpoch, pos, size, time.Now().UnixNano()); err != nil {
-		return fmt.Errorf("store position: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
+	return f.txn(ctx, func(st *floorStmts) error {
+		args := namedValues(nil, benchFeed, int64(0), floorEpoch, pos, size, time.Now().UnixNano())
+		return execStmt(ctx, st.pos, args, "store position")
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -159,7 +160,7 @@ func (f *floorDB) prefillTx(ctx context.Context, accounts []int) error {
 		for _, a := range accounts[:k] {
 			args = append(args, accountName(a), prefillBalance(a), 1)
 		}
-		if _, err := tx.StmtContext(ctx, f.upserts[k]).ExecContext(ctx, args...); err != nil {
+		if _, err := tx.ExecContext(ctx, ledger.UpsertSQL(k), args...); err != nil {
 			return err
 		}
 		accounts = accounts[k:]

@@ -83,7 +83,7 @@ func TestBenchCommand(t *testing.T) {
 				t.Errorf("latency.%s missing: %v", k, res["latency"])
 			}
 		}
-		for _, k := range []string{"ingest_raw_sqlite", "relay_raw_produce", "end_to_end_ceiling"} {
+		for _, k := range []string{"ingest_raw_sqlite", "relay_raw_produce", "end_to_end_ceiling", "ingest_raw_sqlite_cpu", "relay_raw_produce_cpu", "end_to_end_ceiling_cpu"} {
 			if got, _ := res["ratios"][k].(float64); got <= 0 {
 				t.Errorf("ratios.%s = %v, want more than 0", k, res["ratios"][k])
 			}

@@ -69,6 +69,12 @@ type benchRatios struct {
 	IngestRawSQLite float64 `json:"ingest_raw_sqlite"`
 	RelayRawProduce float64 `json:"relay_raw_produce"`
 	EndToEndCeiling float64 `json:"end_to_end_ceiling"`
+	// The same three by CPU per item, the ceiling's over the engine's
+	// (1 = the engine spends no more CPU an item than its ceiling): far
+	// steadier than the rates on a shared machine.
+	IngestRawSQLiteCPU float64 `json:"ingest_raw_sqlite_cpu"`
+	RelayRawProduceCPU float64 `json:"relay_raw_produce_cpu"`
+	EndToEndCeilingCPU float64 `json:"end_to_end_ceiling_cpu"`
 	// IngestRecorded is ingest_recorded / ingest in lines/s (1 = recording
 	// costs nothing), IngestRecordedCPU the same of their CPU per line
 	// (1.05 = recording costs 5% more CPU); 0 without --record.
@@ -178,6 +184,9 @@ func (r *benchResult) fillRatios() {
 	r.Ratios.IngestRawSQLite = ratio(r.Ingest, r.RawSQLite)
 	r.Ratios.RelayRawProduce = ratio(r.Relay, r.RawProduce)
 	r.Ratios.EndToEndCeiling = ratio(r.EndToEnd, r.RawPipeline)
+	r.Ratios.IngestRawSQLiteCPU = cpuRatio(r.RawSQLite, r.Ingest)
+	r.Ratios.RelayRawProduceCPU = cpuRatio(r.RawProduce, r.Relay)
+	r.Ratios.EndToEndCeilingCPU = cpuRatio(r.RawPipeline, r.EndToEnd)
 	r.Ratios.IngestRecorded = ratio(r.IngestRecorded, r.Ingest)
 	r.Ratios.IngestRecordedCPU = cpuRatio(r.IngestRecorded, r.Ingest)
 	r.Verify.OK = r.Verify.Enabled && len(r.Verify.Failures) == 0
@@ -237,11 +246,11 @@ func (r *benchResult) table(w io.Writer) error {
 		{"naive_sqlite", "lines/s", "", r.NaiveSQLite},
 		{"raw_produce", "records/s", "", r.RawProduce},
 		{"raw_pipeline", "lines/s", "", r.RawPipeline},
-		{"ingest", "lines/s", ratioText(r.Ratios.IngestRawSQLite, "raw_sqlite"), r.Ingest},
-		{"ingest_recorded", "lines/s", ratioText(r.Ratios.IngestRecorded, "ingest"), r.IngestRecorded},
+		{"ingest", "lines/s", ratioText(r.Ratios.IngestRawSQLite, "raw_sqlite", r.Ratios.IngestRawSQLiteCPU), r.Ingest},
+		{"ingest_recorded", "lines/s", ratioText(r.Ratios.IngestRecorded, "ingest", 0), r.IngestRecorded},
 		{"replay", "items/s", "", r.replayPhase()},
-		{"relay", "records/s", ratioText(r.Ratios.RelayRawProduce, "raw_produce"), r.Relay},
-		{"end_to_end", "lines/s", ratioText(r.Ratios.EndToEndCeiling, "raw_pipeline"), r.EndToEnd},
+		{"relay", "records/s", ratioText(r.Ratios.RelayRawProduce, "raw_produce", r.Ratios.RelayRawProduceCPU), r.Relay},
+		{"end_to_end", "lines/s", ratioText(r.Ratios.EndToEndCeiling, "raw_pipeline", r.Ratios.EndToEndCeilingCPU), r.EndToEnd},
 	}
 	for _, row := range rows {
 		if row.p == nil && !s.Record && (row.name == "ingest_recorded" || row.name == "replay") {
@@ -317,9 +326,14 @@ func (r *benchResult) verifyText() string {
 		v.Outputs, v.BalancesChecked)
 }
 
-func ratioText(f float64, of string) string {
+// ratioText is a rate's ratio to a ceiling's and, when known, the
+// ceiling's CPU per item over the phase's.
+func ratioText(f float64, of string, cpu float64) string {
 	if f == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%.2f of %s", f, of)
+	if cpu == 0 {
+		return fmt.Sprintf("%.2f of %s", f, of)
+	}
+	return fmt.Sprintf("%.2f of %s (CPU %.2f)", f, of, cpu)
 }

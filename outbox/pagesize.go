@@ -19,6 +19,37 @@ import (
 // 13.5 and at 100,000 accounts 10.0 -> 8.3 (`--sweep accounts`).
 const PageSize = 16384
 
+// walBytes is about how large the WAL grows before a commit checkpoints
+// it: SQLite's default of 1,000 pages, counted in 4 KiB pages. SQLite
+// counts the threshold in pages, so with 16 KiB pages the default would
+// let the WAL grow to 16 MiB between checkpoints, four times the disk it
+// took before. Measured at 16 KiB pages, one run each of two: 256 pages
+// and 1,000 made no difference beyond the noise (ingest 3.56 and 3.08 us a
+// line against 3.12 and 3.41; latency p99 21.9 and 17.8 ms against 19.1
+// and 19.6).
+const walBytes = 4 << 20
+
+// walCheckpointPages is the writer's wal_autocheckpoint for the database
+// at path: walBytes in its pages. The page size is read from the
+// database header (bytes 16-17, 1 meaning 65536); a database with no
+// header yet has PageSize pages.
+func walCheckpointPages(path string) int {
+	size := PageSize
+	if f, err := os.Open(path); err == nil {
+		var b [2]byte
+		if n, err := f.ReadAt(b[:], 16); n == 2 && err == nil {
+			switch v := int(b[0])<<8 | int(b[1]); {
+			case v == 1:
+				size = 65536
+			case v >= 512 && v&(v-1) == 0:
+				size = v
+			}
+		}
+		f.Close()
+	}
+	return max(1, walBytes/size)
+}
+
 // initPageSize gives a database that does not exist yet PageSize pages.
 // SQLite fixes a database's page size when it writes its first page, and
 // in WAL mode it cannot change it afterwards. The driver runs a DSN's

@@ -207,7 +207,8 @@ const WriterCacheKiB = 32 << 10
 
 // DSN is the data source name the store opens its one writer connection
 // with: WAL, the busy timeout, foreign keys, cfg's synchronous mode, BEGIN
-// IMMEDIATE, the writer's page cache and in-memory statement journals. A
+// IMMEDIATE, the writer's page cache, a checkpoint when the WAL reaches
+// about 4 MiB (walBytes) and in-memory statement journals. A
 // tool that must write exactly as the store does (the bench's floors)
 // opens its connection with it.
 func DSN(cfg Config) string {
@@ -219,6 +220,7 @@ func DSN(cfg Config) string {
 	}
 	return dsn(cfg,
 		fmt.Sprintf("_pragma=cache_size(-%d)", WriterCacheKiB),
+		fmt.Sprintf("_pragma=wal_autocheckpoint(%d)", walCheckpointPages(cfg.Path)),
 		// BEGIN IMMEDIATE: take the write lock at BEGIN, so a transaction
 		// never fails half-way with SQLITE_BUSY on its first write.
 		"_txlock=immediate")

@@ -104,6 +104,7 @@ func TestStore_Open(t *testing.T) {
 		equal(t, "writer's query_only", pragma(t, outbox.WriterOf(s), "query_only"), "0")
 		equal(t, "writer's open connections", outbox.WriterOf(s).Stats().MaxOpenConnections, 1)
 		equal(t, "page_size", pragma(t, outbox.WriterOf(s), "page_size"), fmt.Sprint(outbox.PageSize))
+		equal(t, "wal_autocheckpoint", pragma(t, outbox.WriterOf(s), "wal_autocheckpoint"), fmt.Sprint((4<<20)/outbox.PageSize))
 	})
 
 	// A database made before keeps its page size (in WAL mode SQLite can
@@ -122,6 +123,7 @@ func TestStore_Open(t *testing.T) {
 		}
 		s := openAt(t, outbox.DefaultConfig(path))
 		equal(t, "page_size", pragma(t, outbox.WriterOf(s), "page_size"), "4096")
+		equal(t, "wal_autocheckpoint", pragma(t, outbox.WriterOf(s), "wal_autocheckpoint"), "1024") // 4 MiB of its pages
 		var x int
 		if err := outbox.WriterOf(s).Get(&x, `SELECT x FROM kept`); err != nil || x != 42 {
 			t.Fatalf("kept row: %d, %v", x, err)

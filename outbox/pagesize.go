@@ -56,7 +56,8 @@ func walCheckpointPages(path string) int {
 // pragmas sorted by name, journal_mode before page_size, so a new database
 // is first set up on a connection of its own: page size, then WAL, which
 // writes the first page. A database that exists (its file or its WAL)
-// keeps the page size it has.
+// keeps the page size it has; one another store is creating at the same
+// moment is left to it.
 func initPageSize(ctx context.Context, path string) error {
 	for _, p := range []string{path, path + "-wal"} {
 		switch _, err := os.Stat(p); {
@@ -76,6 +77,11 @@ func initPageSize(ctx context.Context, path string) error {
 	}
 	var mode string
 	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode = wal").Scan(&mode); err != nil {
+		if isBusy(err) {
+			// Another store is creating the database at this moment, with
+			// these pages; the open that follows waits for it.
+			return nil
+		}
 		return fmt.Errorf("create database %s: set WAL mode: %w", path, err)
 	}
 	if err := db.Close(); err != nil {

@@ -112,10 +112,9 @@ func (c Config) Validate() error {
 // During a transaction it keeps the orders the transaction's items read
 // and changed in memory, reads those a batch needs in a few key-ordered
 // statements before its first item (Prepare), and writes what changed
-// when the batch commits (Tx.BeforeCommit), in key order. That is safe
-// because one server owns the database (outbox.Store.Claim) and the
-// processor is the only writer of its tables; nothing is kept from one
-// transaction to the next.
+// when the batch commits (Tx.BeforeCommit), in key order. Nothing is kept
+// from one transaction to the next, and within one only the processor
+// writes its tables, so what it holds is what they would hold.
 type Processor struct {
 	cfg Config
 	log *slog.Logger

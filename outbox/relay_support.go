@@ -87,11 +87,12 @@ func (s *Store) relayRowsOn(ctx context.Context, dc any, after int64, limit int,
 	if !ok {
 		return rows, errors.New("the SQLite driver cannot query directly")
 	}
-	var prev Row
-	prev.Feed, prev.Epoch, prev.Topic = s.relayText.get()
+	var t rowTexts
+	t.bound.Feed, t.bound.Epoch, t.bound.Topic = s.relayText.get()
+	t.last = t.bound
 	dr, err := q.QueryContext(ctx, relayRowsQuery, []driver.NamedValue{
 		{Ordinal: 1, Value: after}, {Ordinal: 2, Value: int64(limit)},
-		{Ordinal: 3, Value: prev.Feed}, {Ordinal: 4, Value: prev.Epoch}, {Ordinal: 5, Value: prev.Topic},
+		{Ordinal: 3, Value: t.bound.Feed}, {Ordinal: 4, Value: t.bound.Epoch}, {Ordinal: 5, Value: t.bound.Topic},
 	})
 	if err != nil {
 		return rows, err
@@ -104,7 +105,7 @@ func (s *Store) relayRowsOn(ctx context.Context, dc any, after int64, limit int,
 		} else if err != nil {
 			return rows, err
 		}
-		r, err := rowOf(vals, &prev)
+		r, err := rowOf(vals, &t)
 		if err != nil {
 			return rows, err
 		}
@@ -112,22 +113,29 @@ func (s *Store) relayRowsOn(ctx context.Context, dc any, after int64, limit int,
 	}
 }
 
-// rowOf converts one driver row of relayRowsQuery. prev holds the texts
-// the query compared with, and then the last ones seen, so that rows
-// alternating between two feeds share their strings too.
-func rowOf(v []driver.Value, prev *Row) (Row, error) {
+// rowTexts are the texts of a read of relayRowsQuery: bound, those the
+// query compared each row's with (a NULL stands for them), and last, the
+// last ones a row brought, so that rows alternating between two feeds or
+// topics share their strings too.
+type rowTexts struct {
+	bound, last struct{ Feed, Epoch, Topic string }
+	lastID      int64
+}
+
+// rowOf converts one driver row of relayRowsQuery.
+func rowOf(v []driver.Value, t *rowTexts) (Row, error) {
 	var r Row
 	var n, packed int64
 	ok := intValue(v[0], &r.ID) && intValue(v[4], &r.Position) && intValue(v[5], &n) &&
 		intValue(v[9], &r.CreatedAt) && intValue(v[10], &packed)
 	if !ok {
 		return r, fmt.Errorf("outbox row after %d: an integer column holds %T, %T, %T, %T, %T",
-			prev.ID, v[0], v[4], v[5], v[9], v[10])
+			t.lastID, v[0], v[4], v[5], v[9], v[10])
 	}
 	r.N, r.Partition = int(n), int32(packed>>setBits)
-	r.Feed = sharedText(v[1], &prev.Feed)
-	r.Epoch = sharedText(v[2], &prev.Epoch)
-	r.Topic = sharedText(v[3], &prev.Topic)
+	r.Feed = sharedText(v[1], t.bound.Feed, &t.last.Feed)
+	r.Epoch = sharedText(v[2], t.bound.Epoch, &t.last.Epoch)
+	r.Topic = sharedText(v[3], t.bound.Topic, &t.last.Topic)
 	r.Key, r.Value, r.Headers = blobValue(v[6]), blobValue(v[7]), blobValue(v[8])
 	// The driver reads an empty blob back as nil; an empty key or value is
 	// not a null one (Kafka takes a null value for a tombstone).
@@ -137,21 +145,20 @@ func rowOf(v []driver.Value, prev *Row) (Row, error) {
 	if r.Value == nil && packed&valueSet != 0 {
 		r.Value = []byte{}
 	}
-	prev.ID = r.ID
+	t.lastID = r.ID
 	return r, nil
 }
 
-// sharedText is a text column that relayRowsQuery made NULL when it equals
-// *prev; a new one becomes *prev.
-func sharedText(v driver.Value, prev *string) string {
+// sharedText is a text column that relayRowsQuery made NULL when it
+// equals bound; one equal to *last is *last, and another becomes *last.
+func sharedText(v driver.Value, bound string, last *string) string {
 	if v == nil {
-		return *prev
+		return bound
 	}
-	t := textValue(v)
-	if t != *prev {
-		*prev = t
+	if t := textValue(v); t != *last {
+		*last = t
 	}
-	return *prev
+	return *last
 }
 
 func intValue(v driver.Value, dst *int64) bool {

@@ -107,8 +107,9 @@ func (c *recentRows) last() *Row {
 
 // after returns up to limit cached rows from id after+1 on, or nil when
 // row after+1 is not cached. Rows up to after are dropped: the caller, the
-// relay, has published them. The rows' slices are shared and must not be
-// changed.
+// relay, has published them. The rows, and within one commit the slice
+// that holds them, are shared and must not be changed; the slice has no
+// room beyond its length, so appending to it copies.
 func (c *recentRows) after(after int64, limit int) []Row {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -128,6 +129,12 @@ func (c *recentRows) after(after int64, limit int) []Row {
 	if len(c.segs) == 0 || c.segs[0].rows[0].ID != after+1 {
 		return nil
 	}
+	if s := c.segs[0].rows; len(s) >= limit || len(c.segs) == 1 {
+		// Within one commit: its rows as they are, with no room to append
+		// to, so that a caller's append never writes into the cache.
+		k := min(len(s), limit)
+		return s[:k:k]
+	}
 	rows := make([]Row, 0, min(limit, c.n))
 	for _, seg := range c.segs {
 		s := seg.rows
@@ -143,7 +150,8 @@ func (c *recentRows) after(after int64, limit int) []Row {
 // the rows this store's own commits wrote lately, or nil when the row
 // after+1 is not among them; then Rows or RelayRows read it. It costs no
 // SQLite read; rows up to after are forgotten. The rows are exactly those
-// RelayRows returns; their slices are shared and must not be changed.
+// RelayRows returns; they are shared and must not be changed (appending
+// to the slice returned is safe: it copies).
 func (s *Store) RecentRows(after int64, limit int) []Row {
 	return s.recent.after(after, limit)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -676,5 +677,62 @@ func TestStore_DeadLetterByID(t *testing.T) {
 			}
 			equal(t, "error", err.Error(), c.err)
 		})
+	}
+}
+
+// TestStore_RelayRowsMatchesRows: the relay's reader returns exactly what
+// Rows does, whatever mix of feeds, epochs, topics and partitions a batch
+// holds (the reader leaves out texts equal to the last batch's), with
+// empty keys and values apart from null ones, several outputs an item,
+// and read in batches of every size.
+func TestStore_RelayRowsMatchesRows(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t)
+	feeds := []string{"a", "b", ""}
+	topics := []string{"out", "out.dead", "other"}
+	tx := begin(t, s)
+	for i := range 60 {
+		p := outbox.Place{Feed: feeds[(i/3)%3], Partition: int32(i % 4 * 1000), Epoch: fmt.Sprint("ep", i/7),
+			Position: int64(i + 1)}
+		must(t, tx.BeginItem(p))
+		for n := range 1 + i%3 {
+			o := outbox.Output{Topic: topics[(i+n)%len(topics)], Value: []byte(fmt.Sprint("v", i, n))}
+			switch (i + n) % 5 {
+			case 0:
+				o.Key = []byte(fmt.Sprint("k", i))
+			case 1:
+				o.Key, o.Value = []byte{}, []byte{}
+			case 2:
+				o.Value = nil
+			case 3:
+				o.Headers = []outbox.Header{{Key: "h", Value: []byte(fmt.Sprint(i))}}
+			}
+			must(t, tx.Emit(ctx, o))
+		}
+		must(t, tx.EndItem())
+	}
+	must(t, tx.Commit())
+	all, err := s.Rows(ctx, 0, 1000)
+	must(t, err)
+	equal(t, "rows", len(all), 120)
+	for _, limit := range []int{1, 2, 5, 7, 64, 1000} {
+		var got []outbox.Row
+		for after := int64(0); ; {
+			rows, err := s.RelayRows(ctx, after, limit)
+			must(t, err)
+			if len(rows) == 0 {
+				break
+			}
+			got = append(got, rows...)
+			after = rows[len(rows)-1].ID
+		}
+		if !reflect.DeepEqual(got, all) {
+			for i := range min(len(got), len(all)) {
+				if !reflect.DeepEqual(got[i], all[i]) {
+					t.Fatalf("limit %d: row %d is\n %+v\nwant %+v", limit, i, got[i], all[i])
+				}
+			}
+			t.Fatalf("limit %d: %d rows, want %d", limit, len(got), len(all))
+		}
 	}
 }

@@ -99,6 +99,7 @@ type Store struct {
 	// wrote output rows, so the relay need not poll.
 	committed chan struct{}
 	recent    recentRows   // rows of the latest commits, see RecentRows
+	relayText relayText    // the texts RelayRows read last
 	rowsHint  atomic.Int64 // outputs of the last commit: the next one's first allocation
 	backlogs  feedBacklogs // the last backlog scan of each feed
 	meter     backlogMeter // the whole outbox's backlog, see PendingBacklog

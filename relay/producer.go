@@ -39,7 +39,13 @@ func saramaConfig(c Config, txnID string) *sarama.Config {
 	sc.Producer.Idempotent = true
 	sc.Producer.RequiredAcks = sarama.WaitForAll
 	sc.Producer.Partitioner = sarama.NewMurmur2Partitioner
-	sc.Producer.Return.Successes = true
+	// A transactional producer's CommitTxn waits for every record of the
+	// transaction and refuses to commit when one failed, so exactly-once
+	// needs no per-record success: sarama then skips a channel send per
+	// record, and the relay a receive. Failures still come back one by one
+	// (Return.Errors), so a batch fails at its first refused record. The
+	// idempotent producer has no commit: it waits for each success.
+	sc.Producer.Return.Successes = txnID == ""
 	sc.Producer.Return.Errors = true
 	sc.Producer.Retry.Max = 5
 	sc.Producer.Retry.Backoff = 100 * time.Millisecond
@@ -68,11 +74,17 @@ func saramaConfig(c Config, txnID string) *sarama.Config {
 }
 
 // producer is a sarama AsyncProducer that sends a batch and waits for every
-// record's outcome. Two collectors drain the Successes and Errors channels
-// for the producer's whole life, so sending never blocks on them.
+// record's outcome: an idempotent one by each record's success, a
+// transactional one by its commit. Collectors drain the Successes (when
+// they are returned) and Errors channels for the producer's whole life, so
+// sending never blocks on them.
 type producer struct {
 	ap         sarama.AsyncProducer
 	collectors sync.WaitGroup
+	// acked is true when sarama returns each record's success, so sendAll
+	// waits for them; false for a transactional producer, whose commit
+	// waits.
+	acked bool
 	// idempotent is true for a producer without transactions, whose records
 	// of a failed batch may still land (see settled).
 	idempotent bool
@@ -128,16 +140,17 @@ func newProducer(brokers []string, sc *sarama.Config, principal string) (*produc
 		return nil, denied(err, principal, ask("Write", ResourceTransactionalID, txnID),
 			ask("IdempotentWrite", ResourceCluster, clusterName))
 	}
-	p := &producer{ap: ap, idempotent: txnID == "", txnID: txnID, principal: principal}
-	p.collectors.Add(2)
-	go func() {
-		defer p.collectors.Done()
-		for m := range ap.Successes() {
-			if b, ok := m.Metadata.(*pending); ok {
-				b.finish(nil)
+	p := &producer{ap: ap, acked: sc.Producer.Return.Successes, idempotent: txnID == "", txnID: txnID, principal: principal}
+	if p.acked {
+		p.collectors.Go(func() {
+			for m := range ap.Successes() {
+				if b, ok := m.Metadata.(*pending); ok {
+					b.finish(nil)
+				}
 			}
-		}
-	}()
+		})
+	}
+	p.collectors.Add(1)
 	go func() {
 		defer p.collectors.Done()
 		for e := range ap.Errors() {
@@ -187,28 +200,39 @@ func openProducer(ctx context.Context, brokers []string, sc *sarama.Config, prin
 // records still in flight belong to a producer that is about to be
 // dropped (and, for a transactional one, fenced). ctx bounds the wait.
 func (p *producer) sendAll(ctx context.Context, msgs []*sarama.ProducerMessage) error {
-	if len(msgs) == 0 {
-		return nil
-	}
+	_, err := p.send(ctx, msgs)
+	return err
+}
+
+// send is sendAll, and returns the batch's outcomes as they come. A
+// producer that is not acked returns once every record is handed to
+// sarama (or at the first failure): its commit waits for the rest.
+func (p *producer) send(ctx context.Context, msgs []*sarama.ProducerMessage) (*pending, error) {
 	b := newPending(len(msgs))
+	if len(msgs) == 0 {
+		return b, nil
+	}
 	for i, m := range msgs {
 		m.Metadata = b
 		select {
 		case p.ap.Input() <- m:
 		case <-b.failed:
 			b.abandon(len(msgs) - i)
-			return p.settled(ctx, b)
+			return b, p.settled(ctx, b)
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
+			return b, fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
 		}
+	}
+	if !p.acked {
+		return b, b.result()
 	}
 	select {
 	case <-b.done:
-		return b.result()
+		return b, b.result()
 	case <-b.failed:
-		return p.settled(ctx, b)
+		return b, p.settled(ctx, b)
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
+		return b, fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
 	}
 }
 
@@ -240,31 +264,43 @@ func (p *producer) settled(ctx context.Context, b *pending) error {
 }
 
 // publishTxn sends msgs in one transaction and commits it. A commit that
-// fails is ambiguous (*ambiguousError). When a record fails, the
-// transaction cannot commit; it is left to the next producer's
-// initialisation to abort, except after an error that may mean "fenced",
-// where an abort makes the coordinator say so.
+// fails is ambiguous (*ambiguousError), unless a record of the transaction
+// failed: sarama then refuses to commit without asking the coordinator.
+// When a record fails, the transaction cannot commit; it is left to the
+// next producer's initialisation to abort, except after an error that may
+// mean "fenced", where an abort makes the coordinator say so.
 func (p *producer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMessage) error {
 	if err := p.ap.BeginTxn(); err != nil {
 		return denied(fmt.Errorf("begin transaction: %w", err), p.principal, ask("Write", ResourceTransactionalID, p.txnID))
 	}
-	if err := p.sendAll(ctx, msgs); err != nil {
+	b, err := p.send(ctx, msgs)
+	if err == nil {
+		err = blocking(ctx, p.ap.CommitTxn)
+		if rerr := b.result(); err != nil && rerr != nil {
+			err = rerr // a record failed: the commit was never sent
+		} else if err != nil {
+			return p.commitFailed(err)
+		}
+	}
+	if err != nil {
 		err = fmt.Errorf("produce: %w", err)
 		if Classify(err) == Ambiguous {
 			return p.abort(ctx, err)
 		}
 		return err
 	}
-	if err := blocking(ctx, p.ap.CommitTxn); err != nil {
-		err = fmt.Errorf("commit transaction: %w", err)
-		if isUnauthorized(err) {
-			// Refused: the transaction did not commit (the next producer's
-			// initialisation aborts it), and no retry commits it.
-			return denied(err, p.principal, ask("Write", ResourceTransactionalID, p.txnID))
-		}
-		return &ambiguousError{err}
-	}
 	return nil
+}
+
+// commitFailed is the error of a commit that failed with err.
+func (p *producer) commitFailed(err error) error {
+	err = fmt.Errorf("commit transaction: %w", err)
+	if isUnauthorized(err) {
+		// Refused: the transaction did not commit (the next producer's
+		// initialisation aborts it), and no retry commits it.
+		return denied(err, p.principal, ask("Write", ResourceTransactionalID, p.txnID))
+	}
+	return &ambiguousError{err}
 }
 
 // abortTimeout bounds the abort made to learn whether the producer is fenced.

@@ -143,7 +143,9 @@ func TestProgress_DanglingTransactionAborted(t *testing.T) {
 
 	// The "dead" relay: rows 1..50 and a progress record for 50, never
 	// committed, producer never closed.
-	zombie, err := sarama.NewAsyncProducer(brokers, saramaConfig(cfg, "outboxd-"+relayID))
+	zc := saramaConfig(cfg, "outboxd-"+relayID)
+	zc.Producer.Return.Successes = true // to know every record is in the open transaction
+	zombie, err := sarama.NewAsyncProducer(brokers, zc)
 	if err != nil {
 		t.Fatal(err)
 	}

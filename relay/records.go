@@ -45,9 +45,11 @@ func message(r *outbox.Row, feed, epoch []byte) (*sarama.ProducerMessage, error)
 // recordSlab hands out the records of a batch, their headers, their
 // decimal header values and their key and value encoders from a few
 // arrays, where each record would otherwise cost five allocations. A
-// record keeps its batch's arrays alive while sarama holds it; nothing
-// handed out is written again.
+// record keeps its batch's arrays alive while sarama holds it. Nothing
+// handed out is written again until the slab is reused (see reuse), which
+// the relay does only once sarama has settled every record of its batch.
 type recordSlab struct {
+	ptrs   []*sarama.ProducerMessage
 	msgs   []sarama.ProducerMessage
 	hdrs   []sarama.RecordHeader
 	encs   []sarama.ByteEncoder
@@ -62,11 +64,25 @@ const maxDigits = 2 * 20
 
 func newRecordSlab(n int) *recordSlab {
 	return &recordSlab{
+		ptrs:   make([]*sarama.ProducerMessage, 0, n),
 		msgs:   make([]sarama.ProducerMessage, 0, n),
 		hdrs:   make([]sarama.RecordHeader, 0, n*relayHeaders),
 		encs:   make([]sarama.ByteEncoder, 0, 2*n),
 		digits: make([]byte, 0, n*maxDigits),
 	}
+}
+
+// reuse returns s emptied when it has room for n records, a new slab
+// otherwise (s may be nil). The records s handed out must all be settled
+// (committed or acked): their memory is written again. What they pointed
+// at (the rows' keys and values) stays reachable until then, one batch at
+// most.
+func (s *recordSlab) reuse(n int) *recordSlab {
+	if s == nil || cap(s.msgs) < n {
+		return newRecordSlab(n)
+	}
+	s.ptrs, s.msgs, s.hdrs, s.encs, s.digits = s.ptrs[:0], s.msgs[:0], s.hdrs[:0], s.encs[:0], s.digits[:0]
+	return s
 }
 
 // message is message made from the slab's arrays.
@@ -188,8 +204,12 @@ func fits(m *sarama.ProducerMessage, maxBytes int) bool {
 
 // messages turns a batch of rows into records, in id order.
 func messages(rows []outbox.Row) ([]*sarama.ProducerMessage, error) {
-	ms := make([]*sarama.ProducerMessage, 0, len(rows)+1)
-	slab := newRecordSlab(len(rows))
+	return newRecordSlab(len(rows)).messages(rows)
+}
+
+// messages is messages made from the slab's arrays.
+func (s *recordSlab) messages(rows []outbox.Row) ([]*sarama.ProducerMessage, error) {
+	ms := s.ptrs[:0]
 	var feed, epoch []byte
 	for i := range rows {
 		r := &rows[i]
@@ -200,11 +220,12 @@ func messages(rows []outbox.Row) ([]*sarama.ProducerMessage, error) {
 		if string(epoch) != r.Epoch || epoch == nil {
 			epoch = []byte(r.Epoch)
 		}
-		m, err := slab.message(r, feed, epoch)
+		m, err := s.message(r, feed, epoch)
 		if err != nil {
 			return nil, err
 		}
 		ms = append(ms, m)
 	}
+	s.ptrs = ms
 	return ms, nil
 }

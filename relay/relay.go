@@ -49,6 +49,10 @@ type Relay struct {
 	rec      *recorder // exactly-once progress to SQLite
 	pruneNow chan struct{}
 
+	// spare is the record slab of the last batch that went out, for the
+	// next one (see publish). Only the Run goroutine touches it.
+	spare *recordSlab
+
 	// denied is the last refusal logged ("" while allowed). Only the Run
 	// goroutine touches it.
 	denied string

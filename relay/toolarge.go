@@ -28,12 +28,22 @@ type sendFunc func(rows []outbox.Row, recs []*sarama.ProducerMessage) error
 // A dead letter is durable in SQLite before any transaction that passes its
 // row commits, and storing one is idempotent, so a crash at any point
 // neither loses a row nor counts one twice.
+//
+// The records are made in the slab of the last batch that went out (its
+// records are settled: committed or acked); a batch that fails keeps its
+// slab, whose records a dropped producer may still hold.
 func (r *Relay) publish(ctx context.Context, rows []outbox.Row, send sendFunc, reset func() error) error {
-	recs, err := r.records(ctx, rows)
+	slab := r.spare.reuse(len(rows))
+	r.spare = nil
+	recs, err := r.records(ctx, rows, slab)
 	if err != nil {
 		return err
 	}
 	err = send(rows, recs)
+	if err == nil {
+		r.spare = slab
+		return nil
+	}
 	if !isTooLarge(err) {
 		return err
 	}
@@ -61,11 +71,12 @@ func (r *Relay) split(ctx context.Context, rows []outbox.Row, send sendFunc, res
 	return r.publish(ctx, rows[h:], send, reset)
 }
 
-// records returns the records of rows that are to be published, in order.
+// records returns the records of rows that are to be published, in order,
+// made in slab.
 // The rows over Config.MaxMessageBytes are stored as dead letters first;
 // rows a broker refused in this session are left out (they are stored).
-func (r *Relay) records(ctx context.Context, rows []outbox.Row) ([]*sarama.ProducerMessage, error) {
-	ms, err := messages(rows)
+func (r *Relay) records(ctx context.Context, rows []outbox.Row, slab *recordSlab) ([]*sarama.ProducerMessage, error) {
+	ms, err := slab.messages(rows)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -393,5 +394,55 @@ func TestPublishedBytes_IsSaramas(t *testing.T) {
 		if bound < size || (id == math.MaxInt64 && bound != size) {
 			t.Errorf("id %d: PublishedBytes %d, sarama counts %d", id, bound, size)
 		}
+	}
+}
+
+// TestRecordSlab_Reuse: records made in a reused slab are exactly those a
+// new slab makes, whatever the batch before held (more rows, keys, more
+// headers), and none of the earlier batch's bytes shows through.
+func TestRecordSlab_Reuse(t *testing.T) {
+	batch := func(n, headers int, prefix string) []outbox.Row {
+		rows := make([]outbox.Row, n)
+		for i := range rows {
+			var hs []outbox.Header
+			for j := range headers {
+				hs = append(hs, outbox.Header{Key: fmt.Sprint(prefix, "h", j), Value: []byte(fmt.Sprint(prefix, i, j))})
+			}
+			rows[i] = outbox.Row{ID: int64(1000*len(prefix) + i + 1), Feed: prefix + "f", Epoch: prefix + "e",
+				Position: int64(7 * (i + 1)), Topic: prefix + "t", Value: []byte(fmt.Sprint(prefix, "v", i)),
+				Headers: outbox.EncodeHeaders(hs), CreatedAt: int64(i)}
+			if i%2 == 0 {
+				rows[i].Key = []byte(fmt.Sprint(prefix, "k", i))
+			}
+		}
+		return rows
+	}
+	first, second := batch(40, 3, "first-"), batch(25, 1, "2-")
+	slab := (*recordSlab)(nil).reuse(len(first))
+	if _, err := slab.messages(first); err != nil {
+		t.Fatal(err)
+	}
+	reused := slab.reuse(len(second))
+	if reused != slab {
+		t.Fatal("a slab with room for the batch was not reused")
+	}
+	got, err := reused.messages(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := messages(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d records, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !reflect.DeepEqual(*got[i], *want[i]) {
+			t.Fatalf("record %d from the reused slab\n %+v\nwant %+v", i, *got[i], *want[i])
+		}
+	}
+	if bigger := slab.reuse(len(first) + 1); bigger == slab {
+		t.Fatal("a slab too small for the batch was reused")
 	}
 }

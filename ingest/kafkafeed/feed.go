@@ -23,6 +23,15 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
+// kafkaFetchBytes is what one fetch asks of each partition (sarama's
+// Consumer.Fetch.Default; a bigger record is fetched whole, the size
+// doubled until it fits). A fetch's records are parsed all at once into
+// messages that hold their decompressed batches, so it sets the memory a
+// partition in flight costs: at sarama's 1 MiB, 36-48 MiB of heap for three
+// partitions of small records (the server's peak RSS 340-350 MiB, where at
+// 64 KiB it is 240-262), and no rate measured here was lower for it.
+const kafkaFetchBytes = 64 << 10
+
 // Defaults of Config.
 const (
 	DefaultMetadataRefresh = 2 * time.Second
@@ -384,6 +393,7 @@ func (f *Feed) saramaConfig() *sarama.Config {
 	c.Consumer.Retry.Backoff = 500 * time.Millisecond
 	c.Consumer.MaxWaitTime = 250 * time.Millisecond // also how long closing waits for a fetch
 	c.Consumer.Fetch.Max = 0                        // no limit: a big record is fetched whole, never skipped
+	c.Consumer.Fetch.Default = kafkaFetchBytes
 	c.Consumer.Offsets.AutoCommit.Enable = false
 	f.cfg.Kafka.Sarama(c)
 	return c

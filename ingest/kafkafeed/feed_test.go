@@ -1,6 +1,7 @@
 package kafkafeed_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -152,7 +153,7 @@ func TestFeed_RetentionGap(t *testing.T) {
 	t.Run("WhileRunning", func(t *testing.T) {
 		// The feed reads what it can hold unpolled and its consumer then
 		// waits; meanwhile the log start passes it.
-		// more is several fetch responses (1 MiB each) beyond what the
+		// more is many fetch responses (64 KiB each) beyond what the
 		// consumer can hold, so the deletion surely passes unread records.
 		const held, more = 6000, 60_000
 		produce(t, c, topic, 0, values("w", held)...)
@@ -371,4 +372,31 @@ func TestFeed_TransactionalEnd(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestFeed_RecordsBiggerThanAFetch checks records many times the size a
+// fetch asks of a partition are read whole, in order, between small ones:
+// each makes the fetch grow until it fits, and the next one is small again.
+func TestFeed_RecordsBiggerThanAFetch(t *testing.T) {
+	c := newKafka(t)
+	const topic = "big"
+	if err := c.CreateTopic(topic, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	var want [][]byte
+	for i, size := range []int{10, 100 << 10, 20, 300 << 10, 900 << 10, 30, 70 << 10, 5} {
+		v := bytes.Repeat([]byte{byte('a' + i)}, size)
+		v[size-1] = '.' // the last byte is there too
+		want = append(want, v)
+	}
+	for _, v := range want { // one record a batch: none is cut by a batch limit
+		produce(t, c, topic, 0, v)
+	}
+	f := openKafkaFeed(t, testKafkaConfig(t, c, topic), nil)
+	recs := feedtest.Collect(t, f, 1+len(want), feedtest.Timeout)
+	if recs[0].Kind != ingest.RecordEpoch {
+		t.Fatalf("first record %s, want the epoch", feedtest.Describe(recs[0]))
+	}
+	feedtest.CheckItems(t, recs[0].Epoch, recs[1:], want)
+	feedtest.NoMore(t, f, feedtest.Quiet)
 }

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
@@ -107,14 +108,25 @@ func (c Config) Validate() error {
 // Processor is the orders processor. Its state is kept per feed, so one
 // Processor may serve several feeds; Apply is called by one goroutine per
 // feed.
+//
+// During a transaction it keeps the orders the transaction's items read
+// and changed in memory, reads those a batch needs in a few key-ordered
+// statements before its first item (Prepare), and writes what changed
+// when the batch commits (Tx.BeforeCommit), in key order. Nothing is kept
+// from one transaction to the next, and within one only the processor
+// writes its tables, so what it holds is what they would hold.
 type Processor struct {
 	cfg Config
 	log *slog.Logger
+
+	mu sync.Mutex
+	b  *batch // the transaction in hand
 }
 
 var (
 	_ ingest.Processor = (*Processor)(nil)
 	_ ingest.Setupper  = (*Processor)(nil)
+	_ ingest.Preparer  = (*Processor)(nil)
 )
 
 // New checks cfg and returns a processor.
@@ -141,11 +153,10 @@ func (p *Processor) Setup(ctx context.Context, tx *outbox.Tx) error {
 
 // Apply folds the record's event into its order (see the package doc). It
 // returns an error wrapped by ingest.Permanent for a record to dead-letter,
-// and other errors (the store's) as transient. Nothing is written when it
-// returns an error.
+// and other errors (the store's) as transient. Nothing is kept when it
+// returns an error: the event is stored at the transaction's commit, or
+// not at all when the item is rolled back.
 func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery, item ingest.Item) error {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.WorkDeadline)
-	defer cancel()
 	e, reason, err := Decode(item.Key, item.Value)
 	if err != nil {
 		return ingest.Permanent(reason, err)
@@ -155,13 +166,21 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 		return err // a retry record without its origin: permanent, malformed
 	}
 	e.Place = from
-	if done, err := applied(ctx, tx, d.Feed, from); err != nil || done {
+	// The deadline bounds the reads; an event whose order is in memory
+	// needs none.
+	w := deadline{parent: ctx, d: p.cfg.WorkDeadline}
+	defer w.stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b := p.batchOf(tx)
+	if done, err := b.applied(&w, d.Feed, from); err != nil || done {
 		return err
 	}
-	hist, err := history(ctx, tx, d.Feed, e.OrderID)
+	s, err := b.order(&w, d.Feed, e.OrderID)
 	if err != nil {
 		return err
 	}
+	hist := s.history()
 	if duplicate(hist, e) {
 		return nil
 	}
@@ -172,10 +191,101 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 	if err != nil {
 		return err
 	}
-	if err := store(ctx, tx, d.Feed, e, status, changes[len(changes)-1].At); err != nil {
+	if err := p.emit(ctx, tx, e.OrderID, item.Key, changes); err != nil {
 		return err
 	}
-	return p.emit(ctx, tx, e.OrderID, item.Key, changes)
+	tx.OnRollbackItem(b.add(d.Feed, s, e, status, changes[len(changes)-1].At))
+	return nil
+}
+
+// batchOf returns the state of transaction tx, starting it when tx is new:
+// what an earlier transaction left never committed, so it is dropped.
+// p.mu is held.
+func (p *Processor) batchOf(tx *outbox.Tx) *batch {
+	if p.b != nil && p.b.tx == tx {
+		return p.b
+	}
+	b := newBatch(tx)
+	p.b = b
+	tx.BeforeCommit(b.write)
+	tx.OnCommit(func() { p.forget(b) })
+	return b
+}
+
+// forget lets a committed transaction's state go.
+func (p *Processor) forget(b *batch) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.b == b {
+		p.b = nil
+	}
+}
+
+// deadline is the context of one record's reads, made when the first one
+// needs it.
+type deadline struct {
+	parent context.Context
+	d      time.Duration
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (w *deadline) get() context.Context {
+	if w.ctx == nil {
+		w.ctx, w.cancel = context.WithTimeout(w.parent, w.d)
+	}
+	return w.ctx
+}
+
+func (w *deadline) stop() {
+	if w.cancel != nil {
+		w.cancel()
+	}
+}
+
+// applied reports whether the event first read at pl is stored, as the
+// transaction has left orders_events: added by it, or stored before it
+// and not compacted by it. An offset past the epoch's last stored one
+// (the case of every event read for the first time) needs no lookup.
+func (b *batch) applied(w *deadline, feed string, pl Place) (bool, error) {
+	if _, ok := b.fresh[freshPlace(feed, pl)]; ok {
+		return true, nil
+	}
+	ek := epochKey{feed, pl.Epoch}
+	last, ok := b.last[ek]
+	if !ok {
+		var err error
+		if last, err = lastOffset(w.get(), b.tx, feed, pl.Epoch); err != nil {
+			return false, err
+		}
+		b.last[ek] = last
+	}
+	if pl.Offset > last {
+		return false, nil
+	}
+	id, ok, err := placeOrder(w.get(), b.tx, feed, pl)
+	if err != nil || !ok {
+		return false, err
+	}
+	if s := b.orders[orderKey{feed, id}]; s != nil && s.dropStored {
+		return false, nil // compacted by this transaction
+	}
+	return true, nil
+}
+
+// order returns the order's state, reading it when the transaction does
+// not hold it yet.
+func (b *batch) order(w *deadline, feed, id string) (*orderState, error) {
+	k := orderKey{feed, id}
+	if s := b.orders[k]; s != nil {
+		return s, nil
+	}
+	s, err := readHistory(w.get(), b.tx, feed, id)
+	if err != nil {
+		return nil, err
+	}
+	b.orders[k] = s
+	return s, nil
 }
 
 // duplicate reports whether history holds an event of e's type at e's time:

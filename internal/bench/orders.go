@@ -129,6 +129,11 @@ func (b *bench) ordersAt(ctx context.Context, name string, orders int) (*phaseRe
 	}
 	db := b.path(name + "-orders.db")
 	defer removeDB(db)
+	// The phase names the server child's profile (--cpuprofile), in a
+	// sweep as in a single run.
+	prev := b.phase
+	b.phase = name
+	defer func() { b.phase = prev }()
 	res, last, err := b.timeEngine(ctx, name, engineSpec{db: db, source: "kafka:" + topic, topic: b.topic("status"), relay: "none"},
 		d.Events, fmt.Sprintf("the feed to apply %d events", d.Events), func(e *engineRun) (bool, error) {
 			n, err := e.w.applied(ctx)

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-
-	"github.com/outboxd/outboxd/relay"
 )
 
 // pipelineBytes bounds what raw_pipeline builds before its timer: it runs
@@ -45,12 +43,11 @@ func (b *bench) runRawPipeline(ctx context.Context) error {
 		return err
 	}
 	defer f.close()
-	ap, err := sarama.NewAsyncProducer(b.brokers, relay.ProducerConfig(relay.DefaultConfig(), b.prefix+"-pipeline"))
+	p, closeProducer, err := b.newRawProducer(topic, b.prefix+"-pipeline")
 	if err != nil {
-		return fmt.Errorf("start transactional producer: %w", err)
+		return err
 	}
-	defer ap.Close()
-	p := &rawProducer{ap: ap, topic: topic, processor: b.o.Processor, feed: []byte(benchFeed), epoch: []byte(floorEpoch)}
+	defer closeProducer()
 	lines := pipelineLines(b.data.Lines, b.o.LineBytes)
 	batches, msgs := b.pipelineInputs(p, lines)
 	m := b.startInProcess()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -36,6 +37,36 @@ type rawProducer struct {
 	balances  []int64
 	feed      []byte
 	epoch     []byte
+	acked     bool // the relay's configuration returns each record's success
+	failures  *rawFailures
+}
+
+// newRawProducer starts a producer of the relay's configuration, with
+// transactional id txnID, sending to topic; the function it returns
+// closes it once its failures and successes are drained.
+func (b *bench) newRawProducer(topic, txnID string) (*rawProducer, func(), error) {
+	sc := relay.ProducerConfig(relay.DefaultConfig(), txnID)
+	ap, err := sarama.NewAsyncProducer(b.brokers, sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("start transactional producer: %w", err)
+	}
+	p := &rawProducer{ap: ap, topic: topic, processor: b.o.Processor, feed: []byte(benchFeed), epoch: []byte(floorEpoch),
+		acked: sc.Producer.Return.Successes, failures: &rawFailures{ch: make(chan struct{})}}
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		p.failures.drain(ap, p.acked)
+	}()
+	return p, func() {
+		ap.AsyncClose()
+		if p.acked {
+			go func() {
+				for range ap.Successes() {
+				}
+			}()
+		}
+		<-drained
+	}, nil
 }
 
 // runRawProduce measures the relay ceiling.
@@ -45,12 +76,11 @@ func (b *bench) runRawProduce(ctx context.Context) error {
 		return err
 	}
 	defer b.doneWithTopic(topic)
-	ap, err := sarama.NewAsyncProducer(b.brokers, relay.ProducerConfig(relay.DefaultConfig(), b.prefix+"-raw"))
+	p, closeProducer, err := b.newRawProducer(topic, b.prefix+"-raw")
 	if err != nil {
-		return fmt.Errorf("start transactional producer: %w", err)
+		return err
 	}
-	defer ap.Close()
-	p := &rawProducer{ap: ap, topic: topic, processor: b.o.Processor, feed: []byte(benchFeed), epoch: []byte(floorEpoch)}
+	defer closeProducer()
 	if p.processor == "ledger" {
 		p.balances = make([]int64, b.data.Accounts)
 	}
@@ -121,36 +151,80 @@ func (p *rawProducer) record(id, pos int64, key, value []byte) *sarama.ProducerM
 	return m
 }
 
-// txn sends msgs in one transaction and commits it.
+// txn sends msgs in one transaction and commits it, waiting for the
+// records' outcomes as the relay's producer does: one by one when the
+// relay's configuration returns successes, by the commit otherwise.
 func (p *rawProducer) txn(msgs []*sarama.ProducerMessage) error {
 	if err := p.ap.BeginTxn(); err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	go func() {
-		for _, m := range msgs {
-			p.ap.Input() <- m
+	var err error
+	if p.acked {
+		go p.input(msgs)
+		err = p.outcomes(len(msgs))
+	} else {
+		p.input(msgs) // the commit follows them into sarama's input
+	}
+	if err == nil {
+		if err = p.ap.CommitTxn(); err == nil {
+			return nil
 		}
-	}()
-	var first error
+		if rerr := p.failures.first(); rerr != nil {
+			err = rerr
+		}
+		err = fmt.Errorf("commit transaction: %w", err)
+	}
+	if aerr := p.ap.AbortTxn(); aerr != nil {
+		err = errors.Join(err, fmt.Errorf("abort transaction: %w", aerr))
+	}
+	return err
+}
+
+func (p *rawProducer) input(msgs []*sarama.ProducerMessage) {
+	for _, m := range msgs {
+		p.ap.Input() <- m
+	}
+}
+
+// outcomes waits for n records' successes or failures.
+func (p *rawProducer) outcomes(n int) error {
 	failed := 0
-	for range msgs {
+	for range n {
 		select {
 		case <-p.ap.Successes():
-		case pe := <-p.ap.Errors():
-			if failed++; first == nil {
-				first = pe.Err
-			}
+		case <-p.failures.ch:
+			failed++
 		}
 	}
-	if first != nil {
-		err := fmt.Errorf("produce: %d of %d records failed, the first with: %w", failed, len(msgs), first)
-		if aerr := p.ap.AbortTxn(); aerr != nil {
-			err = errors.Join(err, fmt.Errorf("abort transaction: %w", aerr))
-		}
-		return err
-	}
-	if err := p.ap.CommitTxn(); err != nil {
-		return fmt.Errorf("commit transaction: %w", err)
+	if failed > 0 {
+		return fmt.Errorf("produce: %d of %d records failed, the first with: %w", failed, n, p.failures.first())
 	}
 	return nil
+}
+
+// rawFailures drains a producer's Errors for its whole life, so a failed
+// record never blocks sarama while the commit waits for it.
+type rawFailures struct {
+	mu  sync.Mutex
+	err error
+	ch  chan struct{} // a send per failure, when successes are returned
+}
+
+func (f *rawFailures) drain(ap sarama.AsyncProducer, acked bool) {
+	for pe := range ap.Errors() {
+		f.mu.Lock()
+		if f.err == nil {
+			f.err = pe.Err
+		}
+		f.mu.Unlock()
+		if acked {
+			f.ch <- struct{}{}
+		}
+	}
+}
+
+func (f *rawFailures) first() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
 }

@@ -204,12 +204,13 @@ func (s *sweepResult) table(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "size\tdb MiB\traw_sqlite items/s\tCPU/item\tingest items/s\tCPU/item\tpeak RSS\tof raw_sqlite\tof the first\t")
 	for _, p := range s.Points {
-		raw, rawCPU := "-", "-"
+		raw, rawCPU, ofRaw := "-", "-", "-" // orders have no raw_sqlite
 		if p.RawSQLite != nil {
 			raw, rawCPU = fmt.Sprintf("%.0f", p.RawSQLite.PerSecond), p.RawSQLite.CPU.String()
+			ofRaw = fmt.Sprintf("%.2f", p.IngestRawSQLite)
 		}
-		fmt.Fprintf(tw, "%d\t%.1f\t%s\t%s\t%.0f\t%s\t%.1f MiB\t%.2f\t%.2f\t\n", p.Accounts, p.DBMiB,
-			raw, rawCPU, p.Ingest.PerSecond, p.Ingest.CPU.String(), p.Ingest.PeakRSSMiB, p.IngestRawSQLite, p.IngestOfFirst)
+		fmt.Fprintf(tw, "%d\t%.1f\t%s\t%s\t%.0f\t%s\t%.1f MiB\t%s\t%.2f\t\n", p.Accounts, p.DBMiB,
+			raw, rawCPU, p.Ingest.PerSecond, p.Ingest.CPU.String(), p.Ingest.PeakRSSMiB, ofRaw, p.IngestOfFirst)
 	}
 	return tw.Flush()
 }

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"database/sql/driver"
 	"fmt"
 )
 
@@ -22,6 +23,16 @@ const OutboxInsertChunk = flushChunk
 // PositionUpsertSQL is the statement SetPosition runs, binding feed,
 // partition, epoch, position, source end and the update time.
 const PositionUpsertSQL = upsertPosition
+
+// DriverArgs appends vs to args as the next ordinals of a driver
+// statement's arguments, as a Tx builds those of its statements.
+func DriverArgs(args []driver.NamedValue, vs ...driver.Value) []driver.NamedValue {
+	return appendValues(args, vs...)
+}
+
+// DriverBytes is b as a Tx binds a key, value or headers: NULL for nil, a
+// BLOB otherwise.
+func DriverBytes(b []byte) driver.Value { return driverBytes(b) }
 
 // StatsUpdateSQL is the statement AddStats runs, binding applied, replays
 // skipped, retries, dead-lettered, completion failures, epoch changes, the

@@ -257,19 +257,19 @@ func (in *floorInputs) batch(n int64) floorBatch {
 	slices.Sort(accounts) // bytewise, as ledger_balances' key
 	for len(accounts) > 0 {
 		k := outbox.ChunkSize(len(accounts), outbox.OutboxInsertChunk)
-		args := namedValues(nil, benchFeed)
+		args := outbox.DriverArgs(nil, benchFeed)
 		for _, name := range accounts[:k] {
 			a := accountNumber(name)
-			args = namedValues(args, name, in.balances[a], int64(touched[a]))
+			args = outbox.DriverArgs(args, name, in.balances[a], int64(touched[a]))
 		}
 		fb.upserts = append(fb.upserts, args)
 		accounts = accounts[k:]
 	}
 	for len(rows) > 0 {
 		k := outbox.ChunkSize(len(rows), outbox.OutboxInsertChunk)
-		args := namedValues(nil, benchFeed, int64(0), floorEpoch, in.topic, nil) // created_at is set in the timed part
+		args := outbox.DriverArgs(nil, benchFeed, int64(0), floorEpoch, in.topic, nil) // created_at is set in the timed part
 		for _, r := range rows[:k] {
-			args = namedValues(args, r.pos, int64(0), nullBytes(r.key), r.value, nil)
+			args = outbox.DriverArgs(args, r.pos, int64(0), outbox.DriverBytes(r.key), r.value, nil)
 		}
 		fb.inserts = append(fb.inserts, args)
 		rows = rows[k:]
@@ -284,9 +284,9 @@ func readArgs(accounts []string) [][]driver.NamedValue {
 	var reads [][]driver.NamedValue
 	for len(accounts) > 0 {
 		k := outbox.ChunkSize(len(accounts), ledger.ReadChunk)
-		args := namedValues(nil, benchFeed)
+		args := outbox.DriverArgs(nil, benchFeed)
 		for _, a := range accounts[:k] {
-			args = namedValues(args, a)
+			args = outbox.DriverArgs(args, a)
 		}
 		reads = append(reads, args)
 		accounts = accounts[k:]
@@ -301,23 +301,6 @@ func accountNumber(name string) int {
 		n = n*10 + int(c-'0')
 	}
 	return n
-}
-
-// namedValues appends vs to args as the driver's arguments, numbered on.
-func namedValues(args []driver.NamedValue, vs ...driver.Value) []driver.NamedValue {
-	for _, v := range vs {
-		args = append(args, driver.NamedValue{Ordinal: len(args) + 1, Value: v})
-	}
-	return args
-}
-
-// nullBytes is b as a driver value: NULL when b is nil, as the engine
-// binds a missing key.
-func nullBytes(b []byte) driver.Value {
-	if b == nil {
-		return nil
-	}
-	return b
 }
 
 // write runs one batch in one transaction, as the engine's commit does,
@@ -374,10 +357,10 @@ func (st *floorStmts) batch(ctx context.Context, fb floorBatch, size int64) erro
 			return err
 		}
 	}
-	if err := execStmt(ctx, st.pos, namedValues(nil, benchFeed, int64(0), floorEpoch, fb.last, size, now), "store position"); err != nil {
+	if err := execStmt(ctx, st.pos, outbox.DriverArgs(nil, benchFeed, int64(0), floorEpoch, fb.last, size, now), "store position"); err != nil {
 		return err
 	}
-	if err := execStmt(ctx, st.stats, namedValues(nil, fb.lines, int64(0), int64(0), int64(0), int64(0), int64(0), now, benchFeed), "update stats"); err != nil {
+	if err := execStmt(ctx, st.stats, outbox.DriverArgs(nil, fb.lines, int64(0), int64(0), int64(0), int64(0), int64(0), now, benchFeed), "update stats"); err != nil {
 		return err
 	}
 	return queryStmt(ctx, st.owner, nil, row[:1], "check owner")
@@ -501,7 +484,7 @@ func (b *bench) runCommitFloor(ctx context.Context) error {
 
 func (f *floorDB) commitOnly(ctx context.Context, pos, size int64) error {
 	return f.txn(ctx, func(st *floorStmts) error {
-		args := namedValues(nil, benchFeed, int64(0), floorEpoch, pos, size, time.Now().UnixNano())
+		args := outbox.DriverArgs(nil, benchFeed, int64(0), floorEpoch, pos, size, time.Now().UnixNano())
 		return execStmt(ctx, st.pos, args, "store position")
 	})
 }

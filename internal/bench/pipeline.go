@@ -9,10 +9,12 @@ import (
 )
 
 // pipelineBytes bounds what raw_pipeline builds before its timer: it runs
-// over the file's first lines that fit, at pipelineLineCost bytes a line
-// beyond twice the output's own bytes (the floor's statement arguments and
-// the record with its headers: 1.18 GiB of peak RSS for a million short
-// lines). With the default 1,000,000 short lines the whole file fits.
+// over the file's first lines that fit, counting pipelineLineCost bytes a
+// line beyond twice the line's own (the floor's statement arguments and
+// the record with its headers). With the default 1,000,000 short lines the
+// whole file fits; the bench's peak RSS is then 1.3-1.5 GiB for forward
+// lines and 1.8-2.0 GiB for the ledger's, whose outputs are longer than
+// its lines.
 const (
 	pipelineBytes    = 1536 << 20
 	pipelineLineCost = 1200

@@ -129,7 +129,8 @@ func (f *floorDB) stmtsOn(dc any) (*floorStmts, error) {
 		st.close()
 		return nil, err
 	}
-	f.raw.closeOn(dc) // a former connection's, if any
+	// A former connection's statements went with it: database/sql opens
+	// another only once that one is closed.
 	f.raw = st
 	return st, nil
 }

@@ -22,9 +22,14 @@ func TestPrune_RetentionZeroPrunesPublishedAtOnce(t *testing.T) {
 	ids := emit(t, s, "f", keyed("t", 80, 4, 0)...)
 	rr := startRelay(t, s, cfg)
 	rr.waitPublished(t, ids[len(ids)-1])
+	// The status counts a prune after its delete has committed, so wait
+	// for both, then check the count is exact.
 	wait(t, 5*time.Second, func() error {
 		if n := countOutbox(t, s); n != 0 {
 			return fmt.Errorf("%d rows left", n)
+		}
+		if st := rr.r.Status(); st.Pruned < 80 {
+			return fmt.Errorf("status counts %d pruned rows", st.Pruned)
 		}
 		return nil
 	})

@@ -102,6 +102,9 @@ func CommandSignals(args []string, stdout, stderr io.Writer, sigs <-chan os.Sign
 	warnUnknownEnv(logger, os.Environ())
 	sd.arm(logger, cfg.Grace)
 	TuneGC()
+	if limit := TuneMemory(len(cfg.Feeds)); limit > 0 {
+		logger.Debug("Go memory limit", "bytes", limit)
+	}
 	return exitCode(NewMain(cfg, logger).Run(sd.ctx), logger, stderr)
 }
 
@@ -148,6 +151,33 @@ func TuneGC() int {
 	}
 	debug.SetGCPercent(DefaultGOGC)
 	return DefaultGOGC
+}
+
+// Memory the Go runtime aims to stay within unless GOMEMLIMIT is set:
+// MemoryLimitBase plus MemoryLimitPerFeed for each feed. A feed's batch of
+// items and outputs and its processor's cache (the ledger's holds 32 MiB of
+// balances) fit in its share; the base holds the store's recent rows (24
+// MiB), the relay's batch and the rest. The limit is soft: near it the
+// collector runs more often (never more than half the CPU) instead of
+// letting GOGC's headroom triple the heap, so the process's peak RSS stays
+// within a bound that does not depend on how much garbage a batch makes
+// (server bench, orders at 1,000 and 1,000,000 open orders: 233 / 250 MiB
+// without it, 201 / 218 MiB with 128 MiB).
+const (
+	MemoryLimitBase    = 64 << 20
+	MemoryLimitPerFeed = 64 << 20
+)
+
+// TuneMemory sets the Go runtime's soft memory limit for a server of feeds
+// feeds when the environment does not set GOMEMLIMIT, and returns it
+// (0 when GOMEMLIMIT is set, which the runtime applies itself).
+func TuneMemory(feeds int) int64 {
+	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok && v != "" {
+		return 0
+	}
+	limit := int64(MemoryLimitBase) + int64(max(feeds, 1))*MemoryLimitPerFeed
+	debug.SetMemoryLimit(limit)
+	return limit
 }
 
 // badUsage prints err on one line and returns ExitConfig.

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"runtime"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/outboxd/outboxd/server"
 )
 
 // benchResult is everything a run measured. Its JSON field names are
@@ -160,9 +163,12 @@ type benchSettings struct {
 	CPUs          int    `json:"cpus"`
 	GOMAXPROCS    int    `json:"gomaxprocs"`
 	GOGC          int    `json:"gogc"` // -1: off
-	OS            string `json:"os"`
-	Arch          string `json:"arch"`
-	Record        bool   `json:"record"`
+	// ServerMemLimit is the engine phases' Go memory limit: the server's
+	// default for one feed, or GOMEMLIMIT as set.
+	ServerMemLimit string `json:"server_gomemlimit"`
+	OS             string `json:"os"`
+	Arch           string `json:"arch"`
+	Record         bool   `json:"record"`
 }
 
 // newBenchResult starts a result with the run's settings.
@@ -174,6 +180,7 @@ func newBenchResult(o benchOptions) *benchResult {
 			BatchMax: o.BatchMax, BatchWait: o.BatchWait.String(), RelayBatch: o.RelayBatch, RelayWait: o.RelayWait.String(),
 			Partitions: topicPartitions, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 			GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: o.GOGC, OS: runtime.GOOS, Arch: runtime.GOARCH, Record: o.Record,
+			ServerMemLimit: serverMemLimit(),
 		},
 	}
 }
@@ -306,8 +313,8 @@ func (r *benchResult) settingsLines(w io.Writer) {
 	s := r.Settings
 	fmt.Fprintf(w, "settings  processor=%s line_bytes=%d synchronous=%s batch_max=%d batch_wait=%s relay_batch=%d relay_wait=%s partitions=%d\n",
 		s.Processor, s.LineBytes, s.Synchronous, s.BatchMax, s.BatchWait, s.RelayBatch, s.RelayWait, s.Partitions)
-	fmt.Fprintf(w, "          %s cpus=%d gomaxprocs=%d gogc=%d %s/%s sqlite=%s dir=%s\n",
-		s.GoVersion, s.CPUs, s.GOMAXPROCS, s.GOGC, s.OS, s.Arch, s.SQLiteVersion, s.Dir)
+	fmt.Fprintf(w, "          %s cpus=%d gomaxprocs=%d gogc=%d server_gomemlimit=%s %s/%s sqlite=%s dir=%s\n",
+		s.GoVersion, s.CPUs, s.GOMAXPROCS, s.GOGC, s.ServerMemLimit, s.OS, s.Arch, s.SQLiteVersion, s.Dir)
 }
 
 // verifyText is the verification's outcome on one line.
@@ -336,4 +343,14 @@ func ratioText(f float64, of string, cpu float64) string {
 		return fmt.Sprintf("%.2f of %s", f, of)
 	}
 	return fmt.Sprintf("%.2f of %s (CPU %.2f)", f, of, cpu)
+}
+
+// serverMemLimit is the Go memory limit of the server's engine phases (one
+// feed each): GOMEMLIMIT when the environment sets it, else the server's
+// default (server.TuneMemory).
+func serverMemLimit() string {
+	if v := os.Getenv("GOMEMLIMIT"); v != "" {
+		return v
+	}
+	return fmt.Sprintf("%dMiB", (server.MemoryLimitBase+server.MemoryLimitPerFeed)>>20)
 }

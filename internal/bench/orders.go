@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"time"
 
@@ -107,7 +108,7 @@ func (b *bench) produceOrders(ctx context.Context, topic string, n int64, orders
 // positions cover every event. There is no ceiling: the processor's
 // reads (the event's place, its order's history) are its own.
 func (b *bench) runOrders(ctx context.Context) error {
-	res, err := b.ordersAt(ctx, "ingest", b.o.Accounts)
+	res, _, err := b.ordersAt(ctx, "ingest", b.o.Accounts)
 	if err != nil {
 		return err
 	}
@@ -117,15 +118,15 @@ func (b *bench) runOrders(ctx context.Context) error {
 
 // ordersAt produces --lines events over orders open orders and runs the
 // server over them into a fresh database.
-func (b *bench) ordersAt(ctx context.Context, name string, orders int) (*phaseResult, error) {
+func (b *bench) ordersAt(ctx context.Context, name string, orders int) (_ *phaseResult, dbMiB float64, err error) {
 	topic := b.topic("orders-" + strconv.Itoa(orders))
 	if err := b.createTopics(ctx, topic); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer b.doneWithTopic(topic)
 	d, err := b.produceOrders(ctx, topic, b.o.Lines, orders)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	db := b.path(name + "-orders.db")
 	defer removeDB(db)
@@ -140,11 +141,16 @@ func (b *bench) ordersAt(ctx context.Context, name string, orders int) (*phaseRe
 			return n >= d.Events, err
 		})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// Every event changes its order's status once, and none is refused.
 	if last != d.Events {
 		b.res.Verify.fail("%s: %d status changes for %d events", name, last, d.Events)
 	}
-	return res, nil
+	// The state the events built, as the sweep's "db MiB" (a ledger
+	// point's is the database prefilled before it).
+	if fi, err := os.Stat(db); err == nil {
+		dbMiB = round1(float64(fi.Size()) / (1 << 20))
+	}
+	return res, dbMiB, nil
 }

@@ -26,7 +26,7 @@ type sweepResult struct {
 type sweepPoint struct {
 	Accounts       int          `json:"accounts"`
 	PrefillSeconds float64      `json:"prefill_seconds"`
-	DBMiB          float64      `json:"db_mib"` // the prefilled database
+	DBMiB          float64      `json:"db_mib"` // the prefilled database (orders: the database after the run)
 	RawSQLite      *phaseResult `json:"raw_sqlite"`
 	Ingest         *phaseResult `json:"ingest"`
 	// IngestRawSQLite is ingest / raw_sqlite at this size; IngestOfFirst
@@ -72,7 +72,7 @@ func (b *bench) sweepPoint(ctx context.Context, n int) (sweepPoint, error) {
 	if b.o.Processor == "orders" {
 		// The state is the open orders, built by the events themselves.
 		var err error
-		p.Ingest, err = b.ordersAt(ctx, "ingest@"+strconv.Itoa(n), n)
+		p.Ingest, p.DBMiB, err = b.ordersAt(ctx, "ingest@"+strconv.Itoa(n), n)
 		return p, err
 	}
 	tmpl, floor, engine := b.path("sweep-state.db"), b.path("sweep-raw.db"), b.path("sweep-ingest.db")

@@ -382,6 +382,23 @@ func TestStore_QueryConns(t *testing.T) {
 		}
 	})
 
+	t.Run("FirstRunOutOfTimeWhileThePoolOpens", func(t *testing.T) {
+		// The store's first run opens the query pool, and its time is up
+		// before a connection opens.
+		s, _ := openStore(t)
+		q := prepare(t, s, `SELECT 1 AS one`)
+		none := lim
+		none.Timeout = time.Nanosecond
+		if _, err := s.Query(ctx, q, nil, none); !errors.Is(err, outbox.ErrQueryTimeout) {
+			t.Fatalf("a run with no time: %v, want ErrQueryTimeout", err)
+		}
+		for i := range 2 {
+			if res, err := s.Query(ctx, q, nil, lim); err != nil || rowsText(res) != `{"one":1} truncated=` {
+				t.Fatalf("run %d after it: %s, %v", i, rowsText(res), err)
+			}
+		}
+	})
+
 	t.Run("ColumnsChange", func(t *testing.T) {
 		s, _ := openStore(t)
 		commit(t, s, `CREATE TABLE grows (k TEXT PRIMARY KEY, v INTEGER)`, `INSERT INTO grows VALUES ('a', 1)`)

@@ -24,10 +24,10 @@ var errQueriesClosed = errors.New("the store is closed")
 
 // queryConns are the store's query connections, opened on first use.
 type queryConns struct {
-	once sync.Once
-	db   *sql.DB
-	err  error
-	free chan *queryConn
+	mu     sync.Mutex // held while the pool opens, and to close it
+	db     *sql.DB
+	free   chan *queryConn // nil until the pool is open
+	closed bool
 }
 
 // queryConn is one query connection and the statements prepared on it.
@@ -50,12 +50,12 @@ func (s *Store) queryConn(ctx context.Context) (*queryConn, error) {
 	if s.closed.Load() {
 		return nil, errQueriesClosed
 	}
-	s.queries.once.Do(func() { s.queries.err = s.openQueryConns(ctx) })
-	if s.queries.err != nil {
-		return nil, s.queries.err
+	free, err := s.queryPool(ctx)
+	if err != nil {
+		return nil, err
 	}
 	select {
-	case c := <-s.queries.free:
+	case c := <-free:
 		return c, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -64,8 +64,26 @@ func (s *Store) queryConn(ctx context.Context) (*queryConn, error) {
 
 func (s *Store) putQueryConn(c *queryConn) { s.queries.free <- c }
 
+// queryPool returns the free query connections, opening the pool the
+// first time within ctx. A failure to open is not kept: the next query
+// tries again, so a first query whose time limit ran out while the pool
+// opened does not leave every later one failing.
+func (s *Store) queryPool(ctx context.Context) (chan *queryConn, error) {
+	s.queries.mu.Lock()
+	defer s.queries.mu.Unlock()
+	if s.queries.closed {
+		return nil, errQueriesClosed
+	}
+	if s.queries.free == nil {
+		if err := s.openQueryConns(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s.queries.free, nil
+}
+
 // openQueryConns opens the query pool: QueryConns read-only connections,
-// held for the store's life.
+// held for the store's life. The caller holds s.queries.mu.
 func (s *Store) openQueryConns(ctx context.Context) error {
 	db, err := sql.Open("sqlite", s.dsn(true))
 	if err != nil {
@@ -95,13 +113,16 @@ func (s *Store) openQueryConns(ctx context.Context) error {
 // closeQueryConns closes the query pool, waiting for the runs under way
 // to give their connections back.
 func (s *Store) closeQueryConns() error {
-	s.queries.once.Do(func() { s.queries.err = errQueriesClosed })
-	if s.queries.db == nil {
+	s.queries.mu.Lock()
+	s.queries.closed = true
+	db, free := s.queries.db, s.queries.free
+	s.queries.mu.Unlock()
+	if free == nil {
 		return nil
 	}
 	var errs []error
 	for range QueryConns {
-		c := <-s.queries.free
+		c := <-free
 		errs = append(errs, c.conn.Raw(func(any) error {
 			for _, p := range c.stmts {
 				p.stmt.Close()
@@ -109,7 +130,7 @@ func (s *Store) closeQueryConns() error {
 			return nil
 		}), c.conn.Close())
 	}
-	errs = append(errs, s.queries.db.Close())
+	errs = append(errs, db.Close())
 	return errors.Join(errs...)
 }
 

@@ -177,15 +177,6 @@ func (f *floorDB) onConn(ctx context.Context, fn func(dc any) error) error {
 	return c.Raw(fn)
 }
 
-// sqliteVersion is SQLite's version.
-func (f *floorDB) sqliteVersion(ctx context.Context) (string, error) {
-	var v string
-	if err := f.db.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&v); err != nil {
-		return "", fmt.Errorf("read sqlite version: %w", err)
-	}
-	return v, nil
-}
-
 // floorBatch is one batch's work, built before the timer: the statement
 // arguments of its reads and upserts (in key order) and outbox inserts (in
 // line order), and its last position.
@@ -424,11 +415,6 @@ func (b *bench) rawSQLite(ctx context.Context, name, path string, d lineData, st
 		return nil, err
 	}
 	defer f.close()
-	if b.res.Settings.SQLiteVersion == "" {
-		if b.res.Settings.SQLiteVersion, err = f.sqliteVersion(ctx); err != nil {
-			return nil, err
-		}
-	}
 	if start == nil {
 		start = func(int) int64 { return 0 }
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -180,7 +181,7 @@ func newBenchResult(o benchOptions) *benchResult {
 			BatchMax: o.BatchMax, BatchWait: o.BatchWait.String(), RelayBatch: o.RelayBatch, RelayWait: o.RelayWait.String(),
 			Partitions: topicPartitions, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 			GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: o.GOGC, OS: runtime.GOOS, Arch: runtime.GOARCH, Record: o.Record,
-			ServerMemLimit: serverMemLimit(),
+			ServerMemLimit: serverMemLimit(), SQLiteVersion: sqliteVersion(),
 		},
 	}
 }
@@ -353,4 +354,19 @@ func serverMemLimit() string {
 		return v
 	}
 	return fmt.Sprintf("%dMiB", (server.MemoryLimitBase+server.MemoryLimitPerFeed)>>20)
+}
+
+// sqliteVersion is the version of the SQLite the store links, or "" if an
+// in-memory database cannot say.
+func sqliteVersion() string {
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		return ""
+	}
+	defer db.Close()
+	var v string
+	if err := db.QueryRow(`SELECT sqlite_version()`).Scan(&v); err != nil {
+		return ""
+	}
+	return v
 }

@@ -21,11 +21,7 @@ func TestTuneMemory(t *testing.T) {
 		{env: "off", feeds: 1},
 	} {
 		debug.SetMemoryLimit(math.MaxInt64)
-		if c.env != "" {
-			t.Setenv("GOMEMLIMIT", c.env)
-		} else {
-			t.Setenv("GOMEMLIMIT", "")
-		}
+		t.Setenv("GOMEMLIMIT", c.env)
 		got := TuneMemory(c.feeds)
 		now := debug.SetMemoryLimit(-1)
 		if c.want == 0 {

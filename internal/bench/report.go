@@ -353,7 +353,7 @@ func serverMemLimit() string {
 	if v := os.Getenv("GOMEMLIMIT"); v != "" {
 		return v
 	}
-	return fmt.Sprintf("%dMiB", (server.MemoryLimitBase+server.MemoryLimitPerFeed)>>20)
+	return fmt.Sprintf("%dMiB", server.MemoryLimit(1)>>20)
 }
 
 // sqliteVersion is the version of the SQLite the store links, or "" if an

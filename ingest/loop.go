@@ -230,7 +230,7 @@ func (l *Loop) Config() Config { return l.cfg }
 // source refuses the feed (see Troubler). Safe for concurrent use; it
 // does not block.
 func (l *Loop) State() (outbox.FeedState, string) {
-	phase, lastError, positions := l.status.get()
+	phase, lastError, positions, open := l.status.get()
 	if phase != outbox.StateRunning {
 		return phase, lastError
 	}
@@ -246,6 +246,9 @@ func (l *Loop) State() (outbox.FeedState, string) {
 		if why := w.Waiting(); why != "" {
 			return outbox.StateWaiting, why
 		}
+	}
+	if !open {
+		return outbox.StateRunning, lastError // its ends are not known yet
 	}
 	return outbox.CaughtUpOrRunning(positions, l.feed.Ends()), lastError
 }
@@ -344,11 +347,13 @@ func (l *Loop) start(ctx context.Context) error {
 		l.log.Warn("the replay guard is disabled (test seam): re-delivered items will be applied again")
 	}
 	// Opening a Kafka feed waits for the brokers; meanwhile the state
-	// says what the feed meets (a refusal: see Troubler), not stopped.
+	// says what the feed meets (a refusal: see Troubler), not stopped,
+	// and running, not caught up: the source's ends are not known yet.
 	l.status.move()
 	if err := l.feed.Open(ctx, from); err != nil {
 		return fmt.Errorf("open feed %s: %w", l.cfg.Name, err)
 	}
+	l.status.opened()
 	return nil
 }
 

@@ -577,3 +577,59 @@ func (h logHook) Handle(_ context.Context, r slog.Record) error {
 func (h logHook) WithAttrs([]slog.Attr) slog.Handler { return h }
 
 func (h logHook) WithGroup(string) slog.Handler { return h }
+
+// slowOpen is a feed whose Open waits for release, and whose ends say 0
+// until it is open, as a file feed's do before it has looked at the file.
+type slowOpen struct {
+	*memFeed
+	release chan struct{}
+	open    atomic.Bool
+}
+
+func (f *slowOpen) Open(ctx context.Context, from map[int32]outbox.Checkpoint) error {
+	select {
+	case <-f.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := f.memFeed.Open(ctx, from); err != nil {
+		return err
+	}
+	f.open.Store(true)
+	return nil
+}
+
+func (f *slowOpen) Ends() map[int32]int64 {
+	if !f.open.Load() {
+		return map[int32]int64{0: 0}
+	}
+	return f.memFeed.Ends()
+}
+
+// A feed being opened runs, and is not caught up: its ends are not the
+// source's yet, so nothing says the committed positions reach them.
+func TestLoop_NotCaughtUpWhileOpening(t *testing.T) {
+	s := openStore(t)
+	f := &slowOpen{memFeed: newMemFeed("e1", "a", "b"), release: make(chan struct{})}
+	l, stop := running(t, s, f, newCounter(), testConfig())
+	// Stopped until the loop starts, then running: with the ends at 0 and
+	// nothing committed, a caught-up here would be the lie.
+	wait(t, 5*time.Second, stateIs(l, outbox.StateRunning, ""))
+	for range 20 { // Open still waits for release: the state holds
+		if st, e := l.State(); st != outbox.StateRunning || e != "" {
+			t.Fatalf("state %s (%q) while the feed opens, want running", st, e)
+		}
+		runtime.Gosched()
+	}
+	close(f.release)
+	wait(t, 5*time.Second, stateIs(l, outbox.StateCaughtUp, ""))
+	if err := positionIs(s, "f", "e1", 2)(); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := counts(t, s), map[string]int{"a": 1, "b": 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("counts = %v, want %v", got, want)
+	}
+}

@@ -16,12 +16,15 @@ type loopStatus struct {
 	phase     outbox.FeedState
 	lastError string
 	positions map[int32]int64 // the committed positions, by partition
+	// open is set once the feed's Open returned: until then its ends say
+	// nothing of the source, so the feed is not caught up.
+	open bool
 }
 
-func (s *loopStatus) get() (outbox.FeedState, string, map[int32]int64) {
+func (s *loopStatus) get() (phase outbox.FeedState, lastError string, positions map[int32]int64, open bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.phase, s.lastError, s.positions
+	return s.phase, s.lastError, s.positions, s.open
 }
 
 func (s *loopStatus) set(phase outbox.FeedState, err error) {
@@ -31,8 +34,15 @@ func (s *loopStatus) set(phase outbox.FeedState, err error) {
 	s.lastError = message(err)
 }
 
-// move: the feed is open and applies what comes.
+// move: the feed applies what comes (or, before opened, is being opened).
 func (s *loopStatus) move() { s.set(outbox.StateRunning, nil) }
+
+// opened: the feed's Open returned, so its ends are the source's.
+func (s *loopStatus) opened() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.open = true
+}
 
 // stall: the feed cannot move for cause, and retries.
 func (s *loopStatus) stall(cause error) { s.set(outbox.StateStalled, cause) }

@@ -137,10 +137,6 @@ func TestRelay_MissingACL(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.drop, func(t *testing.T) {
-			if strings.HasSuffix(c.drop, "-write") && c.drop != "txn-write" {
-				// A produce refused with records in flight.
-				skipSaramaRace(t)
-			}
 			s := startSecured(t, without(fullGrants(), c.drop)...)
 			store := newStore(t)
 			ids := emit(t, store, "f", keyed(aclTopic, 50, 5, 0)...)

@@ -14,14 +14,12 @@ import (
 // row exactly once, in key order.
 func TestRelay_BrokerDownAndBack(t *testing.T) {
 	t.Run("WhileIdle", func(t *testing.T) {
-		skipSaramaRace(t)
 		brokerDownRounds(t, ModeExactlyOnce, func(t *testing.T, rr *running, p *proxy, last int64) {
 			rr.waitPublished(t, last)
 			p.cut()
 		})
 	})
 	t.Run("MidTransaction", func(t *testing.T) {
-		skipSaramaRace(t)
 		brokerDownRounds(t, ModeExactlyOnce, cutWhilePublishing)
 	})
 	t.Run("AtLeastOnce", func(t *testing.T) {

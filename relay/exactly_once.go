@@ -32,7 +32,7 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 	if err := r.store.CheckOwner(ctx); err != nil {
 		return false, err // never fence the process that owns the database now
 	}
-	p, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, r.txnID), r.cfg.Kafka.Principal())
+	p, err := openTxnProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, r.txnID), r.cfg.Kafka.Principal())
 	if err != nil {
 		return false, fmt.Errorf("start transactional producer %s: %w", r.txnID, err)
 	}
@@ -44,13 +44,12 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 	send := func(rows []outbox.Row, recs []*sarama.ProducerMessage) error {
 		return r.publishTxn(hard, p, rows, recs)
 	}
-	// A transaction whose records a broker refused cannot commit, and
-	// aborting it waits for sarama to give up retrying the rest of them:
-	// a new producer fences this one instead, which aborts it at once. The
-	// transactions committed before it stand, so publishing goes on from
-	// the refused rows.
+	// A transaction whose records a broker refused cannot commit: a new
+	// producer fences this one, which aborts it at once. The transactions
+	// committed before it stand, so publishing goes on from the refused
+	// rows.
 	reset := func() error {
-		np, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, r.txnID), r.cfg.Kafka.Principal())
+		np, err := openTxnProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, r.txnID), r.cfg.Kafka.Principal())
 		if err != nil {
 			return fmt.Errorf("start transactional producer %s: %w", r.txnID, err)
 		}
@@ -87,7 +86,7 @@ func (r *Relay) drain(ctx context.Context, last int64, publish func([]outbox.Row
 // publishTxn publishes recs, the records of rows to publish, and the
 // progress after the last row in one transaction, then has the progress
 // stored in SQLite.
-func (r *Relay) publishTxn(hard context.Context, p *producer, rows []outbox.Row, recs []*sarama.ProducerMessage) error {
+func (r *Relay) publishTxn(hard context.Context, p *txnProducer, rows []outbox.Row, recs []*sarama.ProducerMessage) error {
 	last := &rows[len(rows)-1]
 	pm, err := progressMessage(r.cfg.ProgressTopic, r.relayID, r.stamped(progressOf(last)))
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 // transactional id. The newer one's producer fences the older, which stops
 // on its next transaction; every row still reaches Kafka exactly once.
 func TestRelay_SecondRelayFencesFirst(t *testing.T) {
-	skipSaramaRace(t)
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
 	s := newStore(t)

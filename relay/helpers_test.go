@@ -312,19 +312,6 @@ func countOutbox(tb testing.TB, s *outbox.Store) int {
 	return n
 }
 
-// skipSaramaRace skips, under -race, a test that makes a transactional
-// sarama producer fail while it has records in flight. Sarama's retry
-// goroutines then write the transaction manager's last error under its
-// status lock while a broker producer reads it without one
-// (IBM/sarama#2913, still there in v1.61.1): the race detector reports
-// sarama, not this package. These tests run in the plain `go test`.
-func skipSaramaRace(t *testing.T) {
-	t.Helper()
-	if raceEnabled {
-		t.Skip("sarama data race on transactionManager.lastError (IBM/sarama#2913); run without -race")
-	}
-}
-
 // waitSQLiteProgress waits until SQLite's progress for relayID is want:
 // exactly-once progress reaches SQLite just after the Kafka commit.
 func waitSQLiteProgress(tb testing.TB, s *outbox.Store, relayID string, want int64) {

@@ -43,7 +43,6 @@ func waitRunDone(t *testing.T, rr *running, what string) error {
 // not stop; the other one, whose store never claimed, stops; every row is
 // published exactly once.
 func TestRelay_FencedWhileOwner(t *testing.T) {
-	skipSaramaRace(t)
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
 	path := filepath.Join(t.TempDir(), "outboxd.db")
@@ -92,7 +91,6 @@ func TestRelay_FencedWhileOwner(t *testing.T) {
 // (and outbox.ErrFenced), while the new owner's relay publishes
 // everything exactly once.
 func TestRelay_FencedAfterLosingClaim(t *testing.T) {
-	skipSaramaRace(t)
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
 	path := filepath.Join(t.TempDir(), "outboxd.db")

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,10 +12,13 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// saramaConfig is the producer configuration: idempotent, acks=all, one
+// saramaConfig is the producers' configuration: idempotent, acks=all, one
 // request in flight per broker (which keeps per-partition order across
 // retries), keys partitioned like the Java client. A non-empty txnID makes
-// it transactional.
+// it transactional: the exactly-once relay's txnProducer reads its
+// settings (batch limit, compression, acks, timeouts, retries,
+// partitioner) and sends its requests itself; the at-least-once relay's
+// is sarama's AsyncProducer.
 func saramaConfig(c Config, txnID string) *sarama.Config {
 	sc := sarama.NewConfig()
 	sc.ClientID = "outboxd-relay"
@@ -39,18 +41,13 @@ func saramaConfig(c Config, txnID string) *sarama.Config {
 	sc.Producer.Idempotent = true
 	sc.Producer.RequiredAcks = sarama.WaitForAll
 	sc.Producer.Partitioner = sarama.NewMurmur2Partitioner
-	// A transactional producer's CommitTxn waits for every record of the
-	// transaction and refuses to commit when one failed, so exactly-once
-	// needs no per-record success: sarama then skips a channel send per
-	// record, and the relay a receive. Failures still come back one by one
-	// (Return.Errors), so a batch fails at its first refused record. The
-	// idempotent producer has no commit: it waits for each success.
-	sc.Producer.Return.Successes = txnID == ""
+	// The idempotent producer has no commit: it waits for each success.
+	sc.Producer.Return.Successes = true
 	sc.Producer.Return.Errors = true
 	sc.Producer.Retry.Max = 5
 	sc.Producer.Retry.Backoff = 100 * time.Millisecond
 	sc.Producer.Timeout = 10 * time.Second
-	// Sarama bounds each partition's batch by this, counting each record
+	// Each partition's batch is bounded by this, counting each record
 	// at most outbox.RecordBytes: the batch a broker measures is then
 	// within c.MaxMessageBytes (see fits).
 	sc.Producer.MaxMessageBytes = c.MaxMessageBytes - outbox.RecordBatchOverhead
@@ -73,22 +70,13 @@ func saramaConfig(c Config, txnID string) *sarama.Config {
 	return sc
 }
 
-// producer is a sarama AsyncProducer that sends a batch and waits for every
-// record's outcome: an idempotent one by each record's success, a
-// transactional one by its commit. Collectors drain the Successes (when
-// they are returned) and Errors channels for the producer's whole life, so
-// sending never blocks on them.
+// producer is the at-least-once relay's: a sarama idempotent
+// AsyncProducer that sends a batch and waits for each record's success.
+// Collectors drain the Successes and Errors channels for the producer's
+// whole life, so sending never blocks on them.
 type producer struct {
 	ap         sarama.AsyncProducer
 	collectors sync.WaitGroup
-	// acked is true when sarama returns each record's success, so sendAll
-	// waits for them; false for a transactional producer, whose commit
-	// waits.
-	acked bool
-	// idempotent is true for a producer without transactions, whose records
-	// of a failed batch may still land (see settled).
-	idempotent bool
-	txnID      string // "" for an idempotent producer
 	principal  string // who the brokers' ACLs see, for *AuthorizationError
 }
 
@@ -127,45 +115,37 @@ func (b *pending) result() error {
 	return b.err
 }
 
-// newProducer connects. A transactional producer also initialises its
-// producer id here (InitProducerID), which fences any earlier producer with
-// the same transactional id and ends its open transaction.
-func newProducer(brokers []string, sc *sarama.Config, principal string) (*producer, error) {
-	txnID := sc.Producer.Transaction.ID
-	ap, err := sarama.NewAsyncProducer(brokers, sc)
-	if err != nil {
-		// Initialising a producer id needs Write on the transactional id,
-		// or, for an idempotent producer, IdempotentWrite on the cluster
-		// (or Write on some topic).
-		return nil, denied(err, principal, ask("Write", ResourceTransactionalID, txnID),
-			ask("IdempotentWrite", ResourceCluster, clusterName))
+// abandon counts n records that were never sent as settled.
+func (b *pending) abandon(n int) {
+	for range n {
+		b.finish(nil)
 	}
-	p := &producer{ap: ap, acked: sc.Producer.Return.Successes, idempotent: txnID == "", txnID: txnID, principal: principal}
-	if p.acked {
-		p.collectors.Go(func() {
-			for m := range ap.Successes() {
-				if b, ok := m.Metadata.(*pending); ok {
-					b.finish(nil)
-				}
-			}
-		})
-	}
-	p.collectors.Add(1)
-	go func() {
-		defer p.collectors.Done()
-		for e := range ap.Errors() {
-			if b, ok := e.Msg.Metadata.(*pending); ok {
-				b.finish(p.denied(e.Err, e.Msg.Topic))
-			}
-		}
-	}()
-	return p, nil
 }
 
-// denied explains a refusal of a record to topic: Write on the topic, or
-// on the transactional id (adding a partition to the transaction).
-func (p *producer) denied(err error, topic string) error {
-	return denied(err, p.principal, ask("Write", ResourceTopic, topic), ask("Write", ResourceTransactionalID, p.txnID))
+// newProducer connects and initialises an idempotent producer id.
+func newProducer(brokers []string, sc *sarama.Config, principal string) (*producer, error) {
+	ap, err := sarama.NewAsyncProducer(brokers, sc)
+	if err != nil {
+		// Initialising a producer id needs IdempotentWrite on the
+		// cluster (or Write on some topic).
+		return nil, denied(err, principal, ask("IdempotentWrite", ResourceCluster, clusterName))
+	}
+	p := &producer{ap: ap, principal: principal}
+	p.collectors.Go(func() {
+		for m := range ap.Successes() {
+			if b, ok := m.Metadata.(*pending); ok {
+				b.finish(nil)
+			}
+		}
+	})
+	p.collectors.Go(func() {
+		for e := range ap.Errors() {
+			if b, ok := e.Msg.Metadata.(*pending); ok {
+				b.finish(denied(e.Err, p.principal, ask("Write", ResourceTopic, e.Msg.Topic)))
+			}
+		}
+	})
+	return p, nil
 }
 
 // openProducer is newProducer bounded by ctx: sarama's own retries can
@@ -198,19 +178,12 @@ func openProducer(ctx context.Context, brokers []string, sc *sarama.Config, prin
 // returns at the first failure: the batch has failed, and waiting for
 // sarama to give up on the rest can take long while Kafka is away. The
 // records still in flight belong to a producer that is about to be
-// dropped (and, for a transactional one, fenced). ctx bounds the wait.
+// dropped; a record too large is waited for (see settled). ctx bounds the
+// wait.
 func (p *producer) sendAll(ctx context.Context, msgs []*sarama.ProducerMessage) error {
-	_, err := p.send(ctx, msgs)
-	return err
-}
-
-// send is sendAll, and returns the batch's outcomes as they come. A
-// producer that is not acked returns once every record is handed to
-// sarama (or at the first failure): its commit waits for the rest.
-func (p *producer) send(ctx context.Context, msgs []*sarama.ProducerMessage) (*pending, error) {
 	b := newPending(len(msgs))
 	if len(msgs) == 0 {
-		return b, nil
+		return nil
 	}
 	for i, m := range msgs {
 		m.Metadata = b
@@ -218,41 +191,29 @@ func (p *producer) send(ctx context.Context, msgs []*sarama.ProducerMessage) (*p
 		case p.ap.Input() <- m:
 		case <-b.failed:
 			b.abandon(len(msgs) - i)
-			return b, p.settled(ctx, b)
+			return p.settled(ctx, b)
 		case <-ctx.Done():
-			return b, fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
+			return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
 		}
-	}
-	if !p.acked {
-		return b, b.result()
 	}
 	select {
 	case <-b.done:
-		return b, b.result()
+		return b.result()
 	case <-b.failed:
-		return b, p.settled(ctx, b)
+		return p.settled(ctx, b)
 	case <-ctx.Done():
-		return b, fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
+		return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
 	}
 }
 
-// abandon counts n records that were never sent as settled.
-func (b *pending) abandon(n int) {
-	for range n {
-		b.finish(nil)
-	}
-}
-
-// settled returns the first failure of b. When an idempotent producer's
-// failure is a record too large, it first waits (within ctx) for every
-// record of b to have its outcome: the relay then sends the same rows again
-// in halves, and no record of this attempt may land among them. A
-// transactional producer is replaced after such a failure (its transaction
-// aborted by the fencing), and any other failure ends the producer, so
+// settled returns the first failure of b. When it is a record too large,
+// it first waits (within ctx) for every record of b to have its outcome:
+// the relay then sends the same rows again in halves, and no record of this
+// attempt may land among them. Any other failure ends the producer, so
 // nothing is waited for.
 func (p *producer) settled(ctx context.Context, b *pending) error {
 	err := b.result()
-	if !p.idempotent || !isTooLarge(err) {
+	if !isTooLarge(err) {
 		return err
 	}
 	select {
@@ -261,63 +222,6 @@ func (p *producer) settled(ctx context.Context, b *pending) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
 	}
-}
-
-// publishTxn sends msgs in one transaction and commits it. A commit that
-// fails is ambiguous (*ambiguousError), unless a record of the transaction
-// failed: sarama then refuses to commit without asking the coordinator.
-// When a record fails, the transaction cannot commit; it is left to the
-// next producer's initialisation to abort, except after an error that may
-// mean "fenced", where an abort makes the coordinator say so.
-func (p *producer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMessage) error {
-	if err := p.ap.BeginTxn(); err != nil {
-		return denied(fmt.Errorf("begin transaction: %w", err), p.principal, ask("Write", ResourceTransactionalID, p.txnID))
-	}
-	b, err := p.send(ctx, msgs)
-	if err == nil {
-		err = blocking(ctx, p.ap.CommitTxn)
-		if rerr := b.result(); err != nil && rerr != nil {
-			err = rerr // a record failed: the commit was never sent
-		} else if err != nil {
-			return p.commitFailed(err)
-		}
-	}
-	if err != nil {
-		err = fmt.Errorf("produce: %w", err)
-		if Classify(err) == Ambiguous {
-			return p.abort(ctx, err)
-		}
-		return err
-	}
-	return nil
-}
-
-// commitFailed is the error of a commit that failed with err.
-func (p *producer) commitFailed(err error) error {
-	err = fmt.Errorf("commit transaction: %w", err)
-	if isUnauthorized(err) {
-		// Refused: the transaction did not commit (the next producer's
-		// initialisation aborts it), and no retry commits it.
-		return denied(err, p.principal, ask("Write", ResourceTransactionalID, p.txnID))
-	}
-	return &ambiguousError{err}
-}
-
-// abortTimeout bounds the abort made to learn whether the producer is fenced.
-const abortTimeout = 3 * time.Second
-
-// abort asks the coordinator to abort the transaction; its answer tells a
-// fenced producer (PRODUCER_FENCED) from one whose records merely failed.
-func (p *producer) abort(ctx context.Context, cause error) error {
-	if ctx.Err() != nil {
-		return cause
-	}
-	ctx, cancel := context.WithTimeout(ctx, abortTimeout)
-	defer cancel()
-	if err := blocking(ctx, p.ap.AbortTxn); err != nil {
-		return errors.Join(cause, fmt.Errorf("abort transaction: %w", err))
-	}
-	return cause
 }
 
 // close shuts the producer down, waiting for records in flight, and
@@ -339,9 +243,3 @@ func blocking(ctx context.Context, f func() error) error {
 		return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
 	}
 }
-
-// ProducerConfig is the sarama configuration the relay's producer runs
-// with for c, transactional when txnID is not empty. A tool that must
-// produce exactly as the relay does (the bench's raw producer) starts from
-// it instead of a copy.
-func ProducerConfig(c Config, txnID string) *sarama.Config { return saramaConfig(c, txnID) }

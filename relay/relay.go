@@ -323,7 +323,7 @@ func (r *Relay) idle() { r.st.state(StateIdle) }
 // producer is not fenced, so the next session waits until its records have
 // settled, or a late retry could land after newer records. At shutdown both
 // get until hard is done.
-func (r *Relay) dropProducer(ctx, hard context.Context, p *producer) {
+func (r *Relay) dropProducer(ctx, hard context.Context, p interface{ close() }) {
 	done := make(chan struct{})
 	go func() {
 		p.close()

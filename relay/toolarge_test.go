@@ -198,9 +198,6 @@ func TestRelay_BrokerRefusesTooLarge(t *testing.T) {
 	for _, tc := range cases {
 		for _, mode := range []string{ModeExactlyOnce, ModeAtLeastOnce} {
 			t.Run(tc.name+"/"+mode, func(t *testing.T) {
-				if mode == ModeExactlyOnce {
-					skipSaramaRace(t) // a refusal fails a transaction with records in flight
-				}
 				c := tc.setup(t)
 				brokers := c.ListenAddrs()
 				s := newStore(t)
@@ -277,7 +274,6 @@ func TestRelay_TooLargeCommitLost(t *testing.T) {
 // connections are cut at random moments and the relay is restarted: every
 // other row is published exactly once, every large one is one dead letter.
 func TestRelay_TooLargeAcrossFailures(t *testing.T) {
-	skipSaramaRace(t)
 	const limit, topicLimit = 48 << 10, 24 << 10
 	c, p := proxiedCluster(t)
 	if err := c.CreateTopic("t", 3, map[string]string{"max.message.bytes": strconv.Itoa(topicLimit)}); err != nil {

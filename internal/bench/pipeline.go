@@ -45,7 +45,7 @@ func (b *bench) runRawPipeline(ctx context.Context) error {
 		return err
 	}
 	defer f.close()
-	p, closeProducer, err := b.newRawProducer(topic, b.prefix+"-pipeline")
+	p, closeProducer, err := b.newRawProducer(ctx, topic, b.prefix+"-pipeline")
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func runPipeline(ctx context.Context, f *floorDB, p *rawProducer, batches []floo
 			}
 		}
 		k := min(relayBatch, avail-sent)
-		if err := p.txn(msgs[sent : sent+k]); err != nil {
+		if err := p.txn(ctx, msgs[sent:sent+k]); err != nil {
 			stop()
 			<-werr
 			return err

@@ -3,10 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -25,48 +22,30 @@ const (
 )
 
 // rawProducer sends the records the relay would publish for the file with
-// the relay's own sarama configuration (relay.ProducerConfig), in
-// transactions of --relay-batch: begin, send every record, wait for each
-// outcome, commit, with no SQLite and no progress record. The records are
-// built before the timer; while one transaction's records are in flight the
-// next one's are ready, as the relay's feeder has its next batch ready.
+// the relay's own exactly-once producer (relay.OpenProducer: its sarama
+// configuration and its requests), in transactions of --relay-batch, with
+// no SQLite and no progress record. The records are built before the
+// timer.
 type rawProducer struct {
-	ap        sarama.AsyncProducer
+	p         *relay.Producer
 	topic     string
 	processor string
 	balances  []int64
 	feed      []byte
 	epoch     []byte
-	acked     bool // the relay's configuration returns each record's success
-	failures  *rawFailures
 }
 
-// newRawProducer starts a producer of the relay's configuration, with
-// transactional id txnID, sending to topic; the function it returns
-// closes it once its failures and successes are drained.
-func (b *bench) newRawProducer(topic, txnID string) (*rawProducer, func(), error) {
-	sc := relay.ProducerConfig(relay.DefaultConfig(), txnID)
-	ap, err := sarama.NewAsyncProducer(b.brokers, sc)
+// newRawProducer starts the relay's producer, with transactional id txnID,
+// sending to topic; the function it returns closes it.
+func (b *bench) newRawProducer(ctx context.Context, topic, txnID string) (*rawProducer, func(), error) {
+	cfg := relay.DefaultConfig()
+	cfg.Brokers = b.brokers
+	p, err := relay.OpenProducer(ctx, cfg, txnID)
 	if err != nil {
-		return nil, nil, fmt.Errorf("start transactional producer: %w", err)
+		return nil, nil, err
 	}
-	p := &rawProducer{ap: ap, topic: topic, processor: b.o.Processor, feed: []byte(benchFeed), epoch: []byte(floorEpoch),
-		acked: sc.Producer.Return.Successes, failures: &rawFailures{ch: make(chan struct{})}}
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		p.failures.drain(ap, p.acked)
-	}()
-	return p, func() {
-		ap.AsyncClose()
-		if p.acked {
-			go func() {
-				for range ap.Successes() {
-				}
-			}()
-		}
-		<-drained
-	}, nil
+	return &rawProducer{p: p, topic: topic, processor: b.o.Processor, feed: []byte(benchFeed), epoch: []byte(floorEpoch)},
+		p.Close, nil
 }
 
 // runRawProduce measures the relay ceiling.
@@ -76,7 +55,7 @@ func (b *bench) runRawProduce(ctx context.Context) error {
 		return err
 	}
 	defer b.doneWithTopic(topic)
-	p, closeProducer, err := b.newRawProducer(topic, b.prefix+"-raw")
+	p, closeProducer, err := b.newRawProducer(ctx, topic, b.prefix+"-raw")
 	if err != nil {
 		return err
 	}
@@ -97,7 +76,7 @@ func (b *bench) runRawProduce(ctx context.Context) error {
 				return err
 			}
 			k := min(len(window), b.o.RelayBatch)
-			if err := p.txn(window[:k]); err != nil {
+			if err := p.txn(ctx, window[:k]); err != nil {
 				return err
 			}
 			window = window[k:]
@@ -151,80 +130,7 @@ func (p *rawProducer) record(id, pos int64, key, value []byte) *sarama.ProducerM
 	return m
 }
 
-// txn sends msgs in one transaction and commits it, waiting for the
-// records' outcomes as the relay's producer does: one by one when the
-// relay's configuration returns successes, by the commit otherwise.
-func (p *rawProducer) txn(msgs []*sarama.ProducerMessage) error {
-	if err := p.ap.BeginTxn(); err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
-	}
-	var err error
-	if p.acked {
-		go p.input(msgs)
-		err = p.outcomes(len(msgs))
-	} else {
-		p.input(msgs) // the commit follows them into sarama's input
-	}
-	if err == nil {
-		if err = p.ap.CommitTxn(); err == nil {
-			return nil
-		}
-		if rerr := p.failures.first(); rerr != nil {
-			err = rerr
-		}
-		err = fmt.Errorf("commit transaction: %w", err)
-	}
-	if aerr := p.ap.AbortTxn(); aerr != nil {
-		err = errors.Join(err, fmt.Errorf("abort transaction: %w", aerr))
-	}
-	return err
-}
-
-func (p *rawProducer) input(msgs []*sarama.ProducerMessage) {
-	for _, m := range msgs {
-		p.ap.Input() <- m
-	}
-}
-
-// outcomes waits for n records' successes or failures.
-func (p *rawProducer) outcomes(n int) error {
-	failed := 0
-	for range n {
-		select {
-		case <-p.ap.Successes():
-		case <-p.failures.ch:
-			failed++
-		}
-	}
-	if failed > 0 {
-		return fmt.Errorf("produce: %d of %d records failed, the first with: %w", failed, n, p.failures.first())
-	}
-	return nil
-}
-
-// rawFailures drains a producer's Errors for its whole life, so a failed
-// record never blocks sarama while the commit waits for it.
-type rawFailures struct {
-	mu  sync.Mutex
-	err error
-	ch  chan struct{} // a send per failure, when successes are returned
-}
-
-func (f *rawFailures) drain(ap sarama.AsyncProducer, acked bool) {
-	for pe := range ap.Errors() {
-		f.mu.Lock()
-		if f.err == nil {
-			f.err = pe.Err
-		}
-		f.mu.Unlock()
-		if acked {
-			f.ch <- struct{}{}
-		}
-	}
-}
-
-func (f *rawFailures) first() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.err
+// txn sends msgs in one transaction and commits it.
+func (p *rawProducer) txn(ctx context.Context, msgs []*sarama.ProducerMessage) error {
+	return p.p.Publish(ctx, msgs)
 }

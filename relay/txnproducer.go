@@ -1,0 +1,676 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// txnProducer is the exactly-once relay's producer. It drives Kafka's
+// transaction protocol itself, with sarama's client, connections and
+// requests: per transaction it adds the transaction's partitions to it
+// (AddPartitionsToTxn), sends each partition's records as record batches,
+// one produce request per leader, and commits (EndTxn), all on the
+// caller's goroutine. sarama's AsyncProducer does the same through a chain
+// of goroutines, with a channel send per record at each link, which was
+// most of the relay's CPU: 4.1 us a record in the bench's raw_produce
+// against 1.7 here (`go run ./cmd/server bench --processor forward`).
+//
+// Its state (the producer id and epoch, each partition's next sequence)
+// lives for one session. After any failure the producer is dropped and
+// the next session's InitProducerID fences it and aborts the transaction
+// it left open, so no failure is ever retried with a state in doubt.
+// Within a transaction, a batch a leader refuses with a retriable code (a
+// leader moving, not enough replicas) is sent again with the same
+// sequence, which the broker's deduplication makes safe, as sarama's own
+// producer does.
+type txnProducer struct {
+	client    sarama.Client
+	conf      *sarama.Config
+	txnID     string
+	principal string
+	pid       int64
+	epoch     int16
+	// seq is the next sequence of each partition the producer wrote to.
+	seq map[topicPartition]int32
+	// maxBatch bounds a record batch as sarama's producer does: the sum
+	// of its records' sizes (ProducerMessage.ByteSize) stays below it.
+	maxBatch int
+	// maxRequest bounds the record bytes of one produce request.
+	maxRequest int
+	// recs and hdrs are the records of the last transaction and their
+	// header pointers, reused by the next once it committed.
+	recs []sarama.Record
+	hdrs []*sarama.RecordHeader
+	// parts is the transaction's partitions in the order they first
+	// appear, each with its batches; reused like recs.
+	parts   []*partBatches
+	byTP    map[topicPartition]*partBatches
+	broken  bool // a transaction failed: only close may follow
+	closeMu sync.Once
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// partBatches is one partition's records in a transaction: consecutive
+// record batches, each within maxBatch.
+type partBatches struct {
+	tp      topicPartition
+	batches []*sarama.RecordBatch
+	size    int // of the last batch, as maxBatch counts it
+}
+
+// Request versions, as sarama's own producer picks them for the Kafka
+// version the relay's configuration names (3.6); the broker connection
+// lowers them to what the broker supports.
+const (
+	produceVersion            = 9
+	initProducerIDVersion     = 3
+	addPartitionsToTxnVersion = 3
+	endTxnVersion             = 3
+)
+
+// Bounds of the retries of a coordinator that is busy or moving: it
+// writes the last transaction's markers (CONCURRENT_TRANSACTIONS), loads
+// its log, or is elsewhere.
+const (
+	coordinatorMinBackoff = 5 * time.Millisecond
+	coordinatorMaxBackoff = 500 * time.Millisecond
+)
+
+// openTxnProducer connects with sc and initialises the producer id, which
+// fences any earlier producer with sc's transactional id and ends the
+// transaction it left open. ctx bounds it.
+func openTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, principal string) (*txnProducer, error) {
+	type opened struct {
+		p   *txnProducer
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		p, err := newTxnProducer(ctx, brokers, sc, principal)
+		ch <- opened{p, err}
+	}()
+	select {
+	case o := <-ch:
+		return o.p, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-ch; o.p != nil {
+				o.p.close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+func newTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, principal string) (*txnProducer, error) {
+	txnID := sc.Producer.Transaction.ID
+	if txnID == "" {
+		return nil, errors.New("a transactional producer needs a transactional id")
+	}
+	client, err := sarama.NewClient(brokers, sc)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	p := &txnProducer{
+		client: client, conf: sc, txnID: txnID, principal: principal,
+		seq:        map[topicPartition]int32{},
+		byTP:       map[topicPartition]*partBatches{},
+		maxBatch:   sc.Producer.MaxMessageBytes,
+		maxRequest: int(sarama.MaxRequestSize) - 10<<10,
+	}
+	var resp *sarama.InitProducerIDResponse
+	err = p.coordinated(ctx, func(coord *sarama.Broker) (sarama.KError, error) {
+		r, err := coord.InitProducerID(&sarama.InitProducerIDRequest{Version: initProducerIDVersion,
+			TransactionalID: &txnID, TransactionTimeout: sc.Producer.Transaction.Timeout, ProducerID: -1, ProducerEpoch: -1})
+		if err != nil {
+			return 0, err
+		}
+		resp = r
+		return r.Err, nil
+	})
+	if err != nil {
+		client.Close()
+		// Initialising a producer id needs Write on the transactional id.
+		return nil, denied(fmt.Errorf("initialise the producer id: %w", err), principal,
+			ask("Write", ResourceTransactionalID, txnID))
+	}
+	p.pid, p.epoch = resp.ProducerID, resp.ProducerEpoch
+	return p, nil
+}
+
+// coordinated runs req against the transaction coordinator until it
+// answers something other than "busy" or "not here": a coordinator
+// loading its log or still writing the last transaction's markers is
+// asked again after a short backoff, a moved one is looked up again. It
+// gives up after the configuration's transaction retries, or when ctx is
+// done.
+func (p *txnProducer) coordinated(ctx context.Context, req func(*sarama.Broker) (sarama.KError, error)) error {
+	wait := coordinatorMinBackoff
+	var last error
+	for try := 0; ; try++ {
+		coord, err := p.client.TransactionCoordinator(p.txnID)
+		if err != nil {
+			return fmt.Errorf("find the transaction coordinator: %w", err)
+		}
+		code, err := req(coord)
+		switch {
+		case err != nil:
+			return err
+		case code == sarama.ErrNoError:
+			return nil
+		case code == sarama.ErrNotCoordinatorForConsumer || code == sarama.ErrConsumerCoordinatorNotAvailable:
+			if rerr := p.client.RefreshTransactionCoordinator(p.txnID); rerr != nil {
+				return errors.Join(code, fmt.Errorf("find the transaction coordinator: %w", rerr))
+			}
+		case code == sarama.ErrConcurrentTransactions || code == sarama.ErrOffsetsLoadInProgress:
+		default:
+			return code
+		}
+		last = code
+		if try >= p.conf.Producer.Transaction.Retry.Max+coordinatorBusyRetries {
+			return last
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(last, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, coordinatorMaxBackoff)
+	}
+}
+
+// coordinatorBusyRetries are the tries past the configuration's
+// transaction retries: a coordinator writing the markers of the last
+// transaction answers CONCURRENT_TRANSACTIONS for a while, and each try
+// waits at most coordinatorMaxBackoff.
+const coordinatorBusyRetries = 10
+
+// publishTxn sends msgs in one transaction and commits it. A commit that
+// fails is ambiguous (*ambiguousError); a produce that fails is not (the
+// transaction cannot have committed: the next producer's initialisation
+// aborts it), but after an error that may mean "fenced" the producer asks
+// the coordinator to abort, whose answer says. When ctx is done first it
+// returns errAbandoned, and the transaction goes on in the background
+// until the producer is closed.
+func (p *txnProducer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMessage) error {
+	if p.broken {
+		return errors.New("the producer failed before: it must be replaced")
+	}
+	err := blocking(ctx, func() error { return p.txn(ctx, msgs) })
+	if err == nil {
+		return nil
+	}
+	p.broken = true
+	var amb *ambiguousError
+	if errors.As(err, &amb) || errors.Is(err, errAbandoned) {
+		return err
+	}
+	err = fmt.Errorf("produce: %w", err)
+	if Classify(err) == Ambiguous {
+		return p.abort(ctx, err)
+	}
+	return err
+}
+
+// txn is one transaction: its partitions added, its batches sent, its
+// commit.
+func (p *txnProducer) txn(ctx context.Context, msgs []*sarama.ProducerMessage) error {
+	if err := p.build(msgs); err != nil {
+		return err
+	}
+	if err := p.addPartitions(ctx); err != nil {
+		return err
+	}
+	for round := 0; ; round++ {
+		var sends []sendBatch
+		for _, pb := range p.parts {
+			if round < len(pb.batches) {
+				sends = append(sends, sendBatch{pb.tp, pb.batches[round]})
+			}
+		}
+		if len(sends) == 0 {
+			break
+		}
+		if err := p.produce(ctx, sends); err != nil {
+			return err
+		}
+	}
+	err := p.coordinated(ctx, func(coord *sarama.Broker) (sarama.KError, error) {
+		r, err := coord.EndTxn(&sarama.EndTxnRequest{Version: endTxnVersion, TransactionalID: p.txnID,
+			ProducerID: p.pid, ProducerEpoch: p.epoch, TransactionResult: true})
+		if err != nil {
+			return 0, err
+		}
+		return r.Err, nil
+	})
+	if err != nil {
+		return p.commitFailed(err)
+	}
+	return nil
+}
+
+// commitFailed is the error of a commit that failed with err: refused
+// (the transaction did not commit, and no retry commits it), fenced, or
+// of unknown outcome.
+func (p *txnProducer) commitFailed(err error) error {
+	err = fmt.Errorf("commit transaction: %w", err)
+	if isUnauthorized(err) {
+		return denied(err, p.principal, ask("Write", ResourceTransactionalID, p.txnID))
+	}
+	if isFenced(err) {
+		return err
+	}
+	return &ambiguousError{err}
+}
+
+// build sorts msgs into their partitions' record batches, in order, with
+// the sequences that follow the partitions' last ones.
+func (p *txnProducer) build(msgs []*sarama.ProducerMessage) error {
+	clear(p.byTP)
+	p.parts = p.parts[:0]
+	if cap(p.recs) < len(msgs) {
+		p.recs = make([]sarama.Record, len(msgs))
+	}
+	p.recs = p.recs[:len(msgs)]
+	p.hdrs = p.hdrs[:0]
+	var topic string
+	var ids []int32
+	var part sarama.Partitioner
+	for i, m := range msgs {
+		if i == 0 || m.Topic != topic {
+			var err error
+			if topic, ids, part, err = p.topic(m.Topic); err != nil {
+				return err
+			}
+		}
+		choice, err := part.Partition(m, int32(len(ids)))
+		if err != nil {
+			return fmt.Errorf("partition a record of topic %s: %w", topic, err)
+		}
+		if choice < 0 || int(choice) >= len(ids) {
+			return fmt.Errorf("partition a record of topic %s: %w", topic, sarama.ErrInvalidPartition)
+		}
+		if err := p.add(topicPartition{topic, ids[choice]}, m, &p.recs[i]); err != nil {
+			return err
+		}
+	}
+	for _, pb := range p.parts {
+		for _, b := range pb.batches {
+			n := int32(len(b.Records))
+			b.LastOffsetDelta = n - 1
+			var most time.Duration
+			for j, r := range b.Records {
+				r.OffsetDelta = int64(j)
+				most = max(most, r.TimestampDelta)
+			}
+			b.MaxTimestamp = b.FirstTimestamp.Add(most)
+			b.FirstSequence = p.seq[pb.tp]
+			p.seq[pb.tp] = nextSequence(b.FirstSequence, n)
+		}
+	}
+	return nil
+}
+
+// topic returns the partitions of topic as the client last saw them, and
+// the partitioner the relay's configuration names.
+func (p *txnProducer) topic(topic string) (string, []int32, sarama.Partitioner, error) {
+	ids, err := p.client.Partitions(topic)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("partitions of topic %s: %w", topic, err)
+	}
+	if len(ids) == 0 {
+		return "", nil, nil, fmt.Errorf("partitions of topic %s: %w", topic, sarama.ErrUnknownTopicOrPartition)
+	}
+	return topic, ids, p.conf.Producer.Partitioner(topic), nil
+}
+
+// add appends m, as the record r, to the last batch of tp, or to a new
+// batch when the last one would pass maxBatch.
+func (p *txnProducer) add(tp topicPartition, m *sarama.ProducerMessage, r *sarama.Record) error {
+	key, err := encoded(m.Key)
+	if err != nil {
+		return fmt.Errorf("encode a record key: %w", err)
+	}
+	value, err := encoded(m.Value)
+	if err != nil {
+		return fmt.Errorf("encode a record value: %w", err)
+	}
+	ts := m.Timestamp
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+	ts = ts.Truncate(time.Millisecond)
+	size := m.ByteSize(2)
+	pb := p.byTP[tp]
+	if pb == nil {
+		pb = p.partition(tp)
+	}
+	var b *sarama.RecordBatch
+	if n := len(pb.batches); n > 0 && pb.size+size < p.maxBatch {
+		b = pb.batches[n-1]
+		pb.size += size
+	} else {
+		b = &sarama.RecordBatch{Version: 2, Codec: p.conf.Producer.Compression,
+			CompressionLevel: p.conf.Producer.CompressionLevel, FirstTimestamp: ts,
+			ProducerID: p.pid, ProducerEpoch: p.epoch, IsTransactional: true}
+		pb.batches = append(pb.batches, b)
+		pb.size = size
+	}
+	start := len(p.hdrs)
+	for i := range m.Headers {
+		p.hdrs = append(p.hdrs, &m.Headers[i])
+	}
+	*r = sarama.Record{Key: key, Value: value, TimestampDelta: ts.Sub(b.FirstTimestamp)}
+	if len(m.Headers) > 0 {
+		r.Headers = p.hdrs[start:len(p.hdrs):len(p.hdrs)]
+	}
+	b.Records = append(b.Records, r)
+	return nil
+}
+
+// partition starts tp's batches of this transaction.
+func (p *txnProducer) partition(tp topicPartition) *partBatches {
+	var pb *partBatches
+	if n := len(p.parts); n < cap(p.parts) && p.parts[:n+1][n] != nil {
+		pb = p.parts[:n+1][n]
+		pb.tp, pb.batches, pb.size = tp, pb.batches[:0], 0
+	} else {
+		pb = &partBatches{tp: tp}
+	}
+	p.parts = append(p.parts, pb)
+	p.byTP[tp] = pb
+	return pb
+}
+
+// encoded returns the bytes of e; nil stays nil.
+func encoded(e sarama.Encoder) ([]byte, error) {
+	if e == nil {
+		return nil, nil
+	}
+	return e.Encode()
+}
+
+// nextSequence is the sequence after n records from seq: Kafka's
+// sequences wrap to 0 after the largest int32.
+func nextSequence(seq, n int32) int32 {
+	if seq > math.MaxInt32-n {
+		return n - (math.MaxInt32 - seq) - 1
+	}
+	return seq + n
+}
+
+// addPartitions adds the transaction's partitions to it.
+func (p *txnProducer) addPartitions(ctx context.Context) error {
+	tps := map[string][]int32{}
+	for _, pb := range p.parts {
+		tps[pb.tp.topic] = append(tps[pb.tp.topic], pb.tp.partition)
+	}
+	var refused error
+	err := p.coordinated(ctx, func(coord *sarama.Broker) (sarama.KError, error) {
+		r, err := coord.AddPartitionsToTxn(&sarama.AddPartitionsToTxnRequest{Version: addPartitionsToTxnVersion,
+			TransactionalID: p.txnID, ProducerID: p.pid, ProducerEpoch: p.epoch, TopicPartitions: tps})
+		if err != nil {
+			return 0, err
+		}
+		// One code for the request: a partition's own refusal (of a
+		// topic, named) outranks the codes of the partitions not
+		// attempted because of it.
+		code := sarama.ErrNoError
+		for topic, pes := range r.Errors {
+			for _, pe := range pes {
+				switch pe.Err {
+				case sarama.ErrNoError, sarama.ErrOperationNotAttempted:
+				case sarama.ErrTopicAuthorizationFailed:
+					refused = denied(fmt.Errorf("add topic %s to the transaction: %w", topic, pe.Err), p.principal,
+						ask("Write", ResourceTopic, topic))
+					return pe.Err, nil
+				default:
+					code = pe.Err
+				}
+			}
+		}
+		return code, nil
+	})
+	if refused != nil {
+		return refused
+	}
+	if err != nil {
+		return denied(fmt.Errorf("add partitions to the transaction: %w", err), p.principal,
+			ask("Write", ResourceTransactionalID, p.txnID))
+	}
+	return nil
+}
+
+// sendBatch is a batch to send and its partition.
+type sendBatch struct {
+	tp    topicPartition
+	batch *sarama.RecordBatch
+}
+
+// produce sends batches, at most one of a partition, and waits for each
+// to be written: one produce request per leader (more when the bytes pass
+// maxRequest), the leaders' at once. A batch refused with a retriable code
+// is sent again, with the same sequence, after the configuration's retry
+// backoff, up to its retries.
+func (p *txnProducer) produce(ctx context.Context, batches []sendBatch) error {
+	for try := 0; ; try++ {
+		retry, err := p.produceOnce(batches)
+		if err != nil || len(retry) == 0 {
+			return err
+		}
+		if try >= p.conf.Producer.Retry.Max {
+			return retry[0].err
+		}
+		topics := map[string]bool{}
+		var names []string
+		for _, r := range retry {
+			if !topics[r.tp.topic] {
+				topics[r.tp.topic] = true
+				names = append(names, r.tp.topic)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(retry[0].err, ctx.Err())
+		case <-time.After(p.conf.Producer.Retry.Backoff):
+		}
+		if err := p.client.RefreshMetadata(names...); err != nil {
+			return errors.Join(retry[0].err, fmt.Errorf("refresh metadata: %w", err))
+		}
+		batches = batches[:0]
+		for _, r := range retry {
+			batches = append(batches, r.sendBatch)
+		}
+	}
+}
+
+// failedBatch is a batch refused with a retriable code.
+type failedBatch struct {
+	sendBatch
+	err error
+}
+
+// produceOnce sends batches once: it returns those refused with a
+// retriable code, or the first other failure.
+func (p *txnProducer) produceOnce(batches []sendBatch) ([]failedBatch, error) {
+	type request struct {
+		broker *sarama.Broker
+		req    *sarama.ProduceRequest
+		sent   []sendBatch
+		bytes  int
+	}
+	var reqs []*request
+	last := map[*sarama.Broker]*request{}
+	for _, b := range batches {
+		leader, err := p.client.Leader(b.tp.topic, b.tp.partition)
+		if err != nil {
+			return nil, fmt.Errorf("leader of %s/%d: %w", b.tp.topic, b.tp.partition, err)
+		}
+		size := batchBytes(b.batch)
+		rq := last[leader]
+		if rq == nil || (rq.bytes > 0 && rq.bytes+size > p.maxRequest) {
+			rq = &request{broker: leader, req: &sarama.ProduceRequest{TransactionalID: &p.txnID,
+				RequiredAcks: p.conf.Producer.RequiredAcks, Timeout: int32(p.conf.Producer.Timeout / time.Millisecond),
+				Version: produceVersion}}
+			last[leader] = rq
+			reqs = append(reqs, rq)
+		}
+		rq.req.AddBatch(b.tp.topic, b.tp.partition, b.batch)
+		rq.sent = append(rq.sent, b)
+		rq.bytes += size
+	}
+	// A broker's requests go one after the other (one in flight per
+	// connection keeps a partition's batches in order across a retry);
+	// brokers at once.
+	byBroker := map[*sarama.Broker][]*request{}
+	var brokers []*sarama.Broker
+	for _, rq := range reqs {
+		if byBroker[rq.broker] == nil {
+			brokers = append(brokers, rq.broker)
+		}
+		byBroker[rq.broker] = append(byBroker[rq.broker], rq)
+	}
+	type outcome struct {
+		retry []failedBatch
+		err   error
+	}
+	outcomes := make([]outcome, len(brokers))
+	run := func(i int) {
+		for _, rq := range byBroker[brokers[i]] {
+			resp, err := rq.broker.Produce(rq.req)
+			if err != nil {
+				outcomes[i].err = fmt.Errorf("produce to broker %s: %w", rq.broker.Addr(), err)
+				return
+			}
+			for _, b := range rq.sent {
+				retry, err := p.checkBlock(resp, b)
+				if err != nil {
+					outcomes[i].err = err
+					return
+				}
+				if retry != nil {
+					outcomes[i].retry = append(outcomes[i].retry, *retry)
+				}
+			}
+		}
+	}
+	if len(brokers) == 1 {
+		run(0)
+	} else {
+		var wg sync.WaitGroup
+		for i := range brokers {
+			wg.Go(func() { run(i) })
+		}
+		wg.Wait()
+	}
+	var retry []failedBatch
+	for _, o := range outcomes {
+		if o.err != nil {
+			return nil, o.err
+		}
+		retry = append(retry, o.retry...)
+	}
+	return retry, nil
+}
+
+// checkBlock reads b's answer in resp: written, to be sent again, or a
+// failure.
+func (p *txnProducer) checkBlock(resp *sarama.ProduceResponse, b sendBatch) (*failedBatch, error) {
+	block := resp.GetBlock(b.tp.topic, b.tp.partition)
+	if block == nil {
+		return nil, fmt.Errorf("produce to %s/%d: %w", b.tp.topic, b.tp.partition, sarama.ErrIncompleteResponse)
+	}
+	switch code := block.Err; {
+	case code == sarama.ErrNoError, code == sarama.ErrDuplicateSequenceNumber:
+		// A duplicate is a batch a retry sent again that the broker
+		// had written: it keeps the first.
+		return nil, nil
+	case isRetriableCode(code) && code != sarama.ErrInvalidMessage:
+		return &failedBatch{b, fmt.Errorf("produce to %s/%d: %w", b.tp.topic, b.tp.partition, code)}, nil
+	default:
+		err := fmt.Errorf("produce to %s/%d: %w", b.tp.topic, b.tp.partition, code)
+		return nil, denied(err, p.principal, ask("Write", ResourceTopic, b.tp.topic),
+			ask("Write", ResourceTransactionalID, p.txnID))
+	}
+}
+
+// batchBytes is b's records' bytes as maxRequest counts them, before
+// compression.
+func batchBytes(b *sarama.RecordBatch) int {
+	n := 0
+	for _, r := range b.Records {
+		n += len(r.Key) + len(r.Value) + 16
+		for _, h := range r.Headers {
+			n += len(h.Key) + len(h.Value) + 2
+		}
+	}
+	return n
+}
+
+// abortTimeout bounds the abort made to learn whether the producer is fenced.
+const abortTimeout = 3 * time.Second
+
+// abort asks the coordinator to abort the transaction; its answer tells a
+// fenced producer (PRODUCER_FENCED) from one whose records merely failed.
+func (p *txnProducer) abort(ctx context.Context, cause error) error {
+	if ctx.Err() != nil {
+		return cause
+	}
+	ctx, cancel := context.WithTimeout(ctx, abortTimeout)
+	defer cancel()
+	err := blocking(ctx, func() error {
+		return p.coordinated(ctx, func(coord *sarama.Broker) (sarama.KError, error) {
+			r, err := coord.EndTxn(&sarama.EndTxnRequest{Version: endTxnVersion, TransactionalID: p.txnID,
+				ProducerID: p.pid, ProducerEpoch: p.epoch, TransactionResult: false})
+			if err != nil {
+				return 0, err
+			}
+			return r.Err, nil
+		})
+	})
+	if err != nil {
+		return errors.Join(cause, fmt.Errorf("abort transaction: %w", err))
+	}
+	return cause
+}
+
+// close closes the producer's connections. A transaction in flight fails;
+// the next producer's initialisation aborts it.
+func (p *txnProducer) close() {
+	p.closeMu.Do(func() { _ = p.client.Close() })
+}
+
+// Producer is the exactly-once relay's transactional producer, for a tool
+// that must produce as the relay does (the bench's ceilings): the same
+// configuration, the same requests, one transaction per Publish.
+type Producer struct{ p *txnProducer }
+
+// OpenProducer connects to cfg's brokers as the relay's exactly-once
+// producer does, with transactional id txnID, and initialises its producer
+// id (which fences an earlier producer with that id). ctx bounds it.
+func OpenProducer(ctx context.Context, cfg Config, txnID string) (*Producer, error) {
+	p, err := openTxnProducer(ctx, cfg.Brokers, saramaConfig(cfg, txnID), cfg.Kafka.Principal())
+	if err != nil {
+		return nil, fmt.Errorf("start transactional producer %s: %w", txnID, err)
+	}
+	return &Producer{p}, nil
+}
+
+// Publish sends msgs in one transaction and commits it. After an error the
+// producer is of no more use: close it and open another.
+func (p *Producer) Publish(ctx context.Context, msgs []*sarama.ProducerMessage) error {
+	return p.p.publishTxn(ctx, msgs)
+}
+
+// Close closes the producer's connections.
+func (p *Producer) Close() { p.p.close() }

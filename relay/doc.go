@@ -29,8 +29,8 @@
 //     Config.Wait) is one Kafka transaction: the rows, then one progress
 //     record naming the last row (id, feed, partition, epoch, position, n).
 //     Rows and progress commit together or not at all.
-//  5. After the commit the progress is stored in SQLite (off the publishing
-//     path: Kafka already has it).
+//  5. After the commit the progress is stored in SQLite (at most every
+//     100 ms, off the publishing path: Kafka already has it).
 //  6. Any failure ends the session: the producer is dropped and the relay
 //     starts again at step 1 after a capped exponential backoff. (A
 //     broker refusing records as too large does not: a new producer
@@ -69,7 +69,10 @@
 //
 // # Kafka clients
 //
-// Records are produced by sarama. The relay's reads (topic metadata and
+// Records are produced with sarama: the exactly-once relay drives the
+// transaction protocol itself with sarama's client and request types
+// (txnProducer), the at-least-once relay uses sarama's idempotent
+// AsyncProducer. The relay's reads (topic metadata and
 // creation, the progress topic) and Consume use franz-go, whose raw fetch
 // processing reports the offset after aborted batches and transaction
 // markers: "read to the end" then stops exactly at the end.

@@ -135,3 +135,55 @@ CREATE UNIQUE INDEX dead_letters_outbox_id ON dead_letters (outbox_id);
 -- The metrics count a feed's dead letters by reason at every scrape; the
 -- index lets SQLite count them without reading the rows (payloads).
 CREATE INDEX dead_letters_reason ON dead_letters (feed, reason);
+
+-- migration: 5
+
+-- Outputs are stored packed (outbox/chunk.go): a chunk holds a run of an
+-- ingest transaction's outputs that share feed, partition, epoch and
+-- topic, at most 64, with consecutive ids ending at last_id. Its body holds
+-- what differs between them (position, n, key, value, headers), output
+-- after output. SQLite's work per row is then paid once per chunk, and the
+-- shared texts are stored once: writing short outputs costs SQLite a tenth
+-- of a row each. position is the least position of its outputs (a replay's
+-- diff reads outputs in place order); bytes is the backlog's count of its
+-- outputs (outbox.RowBytes).
+CREATE TABLE outbox_chunks (
+    last_id    INTEGER PRIMARY KEY,
+    count      INTEGER NOT NULL,
+    position   INTEGER NOT NULL,
+    feed       TEXT NOT NULL,
+    partition  INTEGER NOT NULL,
+    epoch      TEXT NOT NULL,
+    topic      TEXT NOT NULL,
+    created_at INTEGER NOT NULL, -- unix nanoseconds
+    bytes      INTEGER NOT NULL,
+    body       BLOB NOT NULL
+) STRICT;
+
+-- The largest output id ever assigned, pruned outputs included: an id is
+-- never reused.
+CREATE TABLE outbox_ids (last_id INTEGER NOT NULL) STRICT;
+INSERT INTO outbox_ids SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0);
+
+-- Each output of an outbox written before becomes a chunk of its own.
+INSERT INTO outbox_chunks (last_id, count, position, feed, partition, epoch, topic, created_at, bytes, body)
+SELECT id, 1, position, feed, partition, epoch, topic, created_at,
+       coalesce(length(key), 0) + coalesce(length(value), 0) + coalesce(length(headers), 0) + 12,
+       outbox_output(position, n, key, value, headers)
+FROM outbox ORDER BY id;
+DROP TABLE outbox;
+DELETE FROM sqlite_sequence WHERE name = 'outbox';
+
+-- One row per output, as the table of that name had, for SQL that reads
+-- the outbox (state queries, SQL processors). It decodes the bodies with
+-- the outbox_field function, which outboxd registers: other SQLite clients
+-- read outbox_chunks. outbox_slots numbers a chunk's outputs.
+CREATE TABLE outbox_slots (i INTEGER PRIMARY KEY) STRICT;
+WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < 63)
+INSERT INTO outbox_slots SELECT i FROM k;
+CREATE VIEW outbox (id, feed, partition, epoch, position, n, topic, key, value, headers, created_at) AS
+SELECT c.last_id - c.count + 1 + s.i, c.feed, c.partition, c.epoch,
+       outbox_field(c.body, s.i, 0), outbox_field(c.body, s.i, 1), c.topic,
+       outbox_field(c.body, s.i, 2), outbox_field(c.body, s.i, 3), outbox_field(c.body, s.i, 4),
+       c.created_at
+FROM outbox_chunks AS c JOIN outbox_slots AS s ON s.i < c.count;

@@ -38,17 +38,19 @@ type Pending struct {
 	Bytes int64 `json:"bytes"`
 }
 
-// rowOverhead is what a row costs SQLite beyond the bytes of its key,
-// value, headers, feed, epoch and topic: its integers, the record header,
-// the b-tree cell and its page's share of slack. Measured with ledger
-// outputs (TestStore_BacklogBytesOnDisk): the database grows by about
-// RowBytes per row.
-const rowOverhead = 48
+// outputOverhead is what an output costs SQLite beyond the bytes of its
+// key, value and headers: its integers and lengths in its chunk's body, and
+// its share of the chunk (the texts, the record header, the b-tree cell)
+// and of its page's slack. Measured with ledger outputs
+// (TestStore_BacklogBytesOnDisk): the database grows by about RowBytes per
+// output.
+const outputOverhead = 12
 
-// RowBytes is what a row of these fields counts in the backlog: about
-// what it takes on disk.
+// RowBytes is what an output of these fields counts in the backlog: about
+// what it takes on disk. Its feed, epoch and topic are stored once per
+// chunk of up to 64 outputs, and count a share.
 func RowBytes(feed, epoch, topic string, key, value, headers []byte) int64 {
-	return int64(len(feed) + len(epoch) + len(topic) + len(key) + len(value) + len(headers) + rowOverhead)
+	return int64(len(key) + len(value) + len(headers) + (len(feed)+len(epoch)+len(topic))/chunkMaxRows + outputOverhead)
 }
 
 func (r *Row) bytes() int64 { return RowBytes(r.Feed, r.Epoch, r.Topic, r.Key, r.Value, r.Headers) }
@@ -197,28 +199,29 @@ func (s *Store) primeBacklog(ctx context.Context) error {
 // scanMarkRows is the size of the marks a scan makes.
 const scanMarkRows = 4096
 
-// scanBacklog reads the sizes of the rows in (from, to], in marks.
+// scanBacklog reads the sizes of the rows in (from, to], in marks of
+// whole chunks: the chunk holding from counts whole, so the bytes are never
+// under the truth.
 func (s *Store) scanBacklog(ctx context.Context, from, to int64) ([]backlogMark, error) {
 	if to <= from {
 		return nil, nil
 	}
-	rows, err := s.rdb.QueryContext(ctx, fmt.Sprintf(`SELECT id, length(feed) + length(epoch) + length(topic) +
-coalesce(length(key), 0) + coalesce(length(value), 0) + coalesce(length(headers), 0) + %d
-FROM outbox WHERE id > ? AND id <= ? ORDER BY id`, rowOverhead), from, to)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT last_id, count, bytes FROM outbox_chunks
+WHERE last_id > ? AND last_id <= ? ORDER BY last_id`, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("count the outbox backlog: %w", err)
 	}
 	defer rows.Close()
 	var marks []backlogMark
 	var cur backlogMark
-	n := 0
+	n := int64(0)
 	for rows.Next() {
-		var id, b int64
-		if err := rows.Scan(&id, &b); err != nil {
+		var id, count, b int64
+		if err := rows.Scan(&id, &count, &b); err != nil {
 			return nil, fmt.Errorf("count the outbox backlog: %w", err)
 		}
 		cur.last, cur.bytes = id, cur.bytes+b
-		if n++; n == scanMarkRows {
+		if n += count; n >= scanMarkRows {
 			marks, cur, n = append(marks, cur), backlogMark{}, 0
 		}
 	}

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"os"
@@ -20,6 +21,9 @@ type Cursor[T any] struct {
 	rows *sqlx.Rows
 	what string
 	scan func(*sqlx.Rows) (T, error)
+	// pull, when set, makes the rows of the query into the cursor's own:
+	// the next one, false at the end.
+	pull func() (T, bool, error)
 	err  error
 	// release, when set, gives back the connection the query runs on.
 	release func() error
@@ -28,7 +32,18 @@ type Cursor[T any] struct {
 // Next returns the next row; false at the end or on an error (see Err).
 func (c *Cursor[T]) Next() (T, bool) {
 	var zero T
-	if c.err != nil || !c.rows.Next() {
+	if c.err != nil {
+		return zero, false
+	}
+	if c.pull != nil {
+		v, ok, err := c.pull()
+		if err != nil {
+			c.err = fmt.Errorf("read %s: %w", c.what, err)
+			return zero, false
+		}
+		return v, ok
+	}
+	if !c.rows.Next() {
 		return zero, false
 	}
 	v, err := c.scan(c.rows)
@@ -66,23 +81,126 @@ func (c *Cursor[T]) Close() error {
 // epoch, position and id, through the read-only pool. A key or value
 // stored empty comes back empty, not nil.
 //
-// No index orders the outbox by place (one would cost every ingested row
-// a second B-tree insert), so SQLite sorts every row of the feed: on a
-// connection of its own whose temporary store is a file, so that the sort
-// spills to disk past the connection's page cache instead of holding the
-// whole outbox in memory.
+// No index orders the outbox by place (one would cost every chunk written
+// a second B-tree insert), so SQLite sorts the feed's chunks by their
+// least place: on a connection of its own whose temporary store is a file,
+// so that the sort spills to disk past the connection's page cache instead
+// of holding the whole outbox in memory. The outputs of the chunks whose
+// places overlap are merged in memory (see placeMerge): a few chunks' at a
+// time, since a feed's outputs come in place order.
 func (s *Store) OutputsByPlace(ctx context.Context, feed string) (*Cursor[Row], error) {
 	conn, restore, err := s.fileSortConn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the outputs of %s: %w", feed, err)
 	}
-	rows, err := conn.QueryxContext(ctx, `SELECT *, key IS NOT NULL AS key_set, value IS NOT NULL AS value_set
-FROM outbox WHERE feed = ? ORDER BY partition, epoch, position, id`, feed)
+	rows, err := conn.QueryxContext(ctx, `SELECT last_id, count, feed, partition, epoch, topic, created_at, body, position
+FROM outbox_chunks WHERE feed = ? ORDER BY partition, epoch, position, last_id`, feed)
 	if err != nil {
 		restore()
 		return nil, fmt.Errorf("read the outputs of %s: %w", feed, err)
 	}
-	return &Cursor[Row]{rows: rows, what: "the outputs of " + feed, scan: scanOutput, release: restore}, nil
+	m := &placeMerge{rows: rows}
+	return &Cursor[Row]{rows: rows, what: "the outputs of " + feed, pull: m.nextRow, release: restore}, nil
+}
+
+// placeMerge turns chunks in order of their least place (partition, epoch,
+// least position) into outputs in place order: it holds the outputs of
+// the chunks read so far that are not yet returned, in a heap, and reads
+// the next chunk before returning an output unless that chunk's least
+// place is above the output's (so are all its outputs, and every later
+// chunk's).
+type placeMerge struct {
+	rows *sqlx.Rows
+	heap placeHeap
+	next *pendingChunk // read, its outputs not yet in the heap
+	done bool
+}
+
+type pendingChunk struct {
+	head     chunkHead
+	body     []byte
+	position int64
+}
+
+func (m *placeMerge) read() error {
+	m.next = nil
+	if m.done {
+		return nil
+	}
+	if !m.rows.Next() {
+		m.done = true
+		return m.rows.Err()
+	}
+	var c pendingChunk
+	var count int64
+	if err := m.rows.Scan(&c.head.lastID, &count, &c.head.feed, &c.head.partition, &c.head.epoch, &c.head.topic,
+		&c.head.createdAt, &c.body, &c.position); err != nil {
+		return err
+	}
+	c.head.count = int(count)
+	m.next = &c
+	return nil
+}
+
+func (m *placeMerge) nextRow() (Row, bool, error) {
+	if m.next == nil && !m.done {
+		if err := m.read(); err != nil {
+			return Row{}, false, err
+		}
+	}
+	for m.next != nil && (len(m.heap) == 0 || !placeBelow(m.heap[0], m.next)) {
+		rows, err := appendChunkRows(nil, &m.next.head, m.next.body, 0, m.next.head.count)
+		if err != nil {
+			return Row{}, false, err
+		}
+		for _, r := range rows {
+			heap.Push(&m.heap, r)
+		}
+		if err := m.read(); err != nil {
+			return Row{}, false, err
+		}
+	}
+	if len(m.heap) == 0 {
+		return Row{}, false, nil
+	}
+	return heap.Pop(&m.heap).(Row), true, nil
+}
+
+// placeBelow reports whether r's place is below every output of c.
+func placeBelow(r Row, c *pendingChunk) bool {
+	if r.Partition != c.head.partition {
+		return r.Partition < c.head.partition
+	}
+	if r.Epoch != c.head.epoch {
+		return r.Epoch < c.head.epoch
+	}
+	return r.Position < c.position
+}
+
+// placeHeap orders outputs by partition, epoch, position and id.
+type placeHeap []Row
+
+func (h placeHeap) Len() int      { return len(h) }
+func (h placeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h placeHeap) Less(i, j int) bool {
+	a, b := &h[i], &h[j]
+	if a.Partition != b.Partition {
+		return a.Partition < b.Partition
+	}
+	if a.Epoch != b.Epoch {
+		return a.Epoch < b.Epoch
+	}
+	if a.Position != b.Position {
+		return a.Position < b.Position
+	}
+	return a.ID < b.ID
+}
+func (h *placeHeap) Push(x any) { *h = append(*h, x.(Row)) }
+func (h *placeHeap) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return r
 }
 
 // fileSortConn takes a connection of the read pool and makes its
@@ -112,6 +230,16 @@ func (s *Store) fileSortConn(ctx context.Context) (*sqlx.Conn, func() error, err
 	return conn, restore, nil
 }
 
+// scannedRow is a Row as read from the outbox view, with whether its key
+// and value are set: the driver reads an empty BLOB back as nil, and an
+// empty value is not a null one (Kafka takes a null value for a
+// tombstone).
+type scannedRow struct {
+	Row
+	KeySet   bool `db:"key_set"`
+	ValueSet bool `db:"value_set"`
+}
+
 func scanOutput(rows *sqlx.Rows) (Row, error) {
 	var r scannedRow
 	if err := rows.StructScan(&r); err != nil {
@@ -128,7 +256,8 @@ func scanOutput(rows *sqlx.Rows) (Row, error) {
 
 // OwnTables are outboxd's own tables; every other table (sqlite_* aside)
 // is a processor's state. A migration that adds a table adds it here.
-var OwnTables = []string{"meta", "feeds", "positions", "outbox", "dead_letters", "losses", "relay_progress"}
+var OwnTables = []string{"meta", "feeds", "positions", "outbox", "dead_letters", "losses", "relay_progress",
+	"outbox_chunks", "outbox_ids", "outbox_slots"}
 
 // StateTable is a processor's state table.
 type StateTable struct {

@@ -1,9 +1,12 @@
 package outbox_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/outboxd/outboxd/outbox"
@@ -53,4 +56,55 @@ func TestOutputsByPlace(t *testing.T) {
 	if store != 2 {
 		t.Fatalf("temp_store %d after the cursor closed, want 2 (memory) as the pool opens it", store)
 	}
+}
+
+// TestOutputsByPlace_Merged: outputs in many chunks over several
+// transactions, their places interleaved across chunks (positions going
+// back and forth, many outputs at one position), come out in exactly the
+// order a sort of all of them by place and id gives.
+func TestOutputsByPlace_Merged(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t)
+	rng := rand.New(rand.NewPCG(7, 9))
+	type key struct {
+		part    int32
+		epoch   string
+		pos, id int64
+		value   string
+	}
+	var want []key
+	id := int64(0)
+	for range 5 {
+		tx := begin(t, s)
+		for range 400 {
+			p := outbox.Place{Feed: "f", Partition: int32(rng.IntN(2)), Epoch: []string{"a", "b"}[rng.IntN(2)], Position: int64(rng.IntN(50))}
+			tx.SetPlace(p)
+			for range 1 + rng.IntN(3) {
+				id++
+				v := fmt.Sprint(id)
+				must(t, tx.Emit(ctx, out("t", "", v)))
+				want = append(want, key{p.Partition, p.Epoch, p.Position, id, v})
+			}
+		}
+		must(t, tx.Commit())
+	}
+	slices.SortFunc(want, func(a, b key) int {
+		return cmp.Or(cmp.Compare(a.part, b.part), strings.Compare(a.epoch, b.epoch), cmp.Compare(a.pos, b.pos), cmp.Compare(a.id, b.id))
+	})
+	c, err := s.OutputsByPlace(ctx, "f")
+	must(t, err)
+	defer c.Close()
+	i := 0
+	for r, ok := c.Next(); ok; r, ok = c.Next() {
+		if i >= len(want) {
+			t.Fatalf("more outputs than the %d written", len(want))
+		}
+		w := want[i]
+		if r.ID != w.id || r.Partition != w.part || r.Epoch != w.epoch || r.Position != w.pos || string(r.Value) != w.value {
+			t.Fatalf("output %d: %d %d/%s/%d %q, want %+v", i, r.ID, r.Partition, r.Epoch, r.Position, r.Value, w)
+		}
+		i++
+	}
+	must(t, c.Err())
+	equal(t, "outputs", i, len(want))
 }

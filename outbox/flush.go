@@ -2,54 +2,40 @@ package outbox
 
 import (
 	"database/sql/driver"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 )
 
-// outboxColumns is the number of values one outbox row binds.
-const outboxColumns = 10
+// chunkColumns is the number of values one chunk binds.
+const chunkColumns = 10
 
-// flushChunk is the most rows one INSERT writes: fewer statements per
-// batch, well under SQLite's limit of bound variables.
-const flushChunk = 64
+// chunkInsertMax is the most chunks one INSERT writes: fewer statements
+// per batch, well under SQLite's limit of bound variables.
+const chunkInsertMax = 16
 
-// insertRows is an INSERT of n outbox rows, each binding all its columns.
-func insertRows(n int) string {
-	return "INSERT INTO outbox (feed, partition, epoch, position, n, topic, key, value, headers, created_at) VALUES " +
-		Placeholders(n, outboxColumns)
+// insertChunks is an INSERT of n chunks.
+func insertChunks(n int) string {
+	return "INSERT INTO outbox_chunks (last_id, count, position, feed, partition, epoch, topic, created_at, bytes, body) VALUES " +
+		Placeholders(n, chunkColumns)
 }
 
-// sharedColumns is the number of values an INSERT from insertRowsShared
-// binds once for all its rows: feed, partition, epoch, topic, created_at.
-const sharedColumns = 5
-
-// ownColumns is the number of values each of its rows binds: position, n,
-// key, value, headers.
-const ownColumns = outboxColumns - sharedColumns
-
-// insertRowsShared is an INSERT of n outbox rows of one feed, partition,
-// epoch and topic, the common case: those and the commit time are bound
-// once, so each row binds half the values. (Numbered parameters would say
-// it more directly, but the driver looks each one up by name, in time
-// growing with their number.)
-func insertRowsShared(n int) string {
-	return "INSERT INTO outbox (feed, partition, epoch, position, n, topic, key, value, headers, created_at) " +
-		"SELECT ?, ?, ?, column1, column2, ?, column3, column4, column5, ? FROM (VALUES " +
-		Placeholders(n, ownColumns) + ")"
-}
-
-// Statement texts by chunk size, built once: a chunk is flushChunk rows or
-// a power of two below it, so every batch uses the same few statements and
-// the store keeps them prepared (see Tx.stmt).
-var (
-	insertBySize       = map[int]string{}
-	insertSharedBySize = map[int]string{}
+// The statements of the outbox's ids: the largest assigned, read once per
+// commit that writes outputs and set at its end.
+const (
+	lastIDSQL    = `SELECT last_id FROM outbox_ids`
+	setLastIDSQL = `UPDATE outbox_ids SET last_id = ?`
 )
 
+// insertChunksBySize holds the INSERT texts by chunk count, built once: a
+// statement writes chunkInsertMax chunks or a power of two below, so every
+// commit uses the same few statements and the store keeps them prepared.
+var insertChunksBySize = map[int]string{}
+
 func init() {
-	for n := flushChunk; n >= 1; n /= 2 {
-		insertBySize[n] = insertRows(n)
-		insertSharedBySize[n] = insertRowsShared(n)
+	for n := chunkInsertMax; n >= 1; n /= 2 {
+		insertChunksBySize[n] = insertChunks(n)
 	}
 }
 
@@ -100,61 +86,136 @@ func (tx *Tx) prepareCommit() error {
 	return tx.checkOwner()
 }
 
-// flushRows writes the pending outputs in emit order, in chunks of
-// ChunkSize rows; a chunk whose rows share their feed, partition, epoch and
-// topic binds those once. The statements run on the driver's connection,
-// with arguments built straight into the driver's form: through
-// database/sql, converting and checking each of a chunk's hundreds of
-// arguments again cost about a tenth of the flush.
+// keptBodyBytes bounds the body buffer a store keeps between commits.
+const keptBodyBytes = 8 << 20
+
+// chunkSpan is a chunk of a commit's rows: n rows from start, its body at
+// body[from:to] of the commit's buffer, its least position, its backlog
+// bytes.
+type chunkSpan struct {
+	start, n int
+	from, to int
+	position int64
+	bytes    int64
+}
+
+// packRows encodes rows in chunks, appending their bodies to body and
+// their spans to spans: consecutive rows of one feed, partition, epoch and
+// topic, at most chunkMaxRows of them and chunkMaxBody of body (or one
+// row).
+func packRows(rows []Row, body []byte, spans []chunkSpan) ([]byte, []chunkSpan) {
+	for i := 0; i < len(rows); {
+		sp := chunkSpan{start: i, from: len(body), position: rows[i].Position}
+		first := &rows[i]
+		for i < len(rows) && i-sp.start < chunkMaxRows {
+			r := &rows[i]
+			if i > sp.start && (!sameOrigin(r, first) || len(body)-sp.from+outputBytes(r) > chunkMaxBody) {
+				break
+			}
+			body = appendOutput(body, r)
+			sp.bytes += r.bytes()
+			sp.position = min(sp.position, r.Position)
+			i++
+		}
+		sp.n, sp.to = i-sp.start, len(body)
+		spans = append(spans, sp)
+	}
+	return body, spans
+}
+
+// flushRows writes the outputs in emit order, packed in chunks (see
+// chunk.go), several chunks an INSERT, and gives them the ids that follow
+// the last one assigned. The statements run on the driver's connection,
+// with arguments built straight into the driver's form.
 func (tx *Tx) flushRows() error {
 	if len(tx.rows) == 0 {
 		return nil
 	}
-	now := tx.store.Now().UnixNano()
+	s := tx.store
+	now := s.Now().UnixNano()
+	rows := tx.rows
+	// The bodies are slices of one buffer, taken once it stopped growing.
+	body, spans := packRows(rows, s.flushBody[:0], s.flushSpans[:0])
+	defer func() {
+		// Keep the buffers for the next commit, unless outputs made
+		// them large.
+		if cap(body) <= keptBodyBytes {
+			s.flushBody = body[:0]
+		}
+		s.flushSpans = spans[:0]
+	}()
 	return tx.conn.Raw(func(dc any) error {
-		for rows := tx.rows; len(rows) > 0; {
-			k := ChunkSize(len(rows), flushChunk)
-			if err := tx.flushChunk(dc, rows[:k], now); err != nil {
+		last, err := tx.lastOutboxID(dc)
+		if err != nil {
+			return err
+		}
+		for todo := spans; len(todo) > 0; {
+			k := ChunkSize(len(todo), chunkInsertMax)
+			if err := tx.insertChunks(dc, todo[:k], body, last, now); err != nil {
 				return err
 			}
-			rows = rows[k:]
+			todo = todo[k:]
 		}
+		end := last + int64(len(rows))
+		st, err := s.ownDriverStmt(dc, setLastIDSQL)
+		if err != nil {
+			return err
+		}
+		if _, err := st.ExecContext(tx.ctx, []driver.NamedValue{{Ordinal: 1, Value: end}}); err != nil {
+			return fmt.Errorf("store the last outbox id: %w", err)
+		}
+		for i := range rows {
+			rows[i].ID, rows[i].CreatedAt = last+1+int64(i), now
+		}
+		for _, sp := range spans {
+			tx.rowBytes += sp.bytes
+		}
+		tx.lastID = end
 		return nil
 	})
 }
 
-// flushChunk writes one chunk of rows in one INSERT on the driver
-// connection dc, and sets their ids.
-func (tx *Tx) flushChunk(dc any, chunk []Row, now int64) error {
+// lastOutboxID reads the largest id assigned, in the transaction.
+func (tx *Tx) lastOutboxID(dc any) (int64, error) {
+	st, err := tx.store.ownQueryStmt(dc, lastIDSQL)
+	if err != nil {
+		return 0, err
+	}
+	rows, err := st.QueryContext(tx.ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("read the last outbox id: %w", err)
+	}
+	defer rows.Close()
+	v := make([]driver.Value, 1)
+	if err := rows.Next(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = errors.New("outbox_ids has no row")
+		}
+		return 0, fmt.Errorf("read the last outbox id: %w", err)
+	}
+	id, ok := v[0].(int64)
+	if !ok {
+		return 0, fmt.Errorf("read the last outbox id: it is a %T", v[0])
+	}
+	return id, nil
+}
+
+// insertChunks writes spans, chunks of the commit whose bodies are in
+// body, in one INSERT; last is the id before the commit's first output.
+func (tx *Tx) insertChunks(dc any, spans []chunkSpan, body []byte, last, now int64) error {
 	args := tx.store.flushArgs[:0]
 	defer func() { clear(args); tx.store.flushArgs = args[:0] }() // hold no row's bytes
-	var query string
-	if first := &chunk[0]; sharesOrigin(chunk) {
-		query = insertSharedBySize[len(chunk)]
-		args = appendValues(args, first.Feed, int64(first.Partition), first.Epoch, first.Topic, now)
-		for i := range chunk {
-			r := &chunk[i]
-			args = appendValues(args, r.Position, int64(r.N), driverBytes(r.Key), driverBytes(r.Value), driverBytes(r.Headers))
-		}
-	} else {
-		query = insertBySize[len(chunk)]
-		for i := range chunk {
-			r := &chunk[i]
-			args = appendValues(args, r.Feed, int64(r.Partition), r.Epoch, r.Position, int64(r.N),
-				r.Topic, driverBytes(r.Key), driverBytes(r.Value), driverBytes(r.Headers), now)
-		}
+	for _, sp := range spans {
+		r := &tx.rows[sp.start]
+		args = appendValues(args, last+int64(sp.start+sp.n), int64(sp.n), sp.position, r.Feed, int64(r.Partition), r.Epoch,
+			r.Topic, now, sp.bytes, body[sp.from:sp.to:sp.to])
 	}
-	st, err := tx.store.ownDriverStmt(dc, query)
+	st, err := tx.store.ownDriverStmt(dc, insertChunksBySize[len(spans)])
 	if err != nil {
 		return err
 	}
-	res, err := st.ExecContext(tx.ctx, args)
-	if err != nil {
+	if _, err := st.ExecContext(tx.ctx, args); err != nil {
 		return fmt.Errorf("insert outbox rows: %w", err)
-	}
-	tx.remember(res, chunk, now)
-	for i := range chunk {
-		tx.rowBytes += chunk[i].bytes()
 	}
 	return nil
 }
@@ -176,32 +237,7 @@ func driverBytes(b []byte) driver.Value {
 	return b
 }
 
-// remember sets a written chunk's ids and creation time, for the store's
-// cache of recent rows (see RecentRows). A chunk's ids are consecutive
-// (AUTOINCREMENT, one statement), ending with the last insert id; should
-// they not follow the previous chunk's, nothing of the transaction is
-// cached and the relay reads its rows from SQLite.
-func (tx *Tx) remember(res driver.Result, chunk []Row, createdAt int64) {
-	last, err := res.LastInsertId()
-	first := last - int64(len(chunk)) + 1
-	if prev := tx.lastID; err != nil || (prev != 0 && prev+1 != first) {
-		tx.forget = true
-	}
-	tx.lastID = last
-	for i := range chunk {
-		chunk[i].ID, chunk[i].CreatedAt = first+int64(i), createdAt
-	}
-}
-
-// sharesOrigin reports whether every row has the first one's feed,
-// partition, epoch and topic.
-func sharesOrigin(rows []Row) bool {
-	f := &rows[0]
-	for i := range rows[1:] {
-		r := &rows[i+1]
-		if r.Feed != f.Feed || r.Partition != f.Partition || r.Epoch != f.Epoch || r.Topic != f.Topic {
-			return false
-		}
-	}
-	return true
+// sameOrigin reports whether r has o's feed, partition, epoch and topic.
+func sameOrigin(r, o *Row) bool {
+	return r.Feed == o.Feed && r.Partition == o.Partition && r.Epoch == o.Epoch && r.Topic == o.Topic
 }

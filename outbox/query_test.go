@@ -190,7 +190,7 @@ func TestStore_PrepareQuery(t *testing.T) {
 		for text, want := range map[string]string{
 			`INSERT INTO ledger_balances VALUES ('l', 'x', 1, 1)`: "starts with INSERT",
 			`DELETE FROM outbox`:                                                  "starts with DELETE",
-			`WITH x AS (SELECT 1) DELETE FROM outbox`:                             "writes outbox",
+			`WITH x AS (SELECT 1) DELETE FROM dead_letters`:                       "writes dead_letters",
 			`WITH x AS (SELECT 1) INSERT INTO ledger_balances SELECT 'l','a',1,1`: "writes ledger_balances",
 			`PRAGMA writable_schema = 1`:                                          "starts with PRAGMA",
 			`SELECT 1 AS a; DELETE FROM outbox`:                                   "more than one statement",

@@ -57,7 +57,7 @@ var errRawPanic = errors.New("raw: the function panicked")
 type driverStmts struct {
 	conn  any // the driver connection they belong to
 	stmts map[string]driver.Stmt
-	own   map[string]driver.StmtExecContext // the store's own (see ownDriverStmt)
+	own   map[string]driver.Stmt // the store's own (see ownDriverStmt)
 }
 
 // onConn makes dc the connection of the statements: when the pool
@@ -65,7 +65,7 @@ type driverStmts struct {
 // one broken), its statements went with it.
 func (ds *driverStmts) onConn(dc any) {
 	if ds.conn != dc {
-		ds.conn, ds.stmts, ds.own = dc, map[string]driver.Stmt{}, map[string]driver.StmtExecContext{}
+		ds.conn, ds.stmts, ds.own = dc, map[string]driver.Stmt{}, map[string]driver.Stmt{}
 	}
 }
 
@@ -95,6 +95,31 @@ func (s *Store) driverStmt(dc any, query string) (driver.Stmt, error) {
 // store closes, apart from the processors' statements, so that these never
 // push them out.
 func (s *Store) ownDriverStmt(dc any, query string) (driver.StmtExecContext, error) {
+	st, err := s.ownStmt(dc, query)
+	if err != nil {
+		return nil, err
+	}
+	ex, ok := st.(driver.StmtExecContext)
+	if !ok {
+		return nil, fmt.Errorf("prepare %q: the SQLite driver cannot execute with a context", firstLine(query))
+	}
+	return ex, nil
+}
+
+// ownQueryStmt is ownDriverStmt for a statement that returns rows.
+func (s *Store) ownQueryStmt(dc any, query string) (driver.StmtQueryContext, error) {
+	st, err := s.ownStmt(dc, query)
+	if err != nil {
+		return nil, err
+	}
+	q, ok := st.(driver.StmtQueryContext)
+	if !ok {
+		return nil, fmt.Errorf("prepare %q: the SQLite driver cannot query with a context", firstLine(query))
+	}
+	return q, nil
+}
+
+func (s *Store) ownStmt(dc any, query string) (driver.Stmt, error) {
 	ds := &s.drv
 	ds.onConn(dc)
 	if st, ok := ds.own[query]; ok {
@@ -104,13 +129,8 @@ func (s *Store) ownDriverStmt(dc any, query string) (driver.StmtExecContext, err
 	if err != nil {
 		return nil, err
 	}
-	ex, ok := st.(driver.StmtExecContext)
-	if !ok {
-		st.Close()
-		return nil, fmt.Errorf("prepare %q: the SQLite driver cannot execute with a context", firstLine(query))
-	}
-	ds.own[query] = ex
-	return ex, nil
+	ds.own[query] = st
+	return st, nil
 }
 
 // prepareDriver prepares query on the driver connection dc.

@@ -26,35 +26,11 @@ type Row struct {
 	CreatedAt int64  `db:"created_at"` // unix nanoseconds of the commit that wrote it
 }
 
-// scannedRow is a Row as read, with whether its key and value are set: the
-// driver reads an empty BLOB back as nil, and an empty value is not a null
-// one (Kafka takes a null value for a tombstone).
-type scannedRow struct {
-	Row
-	KeySet   bool `db:"key_set"`
-	ValueSet bool `db:"value_set"`
-}
-
 // Rows returns up to limit rows with id > after, in id order. It reads
 // through the read-only pool, so it never waits for the ingest writer. A key
 // or value stored empty comes back empty, not nil.
 func (s *Store) Rows(ctx context.Context, after int64, limit int) ([]Row, error) {
-	var scanned []scannedRow
-	if err := s.rdb.SelectContext(ctx, &scanned, `SELECT *, key IS NOT NULL AS key_set, value IS NOT NULL AS value_set
-FROM outbox WHERE id > ? ORDER BY id LIMIT ?`, after, limit); err != nil {
-		return nil, fmt.Errorf("read outbox rows after %d: %w", after, err)
-	}
-	rows := make([]Row, len(scanned))
-	for i, r := range scanned {
-		if r.KeySet && r.Key == nil {
-			r.Key = []byte{}
-		}
-		if r.ValueSet && r.Value == nil {
-			r.Value = []byte{}
-		}
-		rows[i] = r.Row
-	}
-	return rows, nil
+	return s.RelayRows(ctx, after, limit)
 }
 
 // LastOutboxID is the largest outbox id ever assigned (0 for none), pruned
@@ -66,11 +42,7 @@ func (s *Store) LastOutboxID(ctx context.Context) (int64, error) {
 
 func lastOutboxID(ctx context.Context, q sqlx.QueryerContext) (int64, error) {
 	var id int64
-	err := sqlx.GetContext(ctx, q, &id, `SELECT seq FROM sqlite_sequence WHERE name = 'outbox'`)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	}
-	if err != nil {
+	if err := sqlx.GetContext(ctx, q, &id, lastIDSQL); err != nil {
 		return 0, fmt.Errorf("read last outbox id: %w", err)
 	}
 	return id, nil
@@ -107,25 +79,29 @@ ON CONFLICT(relay_id) DO UPDATE SET last_id = max(last_id, excluded.last_id), up
 	return nil
 }
 
-// pruneChunk bounds each delete so that pruning a large backlog never holds
-// the write lock for long.
-const pruneChunk = 5000
+// pruneChunk bounds each delete (in chunks of outputs) so that pruning a
+// large backlog never holds the write lock for long.
+const pruneChunk = 1000
 
-// Prune deletes published rows (id <= through) created before cutoff, in
-// chunks of the oldest rows, and returns how many it deleted. Rows are
-// created in id order, so it stops at the first chunk holding a row too
-// young to go: a pass costs a chunk, however many rows are kept.
+// Prune deletes published outputs (id <= through) created before cutoff, a
+// chunk of them at a time, oldest first, and returns how many it deleted. A
+// chunk goes once its last output is published. Outputs are created in id
+// order, so it stops at the first delete holding a chunk too young to go:
+// a pass costs one delete, however many outputs are kept.
 func (s *Store) Prune(ctx context.Context, through int64, cutoff time.Time) (int64, error) {
 	var total int64
 	for ctx.Err() == nil {
-		res, err := s.db.ExecContext(ctx, `DELETE FROM outbox WHERE id IN
-(SELECT id FROM outbox WHERE id <= ? ORDER BY id LIMIT ?) AND created_at < ?`, through, pruneChunk, cutoff.UnixNano())
+		var counts []int64
+		err := s.db.SelectContext(ctx, &counts, `DELETE FROM outbox_chunks WHERE last_id IN
+(SELECT last_id FROM outbox_chunks WHERE last_id <= ? ORDER BY last_id LIMIT ?) AND created_at < ? RETURNING count`,
+			through, pruneChunk, cutoff.UnixNano())
 		if err != nil {
 			return total, fmt.Errorf("prune outbox: %w", err)
 		}
-		n, _ := res.RowsAffected()
-		total += n
-		if n < pruneChunk {
+		for _, n := range counts {
+			total += n
+		}
+		if len(counts) < pruneChunk {
 			break
 		}
 	}
@@ -143,9 +119,10 @@ type Backlog struct {
 // Backlog counts the rows after id after, of one feed, or of all when feed
 // is "". For all feeds it costs two lookups by id, not a scan: committed
 // ids have no gaps (a rolled-back transaction gives its ids back), so the
-// count is the last id minus after. For one feed it reads the pending rows
-// (there is no index by feed: it would cost every row written), so a scan
-// that took long is reused for a while (see feedBacklogs).
+// count is the last id minus after. For one feed it reads the pending
+// chunks' heads (there is no index by feed: it would cost every chunk
+// written), so a scan that took long is reused for a while (see
+// feedBacklogs).
 func (s *Store) Backlog(ctx context.Context, feed string, after int64) (Backlog, error) {
 	return s.backlog(ctx, s.rdb, feed, after)
 }
@@ -158,8 +135,8 @@ func (s *Store) backlog(ctx context.Context, q sqlx.QueryerContext, feed string,
 		return s.feedBacklog(ctx, q, feed, after)
 	}
 	err := sqlx.GetContext(ctx, q, &b, `SELECT
-max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0) - ?, 0) AS pending,
-coalesce((SELECT created_at FROM outbox WHERE id > ? ORDER BY id LIMIT 1), 0) AS oldest_at`, after, after)
+max((SELECT last_id FROM outbox_ids) - ?, 0) AS pending,
+coalesce((SELECT created_at FROM outbox_chunks WHERE last_id > ? ORDER BY last_id LIMIT 1), 0) AS oldest_at`, after, after)
 	if err != nil {
 		return b, fmt.Errorf("read outbox backlog: %w", err)
 	}
@@ -214,9 +191,11 @@ func (s *Store) feedBacklog(ctx context.Context, q sqlx.QueryerContext, feed str
 	}
 	var b Backlog
 	// Rows after last are left out, so the result is exactly that of
-	// (after, last], whatever commits meanwhile.
-	err = sqlx.GetContext(ctx, q, &b, `SELECT count(*) AS pending, coalesce(min(created_at), 0) AS oldest_at
-FROM outbox WHERE id > ? AND id <= ? AND feed = ?`, after, last, feed)
+	// (after, last], whatever commits meanwhile; of the chunk holding
+	// after, only its outputs past it count.
+	err = sqlx.GetContext(ctx, q, &b, `SELECT coalesce(sum(min(count, last_id - ?1)), 0) AS pending,
+coalesce(min(created_at), 0) AS oldest_at
+FROM outbox_chunks WHERE last_id > ?1 AND last_id <= ?2 AND feed = ?3`, after, last, feed)
 	if err != nil {
 		return b, fmt.Errorf("read outbox backlog of %s: %w", feed, err)
 	}

@@ -168,12 +168,15 @@ func TestStore_Prune(t *testing.T) {
 
 	t.Run("OK", func(t *testing.T) {
 		s, clk := openStore(t)
-		// More than two chunks' worth of old rows, then three newer ones.
-		const old = 2*5000 + 1
+		// More than two deletes' worth of old rows, then three newer ones,
+		// each a chunk of its own (a chunk goes once its last row may).
+		const old = 2*1000*64 + 1
 		t0 := clk.Now()
 		emitMany(t, s, "f", old)
 		t1 := clk.Add(time.Second)
-		emitMany(t, s, "f", 3)
+		for range 3 {
+			emitMany(t, s, "f", 1)
+		}
 
 		// id <= through, created_at < cutoff: all the old rows, not the
 		// first newer one though its id is within through.
@@ -204,11 +207,28 @@ func TestStore_Prune(t *testing.T) {
 
 	t.Run("ExactChunk", func(t *testing.T) {
 		s, clk := openStore(t)
-		emitMany(t, s, "f", 5000)
-		n, err := s.Prune(ctx, 5000, clk.Now().Add(time.Nanosecond))
+		emitMany(t, s, "f", 1000*64)
+		n, err := s.Prune(ctx, 1000*64, clk.Now().Add(time.Nanosecond))
 		must(t, err)
-		equal(t, "pruned", n, 5000)
+		equal(t, "pruned", n, 1000*64)
 		equal(t, "rows", len(allRows(t, s)), 0)
+	})
+
+	t.Run("ChunkGoesWhole", func(t *testing.T) {
+		// Rows 1..64 are one chunk, 65..70 another: a chunk goes once
+		// its last row is published, never in part.
+		s, clk := openStore(t)
+		emitMany(t, s, "f", 70)
+		cutoff := clk.Now().Add(time.Nanosecond)
+		n, err := s.Prune(ctx, 63, cutoff)
+		must(t, err)
+		equal(t, "pruned through 63", n, 0)
+		n, err = s.Prune(ctx, 69, cutoff)
+		must(t, err)
+		equal(t, "pruned through 69", n, 64)
+		if got := ids(allRows(t, s)); !slices.Equal(got, []int64{65, 66, 67, 68, 69, 70}) {
+			t.Fatalf("ids left = %v", got)
+		}
 	})
 
 	t.Run("CutoffIsExclusive", func(t *testing.T) {

@@ -10,15 +10,45 @@ import (
 // must write exactly what the store writes (the bench's floors) runs the
 // same text rather than a copy.
 
-// OutboxInsertSQL is the statement Commit writes n output rows of one feed,
-// partition, epoch and topic with: those four and the creation time are
-// bound first, once ((feed, partition, epoch, topic, created_at)), then
-// (position, n, key, value, headers) for each row. n is a chunk size
-// (ChunkSize with at most OutboxInsertChunk), else the text is empty.
-func OutboxInsertSQL(n int) string { return insertSharedBySize[n] }
+// OutboxChunkInsertSQL is the statement Commit writes n chunks of outputs
+// with (see PackOutputs), binding for each: its last id, its count, its
+// least position, feed, partition, epoch, topic, the creation time, its
+// bytes and its body. n is
+// a chunk count (ChunkSize with at most OutboxChunkInsertMax), else the
+// text is empty.
+func OutboxChunkInsertSQL(n int) string { return insertChunksBySize[n] }
 
-// OutboxInsertChunk is the most rows one OutboxInsertSQL statement writes.
-const OutboxInsertChunk = flushChunk
+// OutboxChunkInsertMax is the most chunks one OutboxChunkInsertSQL
+// statement writes.
+const OutboxChunkInsertMax = chunkInsertMax
+
+// OutboxLastIDSQL reads the largest outbox id assigned (one row, one
+// column); OutboxSetLastIDSQL sets it, binding the new one. Commit runs
+// each once.
+const (
+	OutboxLastIDSQL    = lastIDSQL
+	OutboxSetLastIDSQL = setLastIDSQL
+)
+
+// PackedChunk is a chunk of outputs as PackOutputs makes it: N rows, from
+// the Start'th, their body, their least position, their backlog bytes.
+type PackedChunk struct {
+	Start, N int
+	Body     []byte
+	Position int64
+	Bytes    int64
+}
+
+// PackOutputs packs rows (their feed, partition, epoch, topic, position,
+// n, key, value and headers) in chunks as Commit does.
+func PackOutputs(rows []Row) []PackedChunk {
+	body, spans := packRows(rows, nil, nil)
+	out := make([]PackedChunk, len(spans))
+	for i, sp := range spans {
+		out[i] = PackedChunk{Start: sp.start, N: sp.n, Body: body[sp.from:sp.to:sp.to], Position: sp.position, Bytes: sp.bytes}
+	}
+	return out
+}
 
 // PositionUpsertSQL is the statement SetPosition runs, binding feed,
 // partition, epoch, position, source end and the update time.

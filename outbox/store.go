@@ -99,7 +99,6 @@ type Store struct {
 	// wrote output rows, so the relay need not poll.
 	committed chan struct{}
 	recent    recentRows   // rows of the latest commits, see RecentRows
-	relayText relayText    // the texts RelayRows read last
 	rowsHint  atomic.Int64 // outputs of the last commit: the next one's first allocation
 	backlogs  feedBacklogs // the last backlog scan of each feed
 	meter     backlogMeter // the whole outbox's backlog, see PendingBacklog
@@ -112,8 +111,11 @@ type Store struct {
 	queries  queryConns    // the state queries' own connections, see QueryConns
 	drv      driverStmts   // statements prepared by Tx.Raw
 	drvSpill []driver.Stmt // prepared past drv's room, closed as the Raw call ends
-	// flushArgs is the writer's buffer of an outbox insert's arguments.
-	flushArgs []driver.NamedValue
+	// flushArgs is the writer's buffer of an outbox insert's arguments,
+	// flushBody and flushSpans those of a commit's chunks (see flushRows).
+	flushArgs  []driver.NamedValue
+	flushBody  []byte
+	flushSpans []chunkSpan
 
 	health writeHealth // how the writes went, for CheckWritable
 	closed atomic.Bool // set by Close

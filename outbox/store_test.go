@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -208,6 +209,68 @@ func TestStore_Open(t *testing.T) {
 		b, err := s.Backlog(ctx, "f", 0)
 		must(t, err)
 		equal(t, "backlog of f", b, outbox.Backlog{Pending: 1, OldestAt: 5})
+	})
+
+	// A database of schema version 4 (a row per output) is migrated on
+	// open: each row becomes a chunk of its own, with its id, its place,
+	// its bytes (an empty key or value stays empty, a NULL one NULL), and
+	// the largest id ever assigned (here a pruned row's) stays the last.
+	t.Run("FromVersion4", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "t.db")
+		db, err := sqlx.Open("sqlite", "file:"+path+"?_pragma=journal_mode(wal)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs := []string{}
+		for _, m := range outboxd.Migrations()[:4] {
+			qs = append(qs, m.SQL)
+		}
+		qs = append(qs, "PRAGMA user_version = 4",
+			`INSERT INTO outbox (id, feed, partition, epoch, position, n, topic, key, value, headers, created_at) VALUES
+(1, 'f', 0, 'e', 10, 0, 't', NULL, x'76', NULL, 5),
+(2, 'f', 0, 'e', 20, 1, 'u', x'', x'', x'0102', 6),
+(3, 'g', 2, 'e2', 30, 0, 't', x'6b', NULL, NULL, 7),
+(4, 'g', 2, 'e2', 40, 0, 't', x'6b', x'77', NULL, 8)`,
+			`DELETE FROM outbox WHERE id = 4`)
+		for _, q := range qs {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db.Close()
+
+		s := openAt(t, outbox.DefaultConfig(path))
+		equal(t, "user_version", pragma(t, outbox.WriterOf(s), "user_version"), fmt.Sprint(len(outboxd.Migrations())))
+		rows, err := s.Rows(ctx, 0, 10)
+		must(t, err)
+		want := []outbox.Row{
+			{ID: 1, Feed: "f", Epoch: "e", Position: 10, Topic: "t", Value: []byte("v"), CreatedAt: 5},
+			{ID: 2, Feed: "f", Epoch: "e", Position: 20, N: 1, Topic: "u", Key: []byte{}, Value: []byte{}, Headers: []byte{1, 2}, CreatedAt: 6},
+			{ID: 3, Feed: "g", Partition: 2, Epoch: "e2", Position: 30, Topic: "t", Key: []byte("k"), CreatedAt: 7},
+		}
+		if !reflect.DeepEqual(rows, want) {
+			t.Fatalf("rows after migrating:\n got %+v\nwant %+v", rows, want)
+		}
+		last, err := s.LastOutboxID(ctx)
+		must(t, err)
+		equal(t, "last outbox id", last, int64(4))
+		// The view shows the same rows, one each.
+		var viewed []struct {
+			ID    int64  `db:"id"`
+			Value []byte `db:"value"`
+			Typ   string `db:"typ"`
+		}
+		must(t, outbox.ReadPoolOf(s).Select(&viewed, `SELECT id, value, typeof(key) AS typ FROM outbox ORDER BY id`))
+		if len(viewed) != 3 || viewed[0].Typ != "null" || viewed[1].Typ != "blob" || string(viewed[2].Value) != "" || viewed[2].ID != 3 {
+			t.Fatalf("the outbox view: %+v", viewed)
+		}
+		// The next output follows the largest id ever assigned.
+		emit(t, s, place("f", 50), out("t", "", "next"))
+		rows, err = s.Rows(ctx, 3, 10)
+		must(t, err)
+		if len(rows) != 1 || rows[0].ID != 5 {
+			t.Fatalf("the next output: %+v, want id 5", rows)
+		}
 	})
 
 	t.Run("PathWithURICharacters", func(t *testing.T) {

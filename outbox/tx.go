@@ -39,8 +39,8 @@ type Place struct {
 // used by one goroutine at a time.
 //
 // Two things keep the per-item cost low. Outputs are kept in memory and
-// written at Commit, many rows per INSERT, in the order they were emitted
-// (so their ids are too). And an item's SAVEPOINT is opened only when the
+// written at Commit, packed many to a SQLite row (see chunk.go), in the
+// order they were emitted (so their ids are too). And an item's SAVEPOINT is opened only when the
 // processor first reaches SQLite through the Tx (Exec, Get, Select, Stmt):
 // an item that writes only outputs needs none.
 type Tx struct {
@@ -62,7 +62,6 @@ type Tx struct {
 	stmts        map[string]*sqlx.Stmt // used in this transaction
 	toKeep       []string              // queries to keep prepared once the transaction ends
 	arena        []byte                // holds copies of the outputs' keys and values
-	forget       bool                  // the written rows' ids are not known: cache none
 	lastID       int64                 // the last id written so far, 0 before the first chunk
 	rowBytes     int64                 // the written rows' bytes, as RowBytes counts them
 	lost         error                 // set once SQLite rolled the transaction back under it
@@ -421,9 +420,7 @@ func (tx *Tx) Commit() error {
 	tx.store.meter.committed(tx.lastID, tx.rowBytes)
 	tx.store.keepStmts(tx.ctx, tx.toKeep)
 	tx.store.rowsHint.Store(int64(min(len(tx.rows), maxRowsHint)))
-	if !tx.forget {
-		tx.store.recent.add(tx.rows) // the cache owns them now
-	}
+	tx.store.recent.add(tx.rows) // the cache owns them now
 	if len(tx.rows) > 0 {
 		select {
 		case tx.store.committed <- struct{}{}:

@@ -70,7 +70,7 @@ func TestPrune_KeepsRowsWithinRetention(t *testing.T) {
 		t.Fatalf("%d rows in the outbox, want all 30 (published less than an hour ago)", n)
 	}
 	// An hour later they go, in bulk.
-	if _, err := outboxtest.Exec(context.Background(), s, `UPDATE outbox SET created_at = created_at - ?`, (2 * time.Hour).Nanoseconds()); err != nil {
+	if _, err := outboxtest.Exec(context.Background(), s, `UPDATE outbox_chunks SET created_at = created_at - ?`, (2 * time.Hour).Nanoseconds()); err != nil {
 		t.Fatal(err)
 	}
 	rr.r.prune(context.Background())

@@ -48,7 +48,7 @@ func TestMain_Queries(t *testing.T) {
 func TestCommand_QueryErrors(t *testing.T) {
 	for _, tc := range []struct{ name, query, want string }{
 		{"Write", `DELETE FROM outbox`, "queries.q: refused: starts with DELETE"},
-		{"WriteInWith", `WITH x AS (SELECT 1) DELETE FROM outbox`, "queries.q: refused: writes outbox: a query may only read"},
+		{"WriteInWith", `WITH x AS (SELECT 1) DELETE FROM dead_letters`, "queries.q: refused: writes dead_letters: a query may only read"},
 		{"Positional", `SELECT balance FROM ledger_balances WHERE account = ?`, "queries.q: refused: a positional parameter"},
 		{"Two", `SELECT 1 AS a; SELECT 2 AS b`, "queries.q: refused: more than one statement"},
 		{"Syntax", `SELECT balance FROM ledger_balances WHERE`, "queries.q: incomplete input"},

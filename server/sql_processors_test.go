@@ -158,7 +158,7 @@ func TestCommand_SQLProcessorMistakes(t *testing.T) {
 		{"NoSuchTable", "FROM balances WHERE", "FROM balance WHERE",
 			"emit (SELECT :account AS key, json_object('account', : ...): no such table: balance"},
 		{"ForbiddenTable", "INSERT INTO balances VALUES (:account, :amount)\n        ON CONFLICT(account) DO UPDATE SET balance = balance + excluded.balance;",
-			"DELETE FROM outbox;", "apply (DELETE FROM outbox): writes outboxd's table outbox (user SQL may read outboxd's tables, never write them)"},
+			"DELETE FROM outbox_chunks;", "apply (DELETE FROM outbox_chunks): writes outboxd's table outbox_chunks (user SQL may read outboxd's tables, never write them)"},
 		{"TransactionControl", "INSERT INTO balances VALUES (:account, :amount)\n        ON CONFLICT(account) DO UPDATE SET balance = balance + excluded.balance;",
 			"COMMIT;", "apply (COMMIT): COMMIT: each item runs in outboxd's own transaction"},
 	} {

@@ -388,8 +388,11 @@ func init() {
 
 // UpsertSQL is the statement the processor stores n balances of one feed
 // with: the feed bound once, then account, balance and lines for each. n is
-// a chunk size (outbox.ChunkSize with at most 64).
+// a chunk size (outbox.ChunkSize with at most UpsertChunk).
 func UpsertSQL(n int) string { return upsertOneFeedBySize[n] }
+
+// UpsertChunk is the most balances one UpsertSQL statement stores.
+const UpsertChunk = upsertChunk
 
 // commit makes a committed batch's balances the known ones.
 func (p *Processor) commit(b *batchBalances) {

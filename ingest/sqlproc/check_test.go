@@ -69,10 +69,12 @@ func TestCheck(t *testing.T) {
 }
 
 // schemaTables are outboxd's tables: user SQL may read them, never write them.
-var schemaTables = []string{"meta", "feeds", "positions", "outbox", "dead_letters", "losses", "relay_progress", "ledger_balances"}
+var schemaTables = []string{"meta", "feeds", "positions", "outbox_chunks", "outbox_ids", "outbox_slots", "dead_letters",
+	"losses", "relay_progress", "ledger_balances"}
 
 // aColumn names a column of each table (some have no rowid).
-var aColumn = map[string]string{"meta": "key", "feeds": "name", "positions": "feed", "outbox": "id", "dead_letters": "id",
+var aColumn = map[string]string{"meta": "key", "feeds": "name", "positions": "feed", "outbox": "id",
+	"outbox_chunks": "last_id", "outbox_ids": "last_id", "outbox_slots": "i", "dead_letters": "id",
 	"losses": "id", "relay_progress": "relay_id", "ledger_balances": "feed", "sqlite_sequence": "name"}
 
 // TestCheck_ForbiddenTables tries every way user SQL has to write
@@ -128,6 +130,34 @@ func TestCheck_ForbiddenTables(t *testing.T) {
 		}
 	}
 
+	// The outbox view cannot be written at all: the guard or SQLite
+	// refuses it, in every statement and from a trigger alike.
+	refusedView := func(err error) bool {
+		return err != nil && (strings.HasSuffix(err.Error(), "cannot modify outbox because it is a view") ||
+			strings.HasSuffix(err.Error(), "writes outboxd's table outbox (user SQL may read outboxd's tables, never write them)"))
+	}
+	for op, stmt := range map[string]string{
+		"Insert": "INSERT INTO outbox DEFAULT VALUES",
+		"Update": "UPDATE outbox SET id = id WHERE :account IS NULL",
+		"Delete": "DELETE FROM main.OUTBOX WHERE :amount IS NULL",
+	} {
+		t.Run("outbox/"+op, func(t *testing.T) {
+			cfg := csvConfig()
+			cfg.Apply = stmt
+			err := sqlproc.Check(ctx, cfg)
+			if !refusedView(err) {
+				t.Fatalf("Check() = %v\nwant the statement refused", err)
+			}
+		})
+	}
+	t.Run("outbox/Trigger", func(t *testing.T) {
+		cfg := csvConfig()
+		cfg.Setup += "; CREATE TRIGGER tr AFTER INSERT ON t BEGIN DELETE FROM outbox; END"
+		if err := sqlproc.Check(ctx, cfg); !refusedView(err) {
+			t.Fatalf("Check() = %v, want the trigger's write refused", err)
+		}
+	})
+
 	trigger := func(table string) string {
 		return fmt.Sprintf("CREATE TRIGGER tr AFTER INSERT ON t BEGIN DELETE FROM %s; END", table)
 	}
@@ -155,6 +185,8 @@ func TestCheck_ForbiddenTables(t *testing.T) {
 				t.Fatalf("Check() = %v\nwant %s", err, want)
 			}
 		})
+	}
+	for _, table := range append(schemaTables, "outbox") {
 		for name, stmt := range map[string]string{
 			"CreateTrigger":       fmt.Sprintf("CREATE TRIGGER x AFTER INSERT ON %s BEGIN SELECT 1; END", table),
 			"CreateTempTrigger":   fmt.Sprintf("CREATE TEMP TRIGGER x AFTER INSERT ON %s BEGIN SELECT 1; END", table),

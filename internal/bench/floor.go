@@ -34,9 +34,11 @@ type floorDB struct {
 // connection.
 type floorStmts struct {
 	dc      any
-	inserts map[int]driver.Stmt // outbox.OutboxInsertSQL by chunk size
+	inserts map[int]driver.Stmt // outbox.OutboxChunkInsertSQL by chunk count
 	upserts map[int]driver.Stmt // ledger.UpsertSQL by chunk size
 	reads   map[int]driver.Stmt // ledger.ReadSQL by chunk size
+	lastID  driver.Stmt
+	setLast driver.Stmt
 	pos     driver.Stmt
 	stats   driver.Stmt
 	owner   driver.Stmt
@@ -102,13 +104,21 @@ func (f *floorDB) stmtsOn(dc any) (*floorStmts, error) {
 		return ds, nil
 	}
 	err := func() (err error) {
-		for n := outbox.OutboxInsertChunk; n >= 1; n /= 2 {
-			if st.inserts[n], err = prep("outbox insert", outbox.OutboxInsertSQL(n)); err != nil {
+		for n := outbox.OutboxChunkInsertMax; n >= 1; n /= 2 {
+			if st.inserts[n], err = prep("outbox insert", outbox.OutboxChunkInsertSQL(n)); err != nil {
 				return err
 			}
+		}
+		for n := ledger.UpsertChunk; n >= 1; n /= 2 {
 			if st.upserts[n], err = prep("balance upsert", ledger.UpsertSQL(n)); err != nil {
 				return err
 			}
+		}
+		if st.lastID, err = prep("last outbox id", outbox.OutboxLastIDSQL); err != nil {
+			return err
+		}
+		if st.setLast, err = prep("last outbox id update", outbox.OutboxSetLastIDSQL); err != nil {
+			return err
 		}
 		for n := ledger.ReadChunk; n >= 1; n /= 2 {
 			if st.reads[n], err = prep("balance read", ledger.ReadSQL(n)); err != nil {
@@ -179,11 +189,14 @@ func (f *floorDB) onConn(ctx context.Context, fn func(dc any) error) error {
 
 // floorBatch is one batch's work, built before the timer: the statement
 // arguments of its reads and upserts (in key order) and outbox inserts (in
-// line order), and its last position.
+// line order: its outputs packed in chunks as the engine packs them, each
+// chunk's last id an offset from the id before the batch, set in the
+// timed part), and its last position.
 type floorBatch struct {
 	reads   [][]driver.NamedValue
 	upserts [][]driver.NamedValue
 	inserts [][]driver.NamedValue
+	offsets [][]int64 // per insert, each chunk's last id less the id before the batch
 	lines   int64
 	last    int64
 	// rows are the batch's outbox rows, in line order, when the inputs
@@ -248,7 +261,7 @@ func (in *floorInputs) batch(n int64) floorBatch {
 	}
 	slices.Sort(accounts) // bytewise, as ledger_balances' key
 	for len(accounts) > 0 {
-		k := outbox.ChunkSize(len(accounts), outbox.OutboxInsertChunk)
+		k := outbox.ChunkSize(len(accounts), ledger.UpsertChunk)
 		args := outbox.DriverArgs(nil, benchFeed)
 		for _, name := range accounts[:k] {
 			a := accountNumber(name)
@@ -257,14 +270,23 @@ func (in *floorInputs) batch(n int64) floorBatch {
 		fb.upserts = append(fb.upserts, args)
 		accounts = accounts[k:]
 	}
-	for len(rows) > 0 {
-		k := outbox.ChunkSize(len(rows), outbox.OutboxInsertChunk)
-		args := outbox.DriverArgs(nil, benchFeed, int64(0), floorEpoch, in.topic, nil) // created_at is set in the timed part
-		for _, r := range rows[:k] {
-			args = outbox.DriverArgs(args, r.pos, int64(0), outbox.DriverBytes(r.key), r.value, nil)
+	out := make([]outbox.Row, len(rows))
+	for i, r := range rows {
+		out[i] = outbox.Row{Feed: benchFeed, Epoch: floorEpoch, Topic: in.topic, Position: r.pos, Key: r.key, Value: r.value}
+	}
+	chunks := outbox.PackOutputs(out)
+	for len(chunks) > 0 {
+		k := outbox.ChunkSize(len(chunks), outbox.OutboxChunkInsertMax)
+		var args []driver.NamedValue
+		var offs []int64
+		for _, c := range chunks[:k] {
+			offs = append(offs, int64(c.Start+c.N))
+			// The last id and the creation time are set in the timed part.
+			args = outbox.DriverArgs(args, nil, int64(c.N), c.Position, benchFeed, int64(0), floorEpoch, in.topic, nil, c.Bytes, c.Body)
 		}
 		fb.inserts = append(fb.inserts, args)
-		rows = rows[k:]
+		fb.offsets = append(fb.offsets, offs)
+		chunks = chunks[k:]
 	}
 	return fb
 }
@@ -343,9 +365,21 @@ func (st *floorStmts) batch(ctx context.Context, fb floorBatch, size int64) erro
 		}
 	}
 	now := time.Now().UnixNano()
-	for _, args := range fb.inserts {
-		args[4].Value = now
-		if err := execStmt(ctx, st.inserts[(len(args)-5)/5], args, "insert outbox rows"); err != nil {
+	if len(fb.inserts) > 0 {
+		if err := queryStmt(ctx, st.lastID, nil, row[:1], "read the last outbox id"); err != nil {
+			return err
+		}
+		last, _ := row[0].(int64)
+		for i, args := range fb.inserts {
+			for j, off := range fb.offsets[i] {
+				args[j*10].Value, args[j*10+7].Value = last+off, now
+			}
+			if err := execStmt(ctx, st.inserts[len(fb.offsets[i])], args, "insert outbox rows"); err != nil {
+				return err
+			}
+		}
+		offs := fb.offsets[len(fb.offsets)-1]
+		if err := execStmt(ctx, st.setLast, outbox.DriverArgs(nil, last+offs[len(offs)-1]), "store the last outbox id"); err != nil {
 			return err
 		}
 	}

@@ -8,18 +8,21 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/ingest/ledger"
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // The statements naive_sqlite runs per line: the state, the feed's
-// position and the output row.
+// position and the output, a chunk of its own (naiveInsertOutbox binds last
+// id, position, feed, epoch, topic, creation time, bytes and body); and
+// once per batch the last outbox id.
 const (
 	naiveUpsertState = `INSERT INTO ledger_balances (feed, account, balance, lines) VALUES (?, ?, ?, 1)
 ON CONFLICT(feed, account) DO UPDATE SET balance = balance + excluded.balance, lines = lines + 1
 RETURNING balance`
 	naiveUpdatePosition = `UPDATE positions SET epoch = ?, position = ?, source_end = ?, updated_at = ?
 WHERE feed = ? AND partition = 0`
-	naiveInsertOutbox = `INSERT INTO outbox (feed, partition, epoch, position, n, topic, key, value, headers, created_at)
-VALUES (?, 0, ?, ?, 0, ?, ?, ?, NULL, ?)`
+	naiveInsertOutbox = `INSERT INTO outbox_chunks (last_id, count, position, feed, partition, epoch, topic, created_at, bytes, body)
+VALUES (?, 1, ?, ?, 0, ?, ?, ?, ?, ?)`
 )
 
 // naiveWriter is the simplest loop that writes the engine's rows: a
@@ -89,11 +92,19 @@ func (w *naiveWriter) batch(ctx context.Context, g *lineGen, n int64) error {
 	}
 	defer tx.Rollback()
 	state, pos, output := tx.StmtContext(ctx, w.state), tx.StmtContext(ctx, w.pos), tx.StmtContext(ctx, w.output)
+	var last int64
+	if err := tx.QueryRowContext(ctx, outbox.OutboxLastIDSQL).Scan(&last); err != nil {
+		return fmt.Errorf("read the last outbox id: %w", err)
+	}
 	for range n {
 		l, text := g.next()
-		if err := w.line(ctx, l, text, state, pos, output); err != nil {
+		last++
+		if err := w.line(ctx, l, text, last, state, pos, output); err != nil {
 			return err
 		}
+	}
+	if _, err := tx.ExecContext(ctx, outbox.OutboxSetLastIDSQL, last); err != nil {
+		return fmt.Errorf("store the last outbox id: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
@@ -101,8 +112,8 @@ func (w *naiveWriter) batch(ctx context.Context, g *lineGen, n int64) error {
 	return nil
 }
 
-// line writes one line's rows.
-func (w *naiveWriter) line(ctx context.Context, l benchLine, text []byte, state, pos, output *sql.Stmt) error {
+// line writes one line's rows, its output with id id.
+func (w *naiveWriter) line(ctx context.Context, l benchLine, text []byte, id int64, state, pos, output *sql.Stmt) error {
 	now := time.Now().UnixNano()
 	var key, v []byte
 	if w.ledger {
@@ -123,7 +134,8 @@ func (w *naiveWriter) line(ctx context.Context, l benchLine, text []byte, state,
 	if _, err := pos.ExecContext(ctx, floorEpoch, l.Position, w.size, now, benchFeed); err != nil {
 		return fmt.Errorf("update position: %w", err)
 	}
-	if _, err := output.ExecContext(ctx, benchFeed, floorEpoch, l.Position, w.topic, key, v, now); err != nil {
+	c := outbox.PackOutputs([]outbox.Row{{Feed: benchFeed, Epoch: floorEpoch, Topic: w.topic, Position: l.Position, Key: key, Value: v}})[0]
+	if _, err := output.ExecContext(ctx, id, l.Position, benchFeed, floorEpoch, w.topic, now, c.Bytes, c.Body); err != nil {
 		return fmt.Errorf("insert outbox row: %w", err)
 	}
 	return nil

@@ -153,9 +153,9 @@ func (f *floorDB) prefillTx(ctx context.Context, accounts []int) error {
 		return err
 	}
 	defer tx.Rollback()
-	args := make([]any, 0, 1+3*outbox.OutboxInsertChunk)
+	args := make([]any, 0, 1+3*ledger.UpsertChunk)
 	for len(accounts) > 0 {
-		k := outbox.ChunkSize(len(accounts), outbox.OutboxInsertChunk)
+		k := outbox.ChunkSize(len(accounts), ledger.UpsertChunk)
 		args = append(args[:0], benchFeed)
 		for _, a := range accounts[:k] {
 			args = append(args, accountName(a), prefillBalance(a), 1)

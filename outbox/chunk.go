@@ -1,0 +1,229 @@
+package outbox
+
+import (
+	"database/sql/driver"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"modernc.org/sqlite"
+)
+
+// The outbox is stored packed. A chunk (a row of outbox_chunks) holds a
+// run of outputs of one transaction that share their feed, partition,
+// epoch and topic, at most chunkMaxRows of them, with consecutive ids: the
+// chunk's last_id and the count before it. What differs between its
+// outputs (position, n, key, value, headers) is its body, output after
+// output. SQLite's work for a row (a b-tree cell, a record to build, a
+// statement's steps) is then paid once per chunk instead of once per
+// output, and the texts the outputs share are stored once: a tenth of the
+// SQLite time of writing each output as a row of its own, for short
+// outputs. The view outbox shows one row per output, as the table of that
+// name did (see schema.sql).
+//
+// An output in a body is:
+//
+//	position   zigzag varint
+//	n          uvarint
+//	key        uvarint length+1 (0: NULL), then the bytes
+//	value      the same
+//	headers    the same (EncodeHeaders form)
+const (
+	// chunkMaxRows is the most outputs of a chunk; the view's slots
+	// (outbox_slots) must number at least as many.
+	chunkMaxRows = 64
+	// chunkMaxBody bounds a chunk's body, but not below one output: four
+	// chunks fit a 16 KiB page, so a page holds little slack (a bound of
+	// a page's half left half the pages empty with 120-byte outputs,
+	// TestStore_BacklogBytesOnDisk).
+	chunkMaxBody = 3900
+)
+
+// ErrBadChunk marks a chunk whose body does not decode: a damaged
+// database.
+var ErrBadChunk = errors.New("outbox chunk does not decode")
+
+// appendOutput appends r's own fields to a chunk body.
+func appendOutput(b []byte, r *Row) []byte {
+	b = binary.AppendVarint(b, r.Position)
+	b = binary.AppendUvarint(b, uint64(r.N))
+	b = appendField(b, r.Key)
+	b = appendField(b, r.Value)
+	return appendField(b, r.Headers)
+}
+
+func appendField(b, f []byte) []byte {
+	if f == nil {
+		return append(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(len(f))+1)
+	return append(b, f...)
+}
+
+// outputBytes is what appendOutput appends for r.
+func outputBytes(r *Row) int {
+	return varintLen(zigzag(r.Position)) + varintLen(uint64(r.N)) +
+		fieldBytes(r.Key) + fieldBytes(r.Value) + fieldBytes(r.Headers)
+}
+
+func fieldBytes(f []byte) int {
+	if f == nil {
+		return 1
+	}
+	return varintLen(uint64(len(f))+1) + len(f)
+}
+
+func zigzag(v int64) uint64 { return uint64(v<<1) ^ uint64(v>>63) }
+
+func varintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+// chunkReader reads the outputs of one body in order.
+type chunkReader struct {
+	b   []byte
+	err error
+}
+
+func (c *chunkReader) next(r *Row) bool {
+	if c.err != nil || len(c.b) == 0 {
+		return false
+	}
+	pos, n := binary.Varint(c.b)
+	if n <= 0 {
+		c.err = ErrBadChunk
+		return false
+	}
+	c.b = c.b[n:]
+	k, n := binary.Uvarint(c.b)
+	if n <= 0 || k > 1<<31 {
+		c.err = ErrBadChunk
+		return false
+	}
+	c.b = c.b[n:]
+	r.Position, r.N = pos, int(k)
+	r.Key, r.Value, r.Headers = c.field(), c.field(), c.field()
+	return c.err == nil
+}
+
+// field reads one length-prefixed field: a slice of the body itself (the
+// caller's copy), nil for NULL, empty (not nil) for an empty one.
+func (c *chunkReader) field() []byte {
+	if c.err != nil {
+		return nil
+	}
+	l, n := binary.Uvarint(c.b)
+	if n <= 0 || l > uint64(len(c.b)-n)+1 {
+		c.err = ErrBadChunk
+		return nil
+	}
+	c.b = c.b[n:]
+	if l == 0 {
+		return nil
+	}
+	f := c.b[: l-1 : l-1]
+	c.b = c.b[l-1:]
+	return f
+}
+
+// chunkHead is a chunk's columns but its body.
+type chunkHead struct {
+	lastID    int64
+	count     int
+	feed      string
+	partition int32
+	epoch     string
+	topic     string
+	createdAt int64
+}
+
+// appendChunkRows appends the outputs of a chunk with ids above after, at
+// most limit of them, decoded from body (which the rows then share).
+func appendChunkRows(dst []Row, h *chunkHead, body []byte, after int64, limit int) ([]Row, error) {
+	first := h.lastID - int64(h.count) + 1
+	c := chunkReader{b: body}
+	r := Row{Feed: h.feed, Partition: h.partition, Epoch: h.epoch, Topic: h.topic, CreatedAt: h.createdAt}
+	i := 0
+	for ; c.next(&r); i++ {
+		if r.ID = first + int64(i); r.ID > after && limit > 0 {
+			dst = append(dst, r)
+			limit--
+		}
+	}
+	if c.err != nil || i != h.count {
+		return dst, fmt.Errorf("outbox chunk ending at id %d (%d outputs, %d decoded): %w", h.lastID, h.count, i, ErrBadChunk)
+	}
+	return dst, nil
+}
+
+// The SQL functions of the packed outbox, registered with the driver for
+// every connection: outbox_output encodes one output as a body (the
+// migration from a row per output), outbox_field reads field f (0
+// position, 1 n, 2 key, 3 value, 4 headers) of output i of a body (the
+// view outbox).
+func init() {
+	sqlite.MustRegisterDeterministicScalarFunction("outbox_output", 5,
+		func(_ *sqlite.FunctionContext, a []driver.Value) (driver.Value, error) {
+			pos, ok1 := a[0].(int64)
+			n, ok2 := a[1].(int64)
+			if !ok1 || !ok2 {
+				return nil, fmt.Errorf("outbox_output: position and n must be integers, not %T and %T", a[0], a[1])
+			}
+			r := Row{Position: pos, N: int(n), Key: blobArg(a[2]), Value: blobArg(a[3]), Headers: blobArg(a[4])}
+			return appendOutput(nil, &r), nil
+		})
+	sqlite.MustRegisterDeterministicScalarFunction("outbox_field", 3,
+		func(_ *sqlite.FunctionContext, a []driver.Value) (driver.Value, error) {
+			body := blobArg(a[0])
+			i, ok1 := a[1].(int64)
+			f, ok2 := a[2].(int64)
+			if !ok1 || !ok2 || f < 0 || f > 4 {
+				return nil, errors.New("outbox_field: want a body, an output's index and a field from 0 to 4")
+			}
+			c := chunkReader{b: body}
+			var r Row
+			for k := int64(0); k <= i; k++ {
+				if !c.next(&r) {
+					if c.err != nil {
+						return nil, c.err
+					}
+					return nil, nil // past the chunk's outputs
+				}
+			}
+			switch f {
+			case 0:
+				return r.Position, nil
+			case 1:
+				return int64(r.N), nil
+			case 2:
+				return blobResult(r.Key), nil
+			case 3:
+				return blobResult(r.Value), nil
+			}
+			return blobResult(r.Headers), nil
+		})
+}
+
+// blobArg is a function argument as bytes: NULL is nil, a text its bytes.
+func blobArg(v driver.Value) []byte {
+	switch t := v.(type) {
+	case []byte:
+		return t
+	case string:
+		return []byte(t)
+	}
+	return nil
+}
+
+// blobResult is f as a function result: NULL for nil, a copy otherwise.
+func blobResult(f []byte) driver.Value {
+	if f == nil {
+		return nil
+	}
+	return append([]byte{}, f...)
+}

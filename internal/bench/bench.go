@@ -29,6 +29,7 @@ type benchOptions struct {
 	Lines     int64
 	Accounts  int
 	LineBytes int
+	LineFill  string
 	// Sweep names what a sweep varies ("accounts"), "" for none;
 	// SweepSizes are its points and Chart the SVG it draws.
 	Sweep           string
@@ -65,6 +66,7 @@ func defaultBenchOptions() benchOptions {
 		SweepSizes:      []int{1000, 10_000, 100_000, 1_000_000, 10_000_000},
 		Lines:           1_000_000,
 		Accounts:        1000,
+		LineFill:        fillSpaces,
 		Rate:            10_000,
 		LatencyDuration: 5 * time.Second,
 		Synchronous:     d.Synchronous,
@@ -84,7 +86,8 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 	fs.Int64Var(&o.Lines, "lines", o.Lines, "lines of the generated ledger file (each phase handles them all)")
 	fs.StringVar(&o.Processor, "processor", o.Processor, "the processor the engine phases run: ledger, forward or orders (orders: --accounts open orders, --lines events on a Kafka topic; the ingest phase only)")
 	fs.IntVar(&o.Accounts, "accounts", o.Accounts, "distinct accounts (Kafka keys) in the generated file")
-	fs.IntVar(&o.LineBytes, "line-bytes", o.LineBytes, "pad each line with spaces to this many bytes, newline included (0: no padding)")
+	fs.IntVar(&o.LineBytes, "line-bytes", o.LineBytes, "pad each line to this many bytes, newline included (0: no padding)")
+	fs.StringVar(&o.LineFill, "line-fill", o.LineFill, "what pads the lines: spaces (which compress to nearly nothing) or random (a space, then letters and digits that LZ4 cannot compress; --processor forward)")
 	fs.StringVar(&o.Sweep, "sweep", o.Sweep, "accounts: measure raw_sqlite and ingest at each of --sweep-sizes accounts, the state written before each")
 	fs.Func("sweep-sizes", "comma-separated account counts of a sweep (default 1000,10000,100000,1000000,10000000)", func(v string) error {
 		o.SweepSizes = nil
@@ -149,6 +152,10 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--processor: %q is not one of ledger, forward, orders", o.Processor)
 	case o.LineBytes < 0 || o.LineBytes > server.DefaultConfig().MaxLine:
 		return fmt.Errorf("--line-bytes: %d, want 0 to %d", o.LineBytes, server.DefaultConfig().MaxLine)
+	case o.LineFill != fillSpaces && o.LineFill != fillRandom:
+		return fmt.Errorf("--line-fill: %q is not spaces or random", o.LineFill)
+	case o.LineFill == fillRandom && o.Processor != "forward":
+		return fmt.Errorf("--line-fill random: the %s processor reads the line whole: give --processor forward", o.Processor)
 	case o.Sweep != "" && o.Sweep != "accounts":
 		return fmt.Errorf("--sweep: %q is not accounts", o.Sweep)
 	case o.Sweep != "" && o.Processor == "forward":

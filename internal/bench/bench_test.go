@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pierrec/lz4/v4"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -130,9 +133,12 @@ func TestBenchCommand(t *testing.T) {
 	})
 
 	t.Run("Forward", func(t *testing.T) {
-		res := run(t, "--processor", "forward", "--line-bytes", "300", "--lines", "5000", "--rate", "0")
+		res := run(t, "--processor", "forward", "--line-bytes", "300", "--line-fill", "random", "--lines", "5000", "--rate", "0")
 		if got := res["settings"]["file_bytes"]; got != 5000*300.0 {
 			t.Errorf("settings.file_bytes = %v, want %d", got, 5000*300)
+		}
+		if got := res["settings"]["line_fill"]; got != "random" {
+			t.Errorf("settings.line_fill = %v, want random", got)
 		}
 		want := map[string]any{"ok": true, "outputs": 5000.0, "duplicates": 0.0, "missing": 0.0, "balances_checked": 0.0}
 		for k, v := range want {
@@ -185,7 +191,8 @@ func TestBenchCommand(t *testing.T) {
 		for _, args := range [][]string{{"--lines", "0"}, {"--no-such-flag"}, {"--synchronous", "off"}, {"--relay-batch", "0"},
 			{"extra"}, {"--processor", "sql"}, {"--line-bytes", "-1"}, {"--sweep", "lines"}, {"--chart", "x.svg"},
 			{"--sweep", "accounts", "--processor", "forward"}, {"--sweep-sizes", "10,x"},
-			{"--record", "--sweep", "accounts"}, {"--record", "--processor", "orders"}} {
+			{"--record", "--sweep", "accounts"}, {"--record", "--processor", "orders"},
+			{"--line-fill", "zeros"}, {"--line-fill", "random", "--line-bytes", "100"}} {
 			var stdout, stderr bytes.Buffer
 			if code := Command(args, &stdout, &stderr); code != 2 {
 				t.Errorf("%v: exit %d, want 2", args, code)
@@ -263,10 +270,40 @@ func TestLexOrder(t *testing.T) {
 	}
 }
 
+// TestLineGen_Fill: padded lines have exactly the length asked for, the
+// same text on every generator, "acct-N,AMOUNT" first; the random fill
+// leaves LZ4 nothing to compress, the spaces nearly everything.
+func TestLineGen_Fill(t *testing.T) {
+	for _, fill := range []string{fillSpaces, fillRandom} {
+		a, b := newLineGen(100, 1024, fill), newLineGen(100, 1024, fill)
+		var all []byte
+		for range 200 {
+			l, text := a.next()
+			_, again := b.next()
+			if len(text) != 1024 || !bytes.Equal(text, again) || text[1023] != '\n' {
+				t.Fatalf("%s: line %d: %d bytes, same on a second generator: %v", fill, l.Index, len(text), bytes.Equal(text, again))
+			}
+			if want := fmt.Sprintf("%s,%d ", accountName(l.Account), l.Amount); !bytes.HasPrefix(text, []byte(want)) {
+				t.Fatalf("%s: line %q does not start with %q", fill, text[:40], want)
+			}
+			all = append(all, text...)
+		}
+		z := make([]byte, lz4.CompressBlockBound(len(all)))
+		n, err := lz4.CompressBlock(all, z, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ratio := float64(n) / float64(len(all))
+		if (fill == fillRandom && ratio < 0.7) || (fill == fillSpaces && ratio > 0.1) {
+			t.Errorf("%s: LZ4 makes the lines %.2f of their size", fill, ratio)
+		}
+	}
+}
+
 // TestBenchOutputCheck shows the smoke test's check fails on each kind of wrong
 // output.
 func TestBenchOutputCheck(t *testing.T) {
-	d, err := writeLines(context.Background(), filepath.Join(t.TempDir(), "l.csv"), 200, 7, 0)
+	d, err := writeLines(context.Background(), filepath.Join(t.TempDir(), "l.csv"), 200, 7, 0, fillSpaces)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,10 @@ type benchLine struct {
 	Position int64 // the byte offset after the line: the file feed's position of it
 }
 
-// lineGen yields the bench's lines "acct-N,AMOUNT" in order, padded with
-// spaces to lineBytes (the ledger ignores them; forward ships them). They
+// lineGen yields the bench's lines "acct-N,AMOUNT" in order, padded to
+// lineBytes with spaces (the ledger ignores them; forward ships them) or,
+// with fill "random", a space and then letters and digits that LZ4 finds
+// nothing to compress in (forward only). They
 // are a pure function of the line index, so every phase and the verifier
 // regenerate them instead of keeping them in memory; an account's name is
 // made from its number on the fly, so a state of ten million accounts
@@ -25,15 +27,25 @@ type benchLine struct {
 type lineGen struct {
 	accounts  int
 	lineBytes int // 0: no padding
+	random    bool
 	i         int64
 	pos       int64
 	buf       []byte
 }
 
+// Fills of the padding (--line-fill).
+const (
+	fillSpaces = "spaces"
+	fillRandom = "random"
+)
+
 // newLineGen starts at the first line.
-func newLineGen(accounts, lineBytes int) *lineGen {
-	return &lineGen{accounts: accounts, lineBytes: lineBytes, buf: make([]byte, 0, max(64, lineBytes))}
+func newLineGen(accounts, lineBytes int, fill string) *lineGen {
+	return &lineGen{accounts: accounts, lineBytes: lineBytes, random: fill == fillRandom, buf: make([]byte, 0, max(64, lineBytes))}
 }
+
+// padChars are the random fill's characters.
+const padChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
 // next returns the next line and its text, "\n" included. The text is
 // valid until the following call.
@@ -43,6 +55,13 @@ func (g *lineGen) next() (benchLine, []byte) {
 	g.buf = appendAccount(g.buf[:0], l.Account)
 	g.buf = append(g.buf, ',')
 	g.buf = strconv.AppendInt(g.buf, l.Amount, 10)
+	if g.random && len(g.buf) < g.lineBytes-1 {
+		g.buf = append(g.buf, ' ')
+		for x := h; len(g.buf) < g.lineBytes-1; {
+			x = mix64(x)
+			g.buf = append(g.buf, padChars[x%uint64(len(padChars))])
+		}
+	}
 	for len(g.buf) < g.lineBytes-1 {
 		g.buf = append(g.buf, ' ')
 	}
@@ -81,6 +100,7 @@ type lineData struct {
 	Size      int64
 	Accounts  int
 	LineBytes int
+	Fill      string
 	// Sums and Counts are each account's expected balance change and line
 	// count; nil past maxVerifyAccounts.
 	Sums   []int64
@@ -88,12 +108,12 @@ type lineData struct {
 }
 
 // gen starts a generator of d's lines.
-func (d lineData) gen() *lineGen { return newLineGen(d.Accounts, d.LineBytes) }
+func (d lineData) gen() *lineGen { return newLineGen(d.Accounts, d.LineBytes, d.Fill) }
 
 // writeLines writes lines generated lines to path, streaming, and returns
 // what they hold.
-func writeLines(ctx context.Context, path string, lines int64, accounts, lineBytes int) (lineData, error) {
-	d := lineData{Path: path, Lines: lines, Accounts: accounts, LineBytes: lineBytes}
+func writeLines(ctx context.Context, path string, lines int64, accounts, lineBytes int, fill string) (lineData, error) {
+	d := lineData{Path: path, Lines: lines, Accounts: accounts, LineBytes: lineBytes, Fill: fill}
 	if accounts <= maxVerifyAccounts {
 		d.Sums, d.Counts = make([]int64, accounts), make([]int64, accounts)
 	}
@@ -133,7 +153,7 @@ func (b *bench) generate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d, err := writeLines(ctx, path, b.o.Lines, b.o.Accounts, b.o.LineBytes)
+	d, err := writeLines(ctx, path, b.o.Lines, b.o.Accounts, b.o.LineBytes, b.o.LineFill)
 	if err != nil {
 		return err
 	}

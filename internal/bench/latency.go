@@ -20,6 +20,7 @@ import (
 type latencyRun struct {
 	accounts  int
 	lineBytes int
+	fill      string
 	positions []int64        // each line's position, ascending
 	appended  []atomic.Int64 // each line's append time, unix nanoseconds
 
@@ -37,11 +38,11 @@ type latencyRun struct {
 // newLatencyRun prepares n lines. The first is a warm-up: it is appended
 // alone, and the measured lines follow once its output was seen, so the
 // server's start-up is not counted as latency.
-func newLatencyRun(accounts, lineBytes int, n int64) *latencyRun {
+func newLatencyRun(accounts, lineBytes int, fill string, n int64) *latencyRun {
 	n++ // the warm-up line
-	lr := &latencyRun{accounts: accounts, lineBytes: lineBytes, positions: make([]int64, n), appended: make([]atomic.Int64, n),
+	lr := &latencyRun{accounts: accounts, lineBytes: lineBytes, fill: fill, positions: make([]int64, n), appended: make([]atomic.Int64, n),
 		seen: newBitset(n), latencies: make([]time.Duration, 0, n), complete: make(chan struct{}), warm: make(chan struct{})}
-	g := newLineGen(accounts, lineBytes)
+	g := newLineGen(accounts, lineBytes, fill)
 	for i := range lr.positions {
 		l, _ := g.next()
 		lr.positions[i] = l.Position
@@ -70,7 +71,7 @@ func (b *bench) runLatency(ctx context.Context) error {
 	if err := os.WriteFile(path, nil, 0o644); err != nil {
 		return fmt.Errorf("create latency file: %w", err)
 	}
-	lr := newLatencyRun(b.o.Accounts, b.o.LineBytes, n)
+	lr := newLatencyRun(b.o.Accounts, b.o.LineBytes, b.o.LineFill, n)
 	if err := b.measureLatency(ctx, lr, path, topic); err != nil {
 		return err
 	}
@@ -122,7 +123,7 @@ func (lr *latencyRun) write(ctx context.Context, path string, rate int, warmed f
 		return fmt.Errorf("open latency file: %w", err)
 	}
 	defer f.Close()
-	g, n := newLineGen(lr.accounts, lr.lineBytes), int64(len(lr.positions))
+	g, n := newLineGen(lr.accounts, lr.lineBytes, lr.fill), int64(len(lr.positions))
 	_, text := g.next()
 	lr.appended[0].Store(time.Now().UnixNano())
 	if _, err := f.Write(text); err != nil {

@@ -150,6 +150,7 @@ type benchSettings struct {
 	Lines         int64  `json:"lines"`
 	Accounts      int    `json:"accounts"`
 	LineBytes     int    `json:"line_bytes"`
+	LineFill      string `json:"line_fill"`
 	FileBytes     int64  `json:"file_bytes"`
 	Synchronous   string `json:"synchronous"`
 	BatchMax      int    `json:"batch_max"`
@@ -177,7 +178,7 @@ func newBenchResult(o benchOptions) *benchResult {
 	return &benchResult{
 		RSS: rssResult{Phases: map[string]float64{}},
 		Settings: benchSettings{
-			Processor: o.Processor, Lines: o.Lines, Accounts: o.Accounts, LineBytes: o.LineBytes, Synchronous: o.Synchronous,
+			Processor: o.Processor, Lines: o.Lines, Accounts: o.Accounts, LineBytes: o.LineBytes, LineFill: o.LineFill, Synchronous: o.Synchronous,
 			BatchMax: o.BatchMax, BatchWait: o.BatchWait.String(), RelayBatch: o.RelayBatch, RelayWait: o.RelayWait.String(),
 			Partitions: topicPartitions, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 			GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: o.GOGC, OS: runtime.GOOS, Arch: runtime.GOARCH, Record: o.Record,
@@ -312,8 +313,8 @@ func (r *benchResult) tail(w io.Writer) {
 // settingsLines writes the settings a run used.
 func (r *benchResult) settingsLines(w io.Writer) {
 	s := r.Settings
-	fmt.Fprintf(w, "settings  processor=%s line_bytes=%d synchronous=%s batch_max=%d batch_wait=%s relay_batch=%d relay_wait=%s partitions=%d\n",
-		s.Processor, s.LineBytes, s.Synchronous, s.BatchMax, s.BatchWait, s.RelayBatch, s.RelayWait, s.Partitions)
+	fmt.Fprintf(w, "settings  processor=%s line_bytes=%d line_fill=%s synchronous=%s batch_max=%d batch_wait=%s relay_batch=%d relay_wait=%s partitions=%d\n",
+		s.Processor, s.LineBytes, s.LineFill, s.Synchronous, s.BatchMax, s.BatchWait, s.RelayBatch, s.RelayWait, s.Partitions)
 	fmt.Fprintf(w, "          %s cpus=%d gomaxprocs=%d gogc=%d server_gomemlimit=%s %s/%s sqlite=%s dir=%s\n",
 		s.GoVersion, s.CPUs, s.GOMAXPROCS, s.GOGC, s.ServerMemLimit, s.OS, s.Arch, s.SQLiteVersion, s.Dir)
 }

@@ -89,7 +89,7 @@ func (b *bench) sweepPoint(ctx context.Context, n int) (sweepPoint, error) {
 	if err != nil {
 		return p, err
 	}
-	d, err := writeLines(ctx, lines, b.o.Lines, n, b.o.LineBytes)
+	d, err := writeLines(ctx, lines, b.o.Lines, n, b.o.LineBytes, b.o.LineFill)
 	if err != nil {
 		return p, err
 	}

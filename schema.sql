@@ -142,11 +142,12 @@ CREATE INDEX dead_letters_reason ON dead_letters (feed, reason);
 -- ingest transaction's outputs that share feed, partition, epoch and
 -- topic, at most 64, with consecutive ids ending at last_id. Its body holds
 -- what differs between them (position, n, key, value, headers), output
--- after output. SQLite's work per row is then paid once per chunk, and the
--- shared texts are stored once: writing short outputs costs SQLite a tenth
--- of a row each. position is the least position of its outputs (a replay's
--- diff reads outputs in place order); bytes is the backlog's count of its
--- outputs (outbox.RowBytes).
+-- after output, LZ4-compressed when that saves a tenth. SQLite's work per
+-- row is then paid once per chunk, and the shared texts are stored once:
+-- writing short outputs costs SQLite a tenth of a row each. position is the
+-- least position of its outputs (a replay's diff reads outputs in place
+-- order); bytes is what the chunk counts in the backlog, about what it
+-- takes on disk.
 CREATE TABLE outbox_chunks (
     last_id    INTEGER PRIMARY KEY,
     count      INTEGER NOT NULL,
@@ -168,9 +169,8 @@ INSERT INTO outbox_ids SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE na
 -- Each output of an outbox written before becomes a chunk of its own.
 INSERT INTO outbox_chunks (last_id, count, position, feed, partition, epoch, topic, created_at, bytes, body)
 SELECT id, 1, position, feed, partition, epoch, topic, created_at,
-       coalesce(length(key), 0) + coalesce(length(value), 0) + coalesce(length(headers), 0) + 12,
-       outbox_output(position, n, key, value, headers)
-FROM outbox ORDER BY id;
+       length(body) + length(feed) + length(epoch) + length(topic) + 48, body
+FROM (SELECT *, outbox_output(position, n, key, value, headers) AS body FROM outbox) ORDER BY id;
 DROP TABLE outbox;
 DELETE FROM sqlite_sequence WHERE name = 'outbox';
 

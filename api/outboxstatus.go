@@ -20,8 +20,8 @@ type OutboxStatus struct {
 	// how long the oldest of them has waited, in seconds.
 	Pending          int64   `json:"pending"`
 	OldestPendingAge float64 `json:"oldestPendingAge"`
-	// PendingBytes is the bytes of the pending rows, about what they take
-	// on disk (outbox.RowBytes), never fewer.
+	// PendingBytes is the bytes of the pending rows' chunks, about what
+	// they take on disk, never fewer.
 	PendingBytes int64 `json:"pendingBytes"`
 	// MaxBacklogBytes and MaxBacklogRows are the backlog's bound (0:
 	// none): past it ingest pauses, its feeds' state backpressure.

@@ -8,7 +8,7 @@ import (
 )
 
 // BacklogLimit bounds the outbox backlog: the rows not yet published and
-// their bytes (as RowBytes counts them). A zero field sets no bound.
+// their bytes (see Pending). A zero field sets no bound.
 type BacklogLimit struct {
 	Bytes int64
 	Rows  int64
@@ -32,28 +32,23 @@ func (l BacklogLimit) Below(p Pending, frac float64) bool {
 }
 
 // Pending is the outbox backlog: the rows after the last one published,
-// and their bytes as RowBytes counts them.
+// and the bytes of their chunks (about what they take on disk).
 type Pending struct {
 	Rows  int64 `json:"rows"`
 	Bytes int64 `json:"bytes"`
 }
 
-// outputOverhead is what an output costs SQLite beyond the bytes of its
-// key, value and headers: its integers and lengths in its chunk's body, and
-// its share of the chunk (the texts, the record header, the b-tree cell)
-// and of its page's slack. Measured with ledger outputs
-// (TestStore_BacklogBytesOnDisk): the database grows by about RowBytes per
-// output.
-const outputOverhead = 12
+// chunkOverhead is what a chunk costs SQLite beyond its body and texts:
+// its integers, the record header, the b-tree cell and its page's share of
+// slack. Measured with ledger-like outputs (TestStore_BacklogBytesOnDisk):
+// the database grows by about chunkBytes per chunk.
+const chunkOverhead = 48
 
-// RowBytes is what an output of these fields counts in the backlog: about
-// what it takes on disk. Its feed, epoch and topic are stored once per
-// chunk of up to 64 outputs, and count a share.
-func RowBytes(feed, epoch, topic string, key, value, headers []byte) int64 {
-	return int64(len(key) + len(value) + len(headers) + (len(feed)+len(epoch)+len(topic))/chunkMaxRows + outputOverhead)
+// chunkBytes is what a chunk counts in the backlog: about what it takes on
+// disk, its body as stored (compressed or not).
+func chunkBytes(body []byte, feed, epoch, topic string) int64 {
+	return int64(len(body) + len(feed) + len(epoch) + len(topic) + chunkOverhead)
 }
-
-func (r *Row) bytes() int64 { return RowBytes(r.Feed, r.Epoch, r.Topic, r.Key, r.Value, r.Headers) }
 
 // maxMarks bounds backlogMeter's marks (16 bytes each): past it,
 // neighbours merge, and a merged pair counts as pending until its last row

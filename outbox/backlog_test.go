@@ -3,28 +3,42 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
-// emitN commits n rows of feed f, one item each, values of size vsize,
-// and returns their bytes as RowBytes counts them and the last id.
+// emitN commits n rows of feed f, one item each, values of size vsize
+// (letters in turn: they compress), and returns the bytes the backlog
+// counts for them: those of the chunks the commit wrote.
 func emitN(t *testing.T, s *outbox.Store, n, vsize int, at int64) (bytes int64) {
+	return emitFilled(t, s, n, vsize, at, func(val []byte, _ int) {
+		for i := range val {
+			val[i] = byte('a' + i%26)
+		}
+	})
+}
+
+// emitFilled is emitN with each value filled by fill(value, i).
+func emitFilled(t *testing.T, s *outbox.Store, n, vsize int, at int64, fill func([]byte, int)) (bytes int64) {
 	t.Helper()
 	ctx := context.Background()
+	before, err := s.LastOutboxID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tx, err := s.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
 	val := make([]byte, vsize)
-	for i := range val {
-		val[i] = byte('a' + i%26)
-	}
 	for i := range n {
+		fill(val, i)
 		p := outbox.Place{Feed: "ledger", Epoch: "65024:9979361:7d453c7ecb0cbfce", Position: at + int64(i) + 1}
 		if err := tx.BeginItem(p); err != nil {
 			t.Fatal(err)
@@ -37,9 +51,11 @@ func emitN(t *testing.T, s *outbox.Store, n, vsize int, at int64) (bytes int64) 
 		if err := tx.EndItem(); err != nil {
 			t.Fatal(err)
 		}
-		bytes += outbox.RowBytes("ledger", p.Epoch, "ledger.out", key, val, outbox.EncodeHeaders(hs))
 	}
 	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := outboxtest.Get(ctx, s, &bytes, `SELECT coalesce(sum(bytes), 0) FROM outbox_chunks WHERE last_id > ?`, before); err != nil {
 		t.Fatal(err)
 	}
 	return bytes
@@ -128,10 +144,10 @@ func TestStore_PendingBacklogManyCommits(t *testing.T) {
 	}
 }
 
-// RowBytes is about what a row takes on disk: a database of ledger-like
-// outputs grows by RowBytes per row within a quarter either way, up to
-// half more for rows of a kilobyte (a page holds three of them, and
-// the rest of it is slack).
+// A chunk's bytes are about what it takes on disk, compressed or not: a
+// database of ledger-like outputs grows by them within a quarter either
+// way, up to half more for incompressible rows of a kilobyte (a chunk
+// holds three of them, and the rest of its page is slack).
 func TestStore_BacklogBytesOnDisk(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "d.db")
@@ -145,22 +161,35 @@ func TestStore_BacklogBytesOnDisk(t *testing.T) {
 		}
 		return n
 	}
-	for _, vsize := range []int{60, 120, 1000} {
-		t.Run(fmt.Sprint(vsize), func(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, c := range []struct {
+		vsize  int
+		random bool
+	}{{60, false}, {120, false}, {1000, false}, {60, true}, {120, true}, {1000, true}} {
+		vsize := c.vsize
+		t.Run(fmt.Sprintf("%d/random=%v", vsize, c.random), func(t *testing.T) {
 			if _, err := outbox.WriterOf(s).Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 				t.Fatal(err)
 			}
 			before := size()
 			var counted int64
 			for i := range 20 {
-				counted += emitN(t, s, 2000, vsize, int64(i*2000))
+				if c.random {
+					counted += emitFilled(t, s, 2000, vsize, int64(i*2000), func(v []byte, _ int) {
+						for j := range v {
+							v[j] = byte(rng.UintN(256))
+						}
+					})
+				} else {
+					counted += emitN(t, s, 2000, vsize, int64(i*2000))
+				}
 			}
 			if _, err := outbox.WriterOf(s).Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 				t.Fatal(err)
 			}
 			grew := size() - before
 			ratio := float64(grew) / float64(counted)
-			t.Logf("values of %d bytes: %d rows, counted %d bytes, the file grew %d: %.2f", vsize, 40_000, counted, grew, ratio)
+			t.Logf("values of %d bytes (random %v): %d rows, counted %d bytes, the file grew %d: %.2f", vsize, c.random, 40_000, counted, grew, ratio)
 			if most := map[bool]float64{true: 1.5, false: 1.25}[vsize >= 1000]; ratio < 0.75 || ratio > most {
 				t.Fatalf("the file grew %.2f times the counted bytes, want 0.75 to %.2f", ratio, most)
 			}

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
+	"github.com/pierrec/lz4/v4"
 	"modernc.org/sqlite"
 )
 
@@ -21,7 +23,10 @@ import (
 // outputs. The view outbox shows one row per output, as the table of that
 // name did (see schema.sql).
 //
-// An output in a body is:
+// A body is a byte saying how the outputs are stored, then the outputs:
+// bodyRaw as they are, bodyLZ4 as an LZ4 block (github.com/pierrec/lz4)
+// after their length (uvarint). Bodies of bodyCompressMin bytes or more are
+// compressed when that saves a tenth of them. An output is:
 //
 //	position   zigzag varint
 //	n          uvarint
@@ -39,9 +44,87 @@ const (
 	chunkMaxBody = 3900
 )
 
+// The body formats.
+const (
+	bodyRaw = 0
+	bodyLZ4 = 1
+)
+
+// bodyCompressMin is the smallest body worth compressing.
+const bodyCompressMin = 256
+
 // ErrBadChunk marks a chunk whose body does not decode: a damaged
 // database.
 var ErrBadChunk = errors.New("outbox chunk does not decode")
+
+// compressor compresses chunk bodies, and learns to stop trying where
+// outputs do not compress: LZ4 spends about a microsecond a kilobyte to
+// find that out. After a body that did not compress it skips the next
+// ones, twice as many after each further failure (at most
+// maxCompressSkip), and tries every body again after one that compressed.
+type compressor struct {
+	c      lz4.Compressor
+	z      []byte // the compressed body, reused
+	skip   int    // bodies to leave as they are before trying again
+	misses int    // bodies that did not compress in a row
+}
+
+// maxCompressSkip bounds the bodies skipped after failures in a row.
+const maxCompressSkip = 64
+
+// body compresses the outputs at body[from+1:] in place when that saves a
+// tenth of them, setting the format byte at body[from].
+func (c *compressor) body(body []byte, from int) []byte {
+	raw := body[from+1:]
+	if len(raw) < bodyCompressMin {
+		return body
+	}
+	if c.skip > 0 {
+		c.skip--
+		return body
+	}
+	c.z = slices.Grow(c.z[:0], lz4.CompressBlockBound(len(raw))+binary.MaxVarintLen64)
+	z := binary.AppendUvarint(c.z, uint64(len(raw)))
+	n, err := c.c.CompressBlock(raw, z[len(z):cap(z)])
+	if err != nil || n == 0 || len(z)+n > len(raw)*9/10 {
+		c.misses++
+		c.skip = min(1<<min(c.misses-1, 6), maxCompressSkip)
+		return body
+	}
+	c.misses = 0
+	z = z[:len(z)+n]
+	body = append(body[:from], bodyLZ4)
+	return append(body, z...)
+}
+
+// outputsOf returns the outputs of a body, decompressed into a new array
+// when they are compressed.
+func outputsOf(body []byte) ([]byte, error) {
+	if len(body) == 0 {
+		return nil, ErrBadChunk
+	}
+	switch body[0] {
+	case bodyRaw:
+		return body[1:], nil
+	case bodyLZ4:
+		l, n := binary.Uvarint(body[1:])
+		// LZ4 expands at most 255 times: a length past that is damage,
+		// not a size to allocate.
+		if n <= 0 || l > maxOutputsBytes || l > 255*uint64(len(body))+64 {
+			return nil, ErrBadChunk
+		}
+		out := make([]byte, l)
+		m, err := lz4.UncompressBlock(body[1+n:], out)
+		if err != nil || uint64(m) != l {
+			return nil, ErrBadChunk
+		}
+		return out, nil
+	}
+	return nil, ErrBadChunk
+}
+
+// maxOutputsBytes bounds what a compressed body may claim to hold.
+const maxOutputsBytes = 1 << 31
 
 // appendOutput appends r's own fields to a chunk body.
 func appendOutput(b []byte, r *Row) []byte {
@@ -146,7 +229,11 @@ type chunkHead struct {
 // most limit of them, decoded from body (which the rows then share).
 func appendChunkRows(dst []Row, h *chunkHead, body []byte, after int64, limit int) ([]Row, error) {
 	first := h.lastID - int64(h.count) + 1
-	c := chunkReader{b: body}
+	outs, err := outputsOf(body)
+	if err != nil {
+		return dst, fmt.Errorf("outbox chunk ending at id %d: %w", h.lastID, err)
+	}
+	c := chunkReader{b: outs}
 	r := Row{Feed: h.feed, Partition: h.partition, Epoch: h.epoch, Topic: h.topic, CreatedAt: h.createdAt}
 	i := 0
 	for ; c.next(&r); i++ {
@@ -175,11 +262,14 @@ func init() {
 				return nil, fmt.Errorf("outbox_output: position and n must be integers, not %T and %T", a[0], a[1])
 			}
 			r := Row{Position: pos, N: int(n), Key: blobArg(a[2]), Value: blobArg(a[3]), Headers: blobArg(a[4])}
-			return appendOutput(nil, &r), nil
+			return appendOutput([]byte{bodyRaw}, &r), nil
 		})
 	sqlite.MustRegisterDeterministicScalarFunction("outbox_field", 3,
 		func(_ *sqlite.FunctionContext, a []driver.Value) (driver.Value, error) {
-			body := blobArg(a[0])
+			body, err := outputsOf(blobArg(a[0]))
+			if err != nil {
+				return nil, err
+			}
 			i, ok1 := a[1].(int64)
 			f, ok2 := a[2].(int64)
 			if !ok1 || !ok2 || f < 0 || f > 4 {

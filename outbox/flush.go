@@ -86,12 +86,9 @@ func (tx *Tx) prepareCommit() error {
 	return tx.checkOwner()
 }
 
-// keptBodyBytes bounds the body buffer a store keeps between commits.
-const keptBodyBytes = 8 << 20
-
 // chunkSpan is a chunk of a commit's rows: n rows from start, its body at
 // body[from:to] of the commit's buffer, its least position, its backlog
-// bytes.
+// bytes (chunkBytes).
 type chunkSpan struct {
 	start, n int
 	from, to int
@@ -99,34 +96,40 @@ type chunkSpan struct {
 	bytes    int64
 }
 
-// packRows encodes rows in chunks, appending their bodies to body and
-// their spans to spans: consecutive rows of one feed, partition, epoch and
-// topic, at most chunkMaxRows of them and chunkMaxBody of body (or one
-// row).
-func packRows(rows []Row, body []byte, spans []chunkSpan) ([]byte, []chunkSpan) {
-	for i := 0; i < len(rows); {
+// packRows encodes rows from the start'th in chunks, at most most of them,
+// appending their bodies to body and their spans to spans, and returns
+// the index of the first row left: consecutive rows of one feed,
+// partition, epoch and topic make a chunk, at most chunkMaxRows of them
+// and chunkMaxBody of body (or one row).
+func packRows(rows []Row, start, most int, body []byte, spans []chunkSpan, z *compressor) (int, []byte, []chunkSpan) {
+	i := start
+	for k := 0; i < len(rows) && k < most; k++ {
 		sp := chunkSpan{start: i, from: len(body), position: rows[i].Position}
 		first := &rows[i]
+		body = append(body, bodyRaw)
 		for i < len(rows) && i-sp.start < chunkMaxRows {
 			r := &rows[i]
-			if i > sp.start && (!sameOrigin(r, first) || len(body)-sp.from+outputBytes(r) > chunkMaxBody) {
+			if i > sp.start && (!sameOrigin(r, first) || len(body)-sp.from-1+outputBytes(r) > chunkMaxBody) {
 				break
 			}
 			body = appendOutput(body, r)
-			sp.bytes += r.bytes()
 			sp.position = min(sp.position, r.Position)
 			i++
 		}
+		body = z.body(body, sp.from)
 		sp.n, sp.to = i-sp.start, len(body)
+		sp.bytes = chunkBytes(body[sp.from:], first.Feed, first.Epoch, first.Topic)
 		spans = append(spans, sp)
 	}
-	return body, spans
+	return i, body, spans
 }
 
 // flushRows writes the outputs in emit order, packed in chunks (see
 // chunk.go), several chunks an INSERT, and gives them the ids that follow
-// the last one assigned. The statements run on the driver's connection,
-// with arguments built straight into the driver's form.
+// the last one assigned. The chunks of one INSERT are encoded in a buffer
+// the store keeps (a few chunks' bodies: the driver copies what it binds),
+// and the statements run on the driver's connection, with arguments built
+// straight into the driver's form.
 func (tx *Tx) flushRows() error {
 	if len(tx.rows) == 0 {
 		return nil
@@ -134,10 +137,9 @@ func (tx *Tx) flushRows() error {
 	s := tx.store
 	now := s.Now().UnixNano()
 	rows := tx.rows
-	// The bodies are slices of one buffer, taken once it stopped growing.
-	body, spans := packRows(rows, s.flushBody[:0], s.flushSpans[:0])
+	body, spans := s.flushBody[:0], s.flushSpans[:0]
 	defer func() {
-		// Keep the buffers for the next commit, unless outputs made
+		// Keep the buffers for the next commit, unless an output made
 		// them large.
 		if cap(body) <= keptBodyBytes {
 			s.flushBody = body[:0]
@@ -149,12 +151,19 @@ func (tx *Tx) flushRows() error {
 		if err != nil {
 			return err
 		}
-		for todo := spans; len(todo) > 0; {
-			k := ChunkSize(len(todo), chunkInsertMax)
-			if err := tx.insertChunks(dc, todo[:k], body, last, now); err != nil {
-				return err
+		for next := 0; next < len(rows); {
+			// A statement's worth of chunks, or what is left.
+			next, body, spans = packRows(rows, next, chunkInsertMax, body[:0], spans[:0], &s.pack)
+			for todo := spans; len(todo) > 0; {
+				k := ChunkSize(len(todo), chunkInsertMax)
+				if err := tx.insertChunks(dc, todo[:k], body, last, now); err != nil {
+					return err
+				}
+				todo = todo[k:]
 			}
-			todo = todo[k:]
+			for _, sp := range spans {
+				tx.rowBytes += sp.bytes
+			}
 		}
 		end := last + int64(len(rows))
 		st, err := s.ownDriverStmt(dc, setLastIDSQL)
@@ -167,13 +176,13 @@ func (tx *Tx) flushRows() error {
 		for i := range rows {
 			rows[i].ID, rows[i].CreatedAt = last+1+int64(i), now
 		}
-		for _, sp := range spans {
-			tx.rowBytes += sp.bytes
-		}
 		tx.lastID = end
 		return nil
 	})
 }
+
+// keptBodyBytes bounds the body buffer a store keeps between commits.
+const keptBodyBytes = 1 << 20
 
 // lastOutboxID reads the largest id assigned, in the transaction.
 func (tx *Tx) lastOutboxID(dc any) (int64, error) {

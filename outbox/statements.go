@@ -42,7 +42,7 @@ type PackedChunk struct {
 // PackOutputs packs rows (their feed, partition, epoch, topic, position,
 // n, key, value and headers) in chunks as Commit does.
 func PackOutputs(rows []Row) []PackedChunk {
-	body, spans := packRows(rows, nil, nil)
+	_, body, spans := packRows(rows, 0, len(rows), nil, nil, &compressor{})
 	out := make([]PackedChunk, len(spans))
 	for i, sp := range spans {
 		out[i] = PackedChunk{Start: sp.start, N: sp.n, Body: body[sp.from:sp.to:sp.to], Position: sp.position, Bytes: sp.bytes}

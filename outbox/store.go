@@ -116,6 +116,7 @@ type Store struct {
 	flushArgs  []driver.NamedValue
 	flushBody  []byte
 	flushSpans []chunkSpan
+	pack       compressor
 
 	health writeHealth // how the writes went, for CheckWritable
 	closed atomic.Bool // set by Close

@@ -63,7 +63,7 @@ type Tx struct {
 	toKeep       []string              // queries to keep prepared once the transaction ends
 	arena        []byte                // holds copies of the outputs' keys and values
 	lastID       int64                 // the last id written so far, 0 before the first chunk
-	rowBytes     int64                 // the written rows' bytes, as RowBytes counts them
+	rowBytes     int64                 // the written rows' bytes, as the backlog counts them (chunkBytes)
 	lost         error                 // set once SQLite rolled the transaction back under it
 }
 

@@ -63,10 +63,10 @@ var ErrBadChunk = errors.New("outbox chunk does not decode")
 // ones, twice as many after each further failure (at most
 // maxCompressSkip), and tries every body again after one that compressed.
 type compressor struct {
-	c      lz4.Compressor
-	z      []byte // the compressed body, reused
-	skip   int    // bodies to leave as they are before trying again
-	misses int    // bodies that did not compress in a row
+	c      *lz4.Compressor // made at the first body worth compressing: it holds a 64 KiB table
+	z      []byte          // the compressed body, reused
+	skip   int             // bodies to leave as they are before trying again
+	misses int             // bodies that did not compress in a row
 }
 
 // maxCompressSkip bounds the bodies skipped after failures in a row.
@@ -82,6 +82,9 @@ func (c *compressor) body(body []byte, from int) []byte {
 	if c.skip > 0 {
 		c.skip--
 		return body
+	}
+	if c.c == nil {
+		c.c = new(lz4.Compressor)
 	}
 	c.z = slices.Grow(c.z[:0], lz4.CompressBlockBound(len(raw))+binary.MaxVarintLen64)
 	z := binary.AppendUvarint(c.z, uint64(len(raw)))

@@ -52,12 +52,16 @@ func (b *bench) runRawPipeline(ctx context.Context) error {
 	defer closeProducer()
 	lines := pipelineLines(b.data.Lines, b.o.LineBytes)
 	batches, msgs := b.pipelineInputs(p, lines)
+	collected := withoutGC()
 	m := b.startInProcess()
 	t0 := time.Now()
-	if err := runPipeline(ctx, f, p, batches, msgs, b.data.Size, b.o.RelayBatch); err != nil {
+	err = runPipeline(ctx, f, p, batches, msgs, b.data.Size, b.o.RelayBatch)
+	d := time.Since(t0)
+	collected()
+	if err != nil {
 		return err
 	}
-	res := newPhaseResult(lines, time.Since(t0))
+	res := newPhaseResult(lines, d)
 	m.finish(b, "raw_pipeline", res)
 	b.res.RawPipeline = res
 	return nil

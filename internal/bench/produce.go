@@ -99,6 +99,7 @@ func (b *bench) runRawProduce(ctx context.Context) error {
 // from outbox rows.
 func (p *rawProducer) messages(g *lineGen, n int64) []*sarama.ProducerMessage {
 	msgs := make([]*sarama.ProducerMessage, 0, n)
+	at := time.Now() // the rows of one commit share their creation time
 	for range n {
 		l, text := g.next()
 		var key, value []byte
@@ -111,16 +112,16 @@ func (p *rawProducer) messages(g *lineGen, n int64) []*sarama.ProducerMessage {
 		} else {
 			value = append([]byte(nil), text[:len(text)-1]...)
 		}
-		m := p.record(l.Index+1, l.Position, key, value)
+		m := p.record(l.Index+1, l.Position, at, key, value)
 		msgs = append(msgs, m)
 	}
 	return msgs
 }
 
 // record is the relay's record of the outbox row id, the output (key,
-// value) of the line at pos.
-func (p *rawProducer) record(id, pos int64, key, value []byte) *sarama.ProducerMessage {
-	m := &sarama.ProducerMessage{Topic: p.topic, Timestamp: time.Now(),
+// value) of the line at pos, created at at.
+func (p *rawProducer) record(id, pos int64, at time.Time, key, value []byte) *sarama.ProducerMessage {
+	m := &sarama.ProducerMessage{Topic: p.topic, Timestamp: at,
 		Headers: []sarama.RecordHeader{
 			{Key: []byte(relay.HeaderID), Value: strconv.AppendInt(nil, id, 10)},
 			{Key: []byte(relay.HeaderFeed), Value: p.feed},

@@ -64,6 +64,8 @@ func (b *bench) runRawPipeline(ctx context.Context) error {
 	res := newPhaseResult(lines, d)
 	m.finish(b, "raw_pipeline", res)
 	b.res.RawPipeline = res
+	batches, msgs = nil, nil
+	releaseMemory()
 	return nil
 }
 

@@ -92,6 +92,7 @@ func (b *bench) runRawProduce(ctx context.Context) error {
 	m.finish(b, "raw_produce", res)
 	res.CPU = newCPUResult(proc, brok, b.data.Lines) // the timed parts only
 	b.res.RawProduce = res
+	releaseMemory()
 	return nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/outboxd/outboxd/ingest/recording"
@@ -164,8 +163,25 @@ func (b *bench) runChild(ctx context.Context, args []string) ([]byte, childRun, 
 	stderr := &tailBuffer{max: 64 << 10}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	start := time.Now()
-	err = cmd.Run()
-	run := childRun{wall: time.Since(start)}
+	run := childRun{}
+	if err = cmd.Start(); err == nil {
+		// The peak is the child's VmHWM, read while it runs: the
+		// kernel's count of a child's peak RSS (wait4's) starts from
+		// this process's own peak, which the ceilings' inputs raised.
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		tick := time.NewTicker(20 * time.Millisecond)
+		for waiting := true; waiting; {
+			run.peakMiB = max(run.peakMiB, procPeakMiB(cmd.Process.Pid))
+			select {
+			case err = <-done:
+				waiting = false
+			case <-tick.C:
+			}
+		}
+		tick.Stop()
+	}
+	run.wall = time.Since(start)
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
 		return nil, run, fmt.Errorf("run server %s: %w", args[0], err)
@@ -173,9 +189,6 @@ func (b *bench) runChild(ctx context.Context, args []string) ([]byte, childRun, 
 	st := cmd.ProcessState
 	run.code = st.ExitCode()
 	run.cpu = st.UserTime() + st.SystemTime()
-	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
-		run.peakMiB = round1(float64(ru.Maxrss) / 1024) // KiB on Linux
-	}
 	switch {
 	case stdout.over:
 		return nil, run, fmt.Errorf("server %s printed more than %d bytes", args[0], maxChildOutput)

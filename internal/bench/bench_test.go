@@ -270,6 +270,35 @@ func TestLexOrder(t *testing.T) {
 	}
 }
 
+// TestPipelineBatch: raw_pipeline commits what raw_sqlite wrote in
+// --batch-wait, never more than --batch-max nor less than one line.
+func TestPipelineBatch(t *testing.T) {
+	for _, c := range []struct {
+		perSecond float64
+		wait      time.Duration
+		want      int64
+	}{
+		{1_000_000, 5 * time.Millisecond, 5000},
+		{136_108, 5 * time.Millisecond, 680},
+		{10_000_000, 5 * time.Millisecond, 16000},
+		{10, 5 * time.Millisecond, 1},
+		{1_000_000, 0, 16000},
+		{0, 5 * time.Millisecond, 16000},
+	} {
+		b := &bench{o: benchOptions{BatchMax: 16000, BatchWait: c.wait}, res: &benchResult{}}
+		if c.perSecond > 0 {
+			b.res.RawSQLite = &phaseResult{PerSecond: c.perSecond}
+		}
+		if got := b.pipelineBatch(); got != c.want {
+			t.Errorf("raw_sqlite %.0f lines/s, --batch-wait %s: pipeline batch %d, want %d", c.perSecond, c.wait, got, c.want)
+		}
+	}
+	b := &bench{o: benchOptions{BatchMax: 16000, BatchWait: 5 * time.Millisecond}, res: &benchResult{}}
+	if got := b.pipelineBatch(); got != 16000 {
+		t.Errorf("raw_sqlite not run: pipeline batch %d, want 16000", got)
+	}
+}
+
 // TestLineGen_Fill: padded lines have exactly the length asked for, the
 // same text on every generator, "acct-N,AMOUNT" first; the random fill
 // leaves LZ4 nothing to compress, the spaces nearly everything.

@@ -30,6 +30,14 @@ const (
 // records the loop writes. Its CPU per line is the process's and the
 // broker's over the timed part, both stages together.
 //
+// Its transactions close as the server's batches do at full speed: at
+// --batch-max lines or once --batch-wait has passed, here the lines
+// raw_sqlite wrote in --batch-wait (pipelineBatch). Batches of
+// --batch-max alone made the producer wait for each 16,000-line commit
+// while the server's relay was already sending the first 5 ms of it: with
+// 1 KiB lines end_to_end was 1.06 of the pipeline (1.40 with lines LZ4
+// cannot compress).
+//
 // On a machine with fewer cores than the stages need this is the
 // tightest figure end_to_end can be held to; the slower of raw_sqlite
 // and raw_produce alone is not, since each of those had the machine to
@@ -51,7 +59,8 @@ func (b *bench) runRawPipeline(ctx context.Context) error {
 	}
 	defer closeProducer()
 	lines := pipelineLines(b.data.Lines, b.o.LineBytes)
-	batches, msgs := b.pipelineInputs(p, lines)
+	b.res.Settings.PipelineBatch = b.pipelineBatch()
+	batches, msgs := b.pipelineInputs(p, lines, b.res.Settings.PipelineBatch)
 	collected := withoutGC()
 	m := b.startInProcess()
 	t0 := time.Now()
@@ -69,6 +78,17 @@ func (b *bench) runRawPipeline(ctx context.Context) error {
 	return nil
 }
 
+// pipelineBatch is raw_pipeline's lines per transaction: what raw_sqlite
+// wrote in --batch-wait, within 1 and --batch-max (--batch-max when
+// raw_sqlite did not run).
+func (b *bench) pipelineBatch() int64 {
+	n := int64(b.o.BatchMax)
+	if r := b.res.RawSQLite; r != nil && r.PerSecond > 0 && b.o.BatchWait > 0 {
+		n = min(n, max(1, int64(r.PerSecond*b.o.BatchWait.Seconds())))
+	}
+	return n
+}
+
 // pipelineLines is how many of the file's lines raw_pipeline runs over:
 // all of them, unless their inputs would be over pipelineBytes.
 func pipelineLines(lines int64, lineBytes int) int64 {
@@ -76,15 +96,16 @@ func pipelineLines(lines int64, lineBytes int) int64 {
 	return max(1, min(lines, pipelineBytes/per))
 }
 
-// pipelineInputs builds the floor batches of the file's first lines and,
-// from the same rows, the records the relay would send for them.
-func (b *bench) pipelineInputs(p *rawProducer, lines int64) ([]floorBatch, []*sarama.ProducerMessage) {
+// pipelineInputs builds the floor batches, of batch lines each, of the
+// file's first lines and, from the same rows, the records the relay would
+// send for them.
+func (b *bench) pipelineInputs(p *rawProducer, lines, batch int64) ([]floorBatch, []*sarama.ProducerMessage) {
 	in := &floorInputs{g: b.data.gen(), processor: b.o.Processor, topic: p.topic,
 		start: func(int) int64 { return 0 }, balances: map[int]int64{}, keepRows: true}
 	var batches []floorBatch
 	msgs := make([]*sarama.ProducerMessage, 0, lines)
-	for left := lines; left > 0; left -= int64(b.o.BatchMax) {
-		fb := in.batch(min(left, int64(b.o.BatchMax)))
+	for left := lines; left > 0; left -= batch {
+		fb := in.batch(min(left, batch))
 		at := time.Now() // the rows of one commit share their creation time
 		for _, r := range fb.rows {
 			msgs = append(msgs, p.record(int64(len(msgs))+1, r.pos, at, r.key, r.value))

@@ -146,18 +146,21 @@ func (v *verifyResult) summary() string {
 
 // benchSettings are the settings a run used.
 type benchSettings struct {
-	Processor     string `json:"processor"`
-	Lines         int64  `json:"lines"`
-	Accounts      int    `json:"accounts"`
-	LineBytes     int    `json:"line_bytes"`
-	LineFill      string `json:"line_fill"`
-	FileBytes     int64  `json:"file_bytes"`
-	Synchronous   string `json:"synchronous"`
-	BatchMax      int    `json:"batch_max"`
-	BatchWait     string `json:"batch_wait"`
-	RelayBatch    int    `json:"relay_batch"`
-	RelayWait     string `json:"relay_wait"`
-	Partitions    int32  `json:"partitions"`
+	Processor   string `json:"processor"`
+	Lines       int64  `json:"lines"`
+	Accounts    int    `json:"accounts"`
+	LineBytes   int    `json:"line_bytes"`
+	LineFill    string `json:"line_fill"`
+	FileBytes   int64  `json:"file_bytes"`
+	Synchronous string `json:"synchronous"`
+	BatchMax    int    `json:"batch_max"`
+	BatchWait   string `json:"batch_wait"`
+	RelayBatch  int    `json:"relay_batch"`
+	RelayWait   string `json:"relay_wait"`
+	Partitions  int32  `json:"partitions"`
+	// PipelineBatch is raw_pipeline's lines per transaction (0: it did
+	// not run).
+	PipelineBatch int64  `json:"pipeline_batch"`
 	Broker        string `json:"broker"`
 	Dir           string `json:"dir"`
 	SQLiteVersion string `json:"sqlite_version"`
@@ -313,8 +316,12 @@ func (r *benchResult) tail(w io.Writer) {
 // settingsLines writes the settings a run used.
 func (r *benchResult) settingsLines(w io.Writer) {
 	s := r.Settings
-	fmt.Fprintf(w, "settings  processor=%s line_bytes=%d line_fill=%s synchronous=%s batch_max=%d batch_wait=%s relay_batch=%d relay_wait=%s partitions=%d\n",
+	fmt.Fprintf(w, "settings  processor=%s line_bytes=%d line_fill=%s synchronous=%s batch_max=%d batch_wait=%s relay_batch=%d relay_wait=%s partitions=%d",
 		s.Processor, s.LineBytes, s.LineFill, s.Synchronous, s.BatchMax, s.BatchWait, s.RelayBatch, s.RelayWait, s.Partitions)
+	if s.PipelineBatch > 0 {
+		fmt.Fprintf(w, " pipeline_batch=%d", s.PipelineBatch)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "          %s cpus=%d gomaxprocs=%d gogc=%d server_gomemlimit=%s %s/%s sqlite=%s dir=%s\n",
 		s.GoVersion, s.CPUs, s.GOMAXPROCS, s.GOGC, s.ServerMemLimit, s.OS, s.Arch, s.SQLiteVersion, s.Dir)
 }

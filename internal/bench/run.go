@@ -104,6 +104,7 @@ func (b *bench) runPhases(ctx context.Context) error {
 		{"commit_floor", b.runCommitFloor},
 		{"raw_sqlite", b.runRawSQLite},
 		{"naive_sqlite", b.runNaiveSQLite},
+		{"warm_broker", b.warmBroker},
 		{"raw_produce", b.runRawProduce},
 		{"raw_pipeline", b.runRawPipeline},
 		{"ingest", b.runIngest},

@@ -101,11 +101,16 @@ func (l *Loop) process(ctx context.Context, recs []Record) error {
 // committed moves p past what a transaction committed, and decides what
 // follows the transient failure of the item after it, if any.
 func (l *Loop) committed(ctx context.Context, p *pass, out outcome) error {
+	stallEnded := false
 	if out.committed > 0 || out.itemFailed == nil {
+		stallEnded = p.stalled
 		l.resumed(ctx, p) // it moved: whatever stalled it is gone
 	}
-	if !p.pieces || (out.committed > 0 && p.head.spent != nil) {
-		// Whole, or the piece that held the item to dead-letter is in.
+	// Whole; or the piece that held the item to dead-letter is in; or a
+	// piece ended a stall, so its cause (a full disk, a database that
+	// could not be written) is gone and the rest of the batch need not go
+	// a record at a time: should it fail again, it is cut again.
+	if !p.pieces || (out.committed > 0 && p.head.spent != nil) || stallEnded {
 		p.whole()
 	}
 	p.b = p.b.from(out.committed)

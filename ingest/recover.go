@@ -58,7 +58,10 @@ func (l *Loop) newPass(b batch) *pass {
 // succeeds. Under skip the transaction is cut in halves down to one record,
 // and only a record that cannot commit alone is skipped, its range recorded
 // as a loss; when the skip cannot commit either (it needs the disk too),
-// the feed stalls, and tries the record itself again first.
+// the feed stalls, and tries the record itself again first. Once it
+// commits, the rest of the batch is tried whole again: a record at a time,
+// the rest of a 16,000-record batch took 16,000 commits (each with its
+// fsync and a few pages of WAL) after a disk was freed.
 func (l *Loop) storeFailed(ctx context.Context, p *pass, out outcome) error {
 	err, class := out.storeFailed, outbox.Classify(out.storeFailed)
 	l.status.setError(err)

@@ -243,6 +243,71 @@ func TestLoop_SkipNeedsTheStoreToo(t *testing.T) {
 	equal(t, "lossless", st.Lossless, true)
 }
 
+// Under skip, once the record that could not commit alone (nor be skipped)
+// commits after the stall, the rest of the batch goes whole again, not a
+// record at a time: nothing is lost, and it takes one transaction.
+func TestLoop_SkipResumesWhole(t *testing.T) {
+	s := openStore(t)
+	f := newMemFeed("e1", "a")
+	var sizes batchSizes
+	cfg := stallConfig()
+	cfg.OnCompletionFailure = ingest.OnCompletionSkip
+	cfg.BatchWait = time.Second // the sixteen items in one batch
+	cfg.OnBatch = sizes.observe
+	// As in TestLoop_SkipNeedsTheStoreToo, the store comes back while the
+	// feed waits out its stall.
+	healedAt := -1
+	healed := make(chan struct{})
+	var heal sync.Once
+	cfg.Logger = slog.New(logHook(func(msg string) {
+		if !strings.HasPrefix(msg, "feed stalled") {
+			return
+		}
+		heal.Do(func() {
+			healedAt = len(sizes.get())
+			s.SetCommitHook(nil)
+			close(healed)
+		})
+	}))
+	l, stop := running(t, s, f, newCounter(), cfg)
+	wait(t, 5*time.Second, positionIs(s, "f", "e1", 1))
+	failCommits(s, 1<<30)
+	items := make([]string, 16)
+	for i := range items {
+		items[i] = fmt.Sprintf("v%02d", i)
+	}
+	f.append("e1", items...)
+	wait(t, 5*time.Second, positionIs(s, "f", "e1", 17))
+	wait(t, 5*time.Second, stateIs(l, outbox.StateCaughtUp, ""))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	<-healed
+	// The record that ended the stall, then the other fifteen at once.
+	if got, want := sizes.get()[healedAt:], []int{1, 15}; !slices.Equal(got, want) {
+		t.Fatalf("committed after the stall: batches of %v records, want %v", got, want)
+	}
+	want := map[string]int{"a": 1}
+	for _, v := range items {
+		want[v] = 1
+	}
+	if got := counts(t, s); !reflect.DeepEqual(got, want) {
+		t.Fatalf("counts = %v, want %v", got, want)
+	}
+	rows := outboxRows(t, s)
+	equal(t, "outbox rows", len(rows), 17)
+	for i, r := range rows {
+		if r.Position != int64(i+1) {
+			t.Fatalf("row %d at position %d, want %d", i, r.Position, i+1)
+		}
+	}
+	equal(t, "losses", len(lossesOf(t, s)), 0)
+	st := stats(t, s)
+	equal(t, "applied", st.Applied, 17)
+	equal(t, "completionFailures", st.CompletionFailures, 0)
+	equal(t, "lossless", st.Lossless, true)
+}
+
 // uniqueCounter is a counter that also writes each value into a table
 // where it must be unique: in Apply, or at COMMIT.
 type uniqueCounter struct {

@@ -73,14 +73,7 @@ func getReadiness(base string) (int, api.Readiness, error) {
 func TestStall_DiskFull(t *testing.T) {
 	for _, policy := range []string{"stop", "skip"} {
 		t.Run(policy, func(t *testing.T) {
-			// The filler takes whatever is free, so the disk fills at
-			// any size. Once it is gone the rest of the input needs room:
-			// under skip the batch's remainder commits a record at a
-			// time, its WAL reaching SQLite's checkpoint (4.7 MB beside a
-			// 1.4 MB database), and on a loaded machine it grew on to 7.1
-			// MB and filled an 8 MiB disk (a checkpoint that overlaps a
-			// reader cannot restart the WAL).
-			dir := mountTmpfs(t, "16m")
+			dir := mountTmpfs(t, "8m")
 			var filler string
 			stallAndResume(t, dir, policy, stallFault{
 				make:  func() { filler = fillDisk(t, dir) },

@@ -72,14 +72,7 @@ func (b *bench) runRawProduce(ctx context.Context) error {
 		collected := withoutGC()
 		t0, span := time.Now(), cpuSpan{brokerPID: b.brokerPID()}
 		span.start()
-		var err error
-		for len(window) > 0 && err == nil {
-			if err = ctx.Err(); err == nil {
-				k := min(len(window), b.o.RelayBatch)
-				err = p.txn(ctx, window[:k])
-				window = window[k:]
-			}
-		}
+		err := p.send(ctx, window, b.o.RelayBatch)
 		timed += time.Since(t0)
 		collected()
 		if err != nil {
@@ -124,16 +117,24 @@ func (b *bench) warmBroker(ctx context.Context) error {
 	for left := b.data.Lines; left > 0; {
 		window := p.window(g, left, b.o.LineBytes)
 		left -= int64(len(window))
-		for len(window) > 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			k := min(len(window), b.o.RelayBatch)
-			if err := p.txn(ctx, window[:k]); err != nil {
-				return err
-			}
-			window = window[k:]
+		if err := p.send(ctx, window, b.o.RelayBatch); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// send publishes msgs in transactions of at most relayBatch records.
+func (p *rawProducer) send(ctx context.Context, msgs []*sarama.ProducerMessage, relayBatch int) error {
+	for len(msgs) > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k := min(len(msgs), relayBatch)
+		if err := p.txn(ctx, msgs[:k]); err != nil {
+			return err
+		}
+		msgs = msgs[k:]
 	}
 	return nil
 }

@@ -197,18 +197,8 @@ func TestLoop_SkipNeedsTheStoreToo(t *testing.T) {
 	var loop atomic.Pointer[ingest.Loop]
 	var stalledState outbox.FeedState
 	var stalledErr string
-	healed := make(chan struct{})
-	var heal sync.Once
-	cfg.Logger = slog.New(logHook(func(msg string) {
-		if !strings.HasPrefix(msg, "feed stalled") {
-			return
-		}
-		heal.Do(func() {
-			stalledState, stalledErr = loop.Load().State()
-			s.SetCommitHook(nil)
-			close(healed)
-		})
-	}))
+	var healed <-chan struct{}
+	cfg.Logger, healed = healOnStall(s, func() { stalledState, stalledErr = loop.Load().State() })
 	l, stop := running(t, s, f, newCounter(), cfg)
 	loop.Store(l)
 	wait(t, 5*time.Second, positionIs(s, "f", "e1", 1))
@@ -257,18 +247,8 @@ func TestLoop_SkipResumesWhole(t *testing.T) {
 	// As in TestLoop_SkipNeedsTheStoreToo, the store comes back while the
 	// feed waits out its stall.
 	healedAt := -1
-	healed := make(chan struct{})
-	var heal sync.Once
-	cfg.Logger = slog.New(logHook(func(msg string) {
-		if !strings.HasPrefix(msg, "feed stalled") {
-			return
-		}
-		heal.Do(func() {
-			healedAt = len(sizes.get())
-			s.SetCommitHook(nil)
-			close(healed)
-		})
-	}))
+	var healed <-chan struct{}
+	cfg.Logger, healed = healOnStall(s, func() { healedAt = len(sizes.get()) })
 	l, stop := running(t, s, f, newCounter(), cfg)
 	wait(t, 5*time.Second, positionIs(s, "f", "e1", 1))
 	failCommits(s, 1<<30)
@@ -306,6 +286,24 @@ func TestLoop_SkipResumesWhole(t *testing.T) {
 	equal(t, "applied", st.Applied, 17)
 	equal(t, "completionFailures", st.CompletionFailures, 0)
 	equal(t, "lossless", st.Lossless, true)
+}
+
+// healOnStall returns a logger that, at the feed's first "feed stalled"
+// log (right before the stall's wait), calls at, lets s commit again and
+// closes the channel it returns.
+func healOnStall(s *outbox.Store, at func()) (*slog.Logger, <-chan struct{}) {
+	healed := make(chan struct{})
+	var once sync.Once
+	return slog.New(logHook(func(msg string) {
+		if !strings.HasPrefix(msg, "feed stalled") {
+			return
+		}
+		once.Do(func() {
+			at()
+			s.SetCommitHook(nil)
+			close(healed)
+		})
+	})), healed
 }
 
 // uniqueCounter is a counter that also writes each value into a table

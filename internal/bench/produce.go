@@ -50,19 +50,11 @@ func (b *bench) newRawProducer(ctx context.Context, topic, txnID string) (*rawPr
 
 // runRawProduce measures the relay ceiling.
 func (b *bench) runRawProduce(ctx context.Context) error {
-	topic := b.topic("raw")
-	if err := b.createTopics(ctx, topic); err != nil {
-		return err
-	}
-	defer b.doneWithTopic(topic)
-	p, closeProducer, err := b.newRawProducer(ctx, topic, b.prefix+"-raw")
+	p, done, err := b.fileProducer(ctx, "raw")
 	if err != nil {
 		return err
 	}
-	defer closeProducer()
-	if p.processor == "ledger" {
-		p.balances = make([]int64, b.data.Accounts)
-	}
+	defer done()
 	g := b.data.gen()
 	m := b.startInProcess()
 	var timed, proc, brok time.Duration
@@ -100,19 +92,11 @@ func (b *bench) warmBroker(ctx context.Context) error {
 	if b.broker == nil {
 		return nil
 	}
-	topic := b.topic("warm")
-	if err := b.createTopics(ctx, topic); err != nil {
-		return err
-	}
-	defer b.doneWithTopic(topic)
-	p, closeProducer, err := b.newRawProducer(ctx, topic, b.prefix+"-warm")
+	p, done, err := b.fileProducer(ctx, "warm")
 	if err != nil {
 		return err
 	}
-	defer closeProducer()
-	if p.processor == "ledger" {
-		p.balances = make([]int64, b.data.Accounts)
-	}
+	defer done()
 	g := b.data.gen()
 	for left := b.data.Lines; left > 0; {
 		window := p.window(g, left, b.o.LineBytes)
@@ -122,6 +106,28 @@ func (b *bench) warmBroker(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// fileProducer creates the topic of phase and starts a raw producer of
+// the file's records to it; the function it returns closes the producer
+// and frees the topic.
+func (b *bench) fileProducer(ctx context.Context, phase string) (*rawProducer, func(), error) {
+	topic := b.topic(phase)
+	if err := b.createTopics(ctx, topic); err != nil {
+		return nil, nil, err
+	}
+	p, closeProducer, err := b.newRawProducer(ctx, topic, b.prefix+"-"+phase)
+	if err != nil {
+		b.doneWithTopic(topic)
+		return nil, nil, err
+	}
+	if p.processor == "ledger" {
+		p.balances = make([]int64, b.data.Accounts)
+	}
+	return p, func() {
+		closeProducer()
+		b.doneWithTopic(topic)
+	}, nil
 }
 
 // send publishes msgs in transactions of at most relayBatch records.

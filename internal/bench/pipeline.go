@@ -12,9 +12,9 @@ import (
 // over the file's first lines that fit, counting pipelineLineCost bytes a
 // line beyond twice the line's own (the floor's statement arguments and
 // the record with its headers). With the default 1,000,000 short lines the
-// whole file fits; the bench's peak RSS is then 1.3-1.5 GiB for forward
-// lines and 1.8-2.0 GiB for the ledger's, whose outputs are longer than
-// its lines.
+// whole file fits; the bench's peak RSS is then about 0.6 GiB for
+// forward lines and 1.0 GiB for the ledger's, whose outputs are longer
+// than its lines.
 const (
 	pipelineBytes    = 1536 << 20
 	pipelineLineCost = 1200
@@ -43,21 +43,16 @@ const (
 // and raw_produce alone is not, since each of those had the machine to
 // itself.
 func (b *bench) runRawPipeline(ctx context.Context) error {
-	topic := b.topic("pipeline")
-	if err := b.createTopics(ctx, topic); err != nil {
+	p, done, err := b.fileProducer(ctx, "pipeline")
+	if err != nil {
 		return err
 	}
-	defer b.doneWithTopic(topic)
+	defer done()
 	f, err := openFloorDB(ctx, b.path("pipeline.db"), b.o.Synchronous)
 	if err != nil {
 		return err
 	}
 	defer f.close()
-	p, closeProducer, err := b.newRawProducer(ctx, topic, b.prefix+"-pipeline")
-	if err != nil {
-		return err
-	}
-	defer closeProducer()
 	lines := pipelineLines(b.data.Lines, b.o.LineBytes)
 	b.res.Settings.PipelineBatch = b.pipelineBatch()
 	batches, msgs := b.pipelineInputs(p, lines, b.res.Settings.PipelineBatch)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxd/outboxd/api"
@@ -46,6 +47,9 @@ type Main struct {
 	backlogHow string
 	// queries are the state queries the API serves (queries.go).
 	queries []*outbox.Query
+	// starting says, while the API serves before the database is claimed,
+	// what the start waits for ("" once claimed): see open.
+	starting atomic.Pointer[string]
 }
 
 // NewMain returns a service for cfg; nothing is opened until Run.
@@ -150,6 +154,19 @@ func (m *Main) open(ctx context.Context) error {
 	if err := m.build(); err != nil {
 		return err
 	}
+	// The API serves from here on, read-only until the claim: a first
+	// start that waits for Kafka (the new-database check) shows why, as
+	// a running server does (the relay's state and lastError), instead
+	// of leaving its port silent. Its mutating endpoints answer 503 until
+	// the claim: another server may own the database meanwhile.
+	m.setStarting("claiming the database")
+	if m.Relay != nil && m.Config.Relay.Mode == relay.ModeExactlyOnce {
+		m.setStarting("checking, on the progress topic, that this database does not replace one that published " +
+			"(the relay's state and lastError say what Kafka answers)")
+	}
+	if err := m.API.Serve(m.listener); err != nil {
+		return err
+	}
 	if err := m.checkDatabase(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
@@ -157,8 +174,21 @@ func (m *Main) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.setStarting("")
 	m.Logger.Info("database claimed: an older server on it is fenced at its next commit", "db", m.Config.DB, "generation", gen)
-	return m.API.Serve(m.listener)
+	return nil
+}
+
+// setStarting sets what the start waits for, "" once the database is
+// claimed.
+func (m *Main) setStarting(why string) { m.starting.Store(&why) }
+
+// startingReason is what the start waits for, "" once it runs.
+func (m *Main) startingReason() string {
+	if p := m.starting.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // settleBacklog sets the outbox backlog's bound, from the flags or the

@@ -448,8 +448,8 @@ func TestKafkaSec_RefusedStart(t *testing.T) {
 				}
 				b.revoke(t, readProgress())
 			},
-			want:   `not authorized: User:outboxd lacks Read on topic "__outboxd_progress"`,
-			lift:   func(t *testing.T, b *secureBroker) { b.grant(t, readProgress()) }},
+			want: `not authorized: User:outboxd lacks Read on topic "__outboxd_progress"`,
+			lift: func(t *testing.T, b *secureBroker) { b.grant(t, readProgress()) }},
 	}
 	for _, c := range cases {
 		for _, used := range []bool{false, true} {

@@ -575,3 +575,59 @@ func answerSASLRefusal(conn net.Conn) {
 		}
 	}
 }
+
+// Against a TLS listener, a server without --kafka-tls is not told that
+// the broker is down: its relay's lastError, and the log, ask whether TLS
+// is missing, on a new database (its check of the progress topic) as on a
+// used one, without SASL (franz-go's own hint) and with it (the
+// credentials' check).
+func TestKafkaSec_TLSMissing(t *testing.T) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 19))
+	lf := makeLedger(rng, 200)
+	for _, c := range []struct {
+		name string
+		sasl bool
+		used bool
+	}{{"New", false, false}, {"Used", false, true}, {"NewSASL", true, false}, {"UsedSASL", true, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			b := startSASLBroker(t, kafkasec.MechanismSCRAMSHA256, ledgerGrants("")...)
+			dir := t.TempDir()
+			db, input := filepath.Join(dir, "outboxd.db"), filepath.Join(dir, "ledger.csv")
+			if err := os.WriteFile(input, lf.data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args := ledgerArgs(db, input, "--http", "127.0.0.1:0")
+			if c.used {
+				p := start(t, nil, append(args, b.serverArgs(t, serverSecret)...)...)
+				waitPublished(t, db, int64(len(lf.data)))
+				if code := p.stop(t, 30*time.Second); code != exitOK {
+					t.Fatalf("first run: exit code %d", code)
+				}
+			}
+			plain := []string{"--brokers", b.addr}
+			if c.sasl {
+				plain = append(plain, b.serverArgs(t, serverSecret)[4:]...) // all but --kafka-tls-ca
+			}
+			p := start(t, nil, append(args, plain...)...)
+			base := "http://" + httpAddr(t, p)
+			const hint = "is TLS missing"
+			var os outboxState
+			wait(t, 60*time.Second, func() error {
+				if err := getJSON(base+"/outbox/status", &os); err != nil {
+					return err
+				}
+				if !strings.Contains(os.Relay.LastError, hint) {
+					return fmt.Errorf("relay %s, lastError %q: no TLS hint", os.Relay.State, os.Relay.LastError)
+				}
+				return nil
+			})
+			if logged(p, hint) == 0 {
+				t.Fatalf("the log has no TLS hint:\n%s", tail(p.log.String(), 3000))
+			}
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			if code := waitExit(t, p, 30*time.Second); code != exitOK {
+				t.Fatalf("exit code %d after SIGTERM, want 0", code)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -116,8 +117,38 @@ func (m *Main) rescue(ctx context.Context, moved error) error {
 	if err := m.Store.SaveCopy(ctx, path); err != nil {
 		return fmt.Errorf("%w; no copy of it could be saved: %v", moved, err)
 	}
-	return fmt.Errorf("%w; a copy of the database as this server had it is saved at %s: move it to %s before the next start "+
-		"to go on exactly once", moved, path, m.Config.DB)
+	return fmt.Errorf("%w; a copy of the database as this server had it is saved at %s: to go on from it exactly once, "+
+		"with no server running on %s, run: %s", moved, path, m.Config.DB, restoreCommand(path, m.Config.DB))
+}
+
+// restoreCommand is the shell command that puts the rescued copy at path
+// back in place of db.
+func restoreCommand(path, db string) string {
+	return "mv " + shellQuote(path) + " " + shellQuote(db)
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == ':' || r == '+' || r == '=' || r == ',' ||
+			('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9'))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// rescuedCopy returns the newest copy a server rescued beside db (see
+// rescue), "" when there is none.
+func rescuedCopy(db string) string {
+	copies, _ := filepath.Glob(db + ".rescued-*") // the pattern is well formed
+	newest := ""
+	for _, c := range copies {
+		if fi, err := os.Stat(c); err == nil && fi.Mode().IsRegular() && c > newest { // named by UTC time: the newest sorts last
+			newest = c
+		}
+	}
+	return newest
 }
 
 // open prepares everything, claims the database and opens the API. It
@@ -154,6 +185,10 @@ func (m *Main) open(ctx context.Context) error {
 	if err := m.build(); err != nil {
 		return err
 	}
+	plans, err := m.checkProcessors(steps)
+	if err != nil {
+		return err
+	}
 	// The API serves from here on, read-only until the claim: a first
 	// start that waits for Kafka (the new-database check) shows why, as
 	// a running server does (the relay's state and lastError), instead
@@ -176,7 +211,7 @@ func (m *Main) open(ctx context.Context) error {
 	}
 	m.setStarting("")
 	m.Logger.Info("database claimed: an older server on it is fenced at its next commit", "db", m.Config.DB, "generation", gen)
-	return nil
+	return m.recordProcessors(steps, plans)
 }
 
 // setStarting sets what the start waits for, "" once the database is
@@ -237,6 +272,12 @@ func (m *Main) checkDatabase(ctx context.Context) error {
 	case ctx.Err() != nil:
 		return nil
 	case errors.Is(err, relay.ErrNewDatabase):
+		if c := rescuedCopy(m.Config.DB); c != "" {
+			return configErr("%w; the newest copy a server rescued when its database was deleted or replaced is %s: "+
+				"to go on from it exactly once, run: %s (it replaces the database now at that path, which never published), then start again; "+
+				"or start this one once with --new-database to start afresh (every output is then published again)",
+				err, c, restoreCommand(c, m.Config.DB))
+		}
 		return configErr("%w; restore that database, or start this one once with --new-database to start afresh "+
 			"(every output is then published again)", err)
 	}

@@ -189,21 +189,14 @@ func (m *Main) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The API serves from here on, read-only until the claim: a first
-	// start that waits for Kafka (the new-database check) shows why, as
-	// a running server does (the relay's state and lastError), instead
-	// of leaving its port silent. Its mutating endpoints answer 503 until
-	// the claim: another server may own the database meanwhile.
 	m.setStarting("claiming the database")
-	if m.Relay != nil && m.Config.Relay.Mode == relay.ModeExactlyOnce {
-		m.setStarting("checking, on the progress topic, that this database does not replace one that published " +
-			"(the relay's state and lastError say what Kafka answers)")
-	}
-	if err := m.API.Serve(m.listener); err != nil {
+	if err := m.checkDatabaseServing(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
-	if err := m.checkDatabase(ctx); err != nil || ctx.Err() != nil {
-		return err
+	if m.API.URL() == "" {
+		if err := m.API.Serve(m.listener); err != nil {
+			return err
+		}
 	}
 	gen, err := s.Claim(steps)
 	if err != nil {
@@ -258,6 +251,44 @@ func (m *Main) build() error {
 		return err
 	}
 	return m.newAPI()
+}
+
+// serveAfter is how long a start waits for the new-database check before
+// it serves the API anyway; it serves at once when the relay reports a
+// failure. A check that ends sooner (it passes, or refuses: one line,
+// exit code 2) never serves.
+const serveAfter = 2 * time.Second
+
+// checkDatabaseServing runs checkDatabase, and serves the API while the
+// check waits for Kafka, read-only until the claim: such a first start
+// shows why it waits, as a running server does (the relay's state and
+// lastError), instead of leaving its port silent. The API's mutating
+// endpoints answer 503 until the claim: another server may own the
+// database meanwhile.
+func (m *Main) checkDatabaseServing(ctx context.Context) error {
+	if m.Relay == nil || m.Config.Relay.Mode != relay.ModeExactlyOnce {
+		return nil
+	}
+	m.setStarting("checking, on the progress topic, that this database does not replace one that published " +
+		"(the relay's state and lastError say what Kafka answers)")
+	done := make(chan error, 1)
+	go func() { done <- m.checkDatabase(ctx) }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(serveAfter)
+	var serveErr error
+	for served := false; ; {
+		select {
+		case err := <-done:
+			return errors.Join(err, serveErr)
+		case <-tick.C:
+		}
+		if served || (time.Now().Before(deadline) && m.Relay.Status().LastError == "") {
+			continue
+		}
+		served = true
+		serveErr = m.API.Serve(m.listener) // an error ends the start once the check has
+	}
 }
 
 // checkDatabase runs the relay's check that a database that never

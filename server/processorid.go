@@ -51,7 +51,7 @@ func (c *Config) processorID(fc *FeedConfig) outbox.ProcessorID {
 // processorPlan is what a start does with a feed's recorded processor
 // once it owns the database.
 type processorPlan struct {
-	loop *ingest.Loop
+	feed string
 	id   outbox.ProcessorID
 	how  string // an outbox.Processor* constant; "" when nothing is to record
 	was  outbox.FeedProcessor
@@ -66,15 +66,14 @@ type processorPlan struct {
 // name only: the same name is adopted, another is a change.
 func (m *Main) checkProcessors(ctx context.Context) ([]processorPlan, error) {
 	var plans []processorPlan
-	for _, l := range m.Loops {
-		name := l.Name()
+	for _, name := range m.Config.FeedNames() {
 		fc := m.Config.Feeds[name]
 		id := m.Config.processorID(fc)
 		was, err := m.Store.FeedProcessor(ctx, name)
 		if err != nil {
 			return nil, err
 		}
-		p := processorPlan{loop: l, id: id, was: was}
+		p := processorPlan{feed: name, id: id, was: was}
 		switch {
 		case was.Recorded && was.ID == id:
 			// The same processor: nothing to say (a renamed SQL processor
@@ -120,12 +119,17 @@ func describeStored(fp outbox.FeedProcessor) string {
 // records each feed's processor and, for a restart, forgets its positions,
 // so the next start with the same processor is quiet.
 func (m *Main) recordProcessors(ctx context.Context, plans []processorPlan) error {
+	loops := make(map[string]*ingest.Loop, len(m.Loops))
+	for _, l := range m.Loops {
+		loops[l.Name()] = l
+	}
 	for _, p := range plans {
-		if p.how == "" {
+		l := loops[p.feed]
+		if p.how == "" || l == nil {
 			continue
 		}
-		name, fc := p.loop.Name(), m.Config.Feeds[p.loop.Name()]
-		info := outbox.FeedInfo{Name: name, Kind: p.loop.Feed().Kind(), Source: p.loop.Feed().Source(), Processor: fc.Processor}
+		name, fc := p.feed, m.Config.Feeds[p.feed]
+		info := outbox.FeedInfo{Name: name, Kind: l.Feed().Kind(), Source: l.Feed().Source(), Processor: fc.Processor}
 		if err := m.Store.RecordProcessor(ctx, info, p.id, p.how); err != nil {
 			return err
 		}

@@ -170,6 +170,10 @@ func (m *Main) open(ctx context.Context) error {
 	if err := m.guardSQL(steps, s); err != nil {
 		return err
 	}
+	plans, err := m.checkProcessors(steps)
+	if err != nil {
+		return err
+	}
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -183,10 +187,6 @@ func (m *Main) open(ctx context.Context) error {
 		return err
 	}
 	if err := m.build(); err != nil {
-		return err
-	}
-	plans, err := m.checkProcessors(steps)
-	if err != nil {
 		return err
 	}
 	m.setStarting("claiming the database")

@@ -749,12 +749,16 @@ func TestLifecycle_ProcessorChanged(t *testing.T) {
 		"--relay", "none", "--http", "127.0.0.1:0"}
 	goLedger := append(slices.Clone(common), "--processor", "ledger=ledger")
 	sqlLedger := common // examples/ledger.yaml's sql-ledger
-	run := func(t *testing.T, args ...string) *proc {
+	// run runs a server with args until it has applied the whole file
+	// (the feed at its end with applied items in all) and stops it.
+	var applied func(t *testing.T) int64
+	run := func(t *testing.T, all int64, args ...string) *proc {
 		t.Helper()
 		p := start(t, nil, args...)
+		waitRunning(t, p)
 		wait(t, 60*time.Second, func() error {
-			if pos := storedPosition(t, db, "ledger"); pos != end {
-				return fmt.Errorf("stored position %d, want %d", pos, end)
+			if pos, n := storedPosition(t, db, "ledger"), applied(t); pos != end || n != all {
+				return fmt.Errorf("stored position %d, applied %d; want %d, %d", pos, n, end, all)
 			}
 			return nil
 		})
@@ -763,7 +767,7 @@ func TestLifecycle_ProcessorChanged(t *testing.T) {
 		}
 		return p
 	}
-	applied := func(t *testing.T) int64 {
+	applied = func(t *testing.T) int64 {
 		t.Helper()
 		s := readStore(t, db)
 		f, err := s.Feed(context.Background(), "ledger")
@@ -799,12 +803,13 @@ func TestLifecycle_ProcessorChanged(t *testing.T) {
 		}
 	}
 
-	quiet(t, run(t, goLedger...))
+	once, twice := int64(len(lf.valid)), 2*int64(len(lf.valid))
+	quiet(t, run(t, once, goLedger...))
 	checkLedger(t, db, lf, 0)
 
 	t.Run("Restart", func(t *testing.T) {
 		refused(t, "ledger", "sql-ledger (sql (fingerprint ", sqlLedger...)
-		p := run(t, append(slices.Clone(sqlLedger), "--on-processor-change", "ledger=restart")...)
+		p := run(t, twice, append(slices.Clone(sqlLedger), "--on-processor-change", "ledger=restart")...)
 		if n := logged(p, "the feed starts over from the beginning of its source"); n != 1 {
 			t.Fatalf("%d log lines saying the feed starts over, want 1", n)
 		}
@@ -816,7 +821,7 @@ func TestLifecycle_ProcessorChanged(t *testing.T) {
 		if n, want := applied(t), 2*int64(len(lf.valid)); n != want {
 			t.Fatalf("applied %d, want %d: each valid line once per processor", n, want)
 		}
-		quiet(t, run(t, sqlLedger...)) // recorded: the next start is quiet
+		quiet(t, run(t, twice, sqlLedger...)) // recorded: the next start is quiet
 		if n, want := applied(t), 2*int64(len(lf.valid)); n != want {
 			t.Fatalf("applied %d after a quiet start, want %d", n, want)
 		}
@@ -843,14 +848,14 @@ func TestLifecycle_ProcessorChanged(t *testing.T) {
 	t.Run("Keep", func(t *testing.T) {
 		refused(t, "sql-ledger (sql (fingerprint ", "ledger", goLedger...)
 		before := applied(t)
-		p := run(t, append(slices.Clone(goLedger), "--on-processor-change", "ledger=keep")...)
+		p := run(t, twice, append(slices.Clone(goLedger), "--on-processor-change", "ledger=keep")...)
 		if n := logged(p, "its position and state are kept for the new processor"); n != 1 {
 			t.Fatalf("%d log lines saying the state is kept, want 1", n)
 		}
 		if n := applied(t); n != before {
 			t.Fatalf("applied %d after keep, want %d: nothing applied again", n, before)
 		}
-		quiet(t, run(t, goLedger...))
+		quiet(t, run(t, twice, goLedger...))
 	})
 
 	t.Run("Adopted", func(t *testing.T) {
@@ -865,11 +870,11 @@ func TestLifecycle_ProcessorChanged(t *testing.T) {
 			t.Fatal(err)
 		}
 		refused(t, "ledger", "sql-ledger (sql (fingerprint ", sqlLedger...) // another name: a change
-		p := run(t, goLedger...)
+		p := run(t, twice, goLedger...)
 		if n := logged(p, "did not record the feed's processor"); n != 1 {
 			t.Fatalf("%d log lines saying the processor is adopted, want 1:\n%s", n, tail(p.log.String(), 2000))
 		}
-		quiet(t, run(t, goLedger...))
+		quiet(t, run(t, twice, goLedger...))
 		refused(t, "ledger", "sql-ledger (sql (fingerprint ", sqlLedger...)
 	})
 }

@@ -187,3 +187,20 @@ SELECT c.last_id - c.count + 1 + s.i, c.feed, c.partition, c.epoch,
        outbox_field(c.body, s.i, 2), outbox_field(c.body, s.i, 3), outbox_field(c.body, s.i, 4),
        c.created_at
 FROM outbox_chunks AS c JOIN outbox_slots AS s ON s.i < c.count;
+
+-- migration: 6
+
+-- The processor that made each feed's state: its kind (a built-in's or a
+-- registered processor's name, or sql) and a fingerprint of what of its
+-- configuration gives the state its meaning (a SQL processor's statements),
+-- so that a start with another processor is refused instead of keeping
+-- the feed's position and starting its state over. how says how it came
+-- to be recorded: new (the feed's first start), adopted (a database from
+-- before this table), restart or keep (an operator's choice).
+CREATE TABLE feed_processors (
+    feed        TEXT PRIMARY KEY REFERENCES feeds(name),
+    kind        TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    how         TEXT NOT NULL,
+    at          INTEGER NOT NULL -- unix nanoseconds
+) STRICT;

@@ -120,6 +120,10 @@ type Config struct {
 	// outbox.DefaultQueryLimits).
 	Queries     []*outbox.Query
 	QueryLimits outbox.QueryLimits
+	// Starting, when set, says why the server is not running yet (it waits
+	// to claim its database): while it returns a reason, the mutating
+	// endpoints answer 503 and /readyz fails a "start" check with it.
+	Starting func() string
 }
 
 // defaultBatchMax is the size histograms' top bucket when none is configured.

@@ -23,6 +23,11 @@ func (s *Server) adminOnly(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "a valid Authorization: Bearer <token> header is required")
 			return
 		}
+		if why := s.starting(); why != "" {
+			// The database is not this server's yet: another may own it.
+			writeError(w, http.StatusServiceUnavailable, CodeStarting, "the server is starting: "+why)
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }

@@ -53,6 +53,9 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) readiness(ctx context.Context) Readiness {
 	checks := append([]Check{s.databaseCheck(ctx), s.relayCheck()}, s.feedChecks()...)
+	if why := s.starting(); why != "" {
+		checks = append([]Check{{Name: "start", Message: why}}, checks...)
+	}
 	rd := Readiness{Ready: true, Checks: checks, Reasons: []string{}}
 	for _, c := range checks {
 		if !c.OK {
@@ -87,6 +90,14 @@ func (s *Server) feedChecks() []Check {
 		checks = append(checks, c)
 	}
 	return checks
+}
+
+// starting is why the server is not running yet, "" once it is.
+func (s *Server) starting() string {
+	if s.cfg.Starting == nil {
+		return ""
+	}
+	return s.cfg.Starting()
 }
 
 func (s *Server) relayCheck() Check {

@@ -18,6 +18,7 @@ const (
 	CodeAdminDisabled    = "admin_disabled"
 	CodeBodyTooLarge     = "body_too_large"
 	CodeFeedNotRunning   = "feed_not_running"
+	CodeStarting         = "starting"
 	CodeRequeueFailed    = "requeue_failed"
 	CodeBusy             = "busy"
 	CodeInternal         = "internal"

@@ -18,6 +18,21 @@ const backlogPoll = 100 * time.Millisecond
 // resume at every batch.
 const backlogResume = 0.9
 
+// EndLooker is implemented by feeds that can look at their source's end
+// without reading it (a file's size). LookEnds updates what Ends returns;
+// the loop calls it while it reads nothing, held at the backlog's bound,
+// so that the status's end and lag follow the source meanwhile.
+type EndLooker interface {
+	LookEnds()
+}
+
+// lookEnds lets the feed look at its source's ends, when it can.
+func (l *Loop) lookEnds() {
+	if el, ok := l.feed.(EndLooker); ok {
+		el.LookEnds()
+	}
+}
+
 // holdForBacklog waits, between batches, while the outbox backlog is past
 // Config.MaxBacklog: the feed is read no further, so nothing fills the
 // disk while the relay cannot publish, and nothing read is lost (it is
@@ -35,6 +50,7 @@ func (l *Loop) holdForBacklog(ctx context.Context) error {
 		return nil
 	}
 	l.status.backpressure(pressure(p, lim))
+	l.lookEnds()
 	l.log.Warn("the outbox backlog is past its bound: ingest waits for the relay to publish",
 		"rows", p.Rows, "bytes", p.Bytes, "max_rows", lim.Rows, "max_bytes", lim.Bytes)
 	started := time.Now()
@@ -51,6 +67,7 @@ func (l *Loop) holdForBacklog(ctx context.Context) error {
 			break
 		}
 		l.status.backpressure(pressure(p, lim))
+		l.lookEnds()
 	}
 	l.status.move()
 	l.log.Info("the outbox backlog is below its bound: ingest resumes", "rows", p.Rows, "bytes", p.Bytes,

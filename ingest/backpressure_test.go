@@ -3,11 +3,14 @@ package ingest_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/ingest/filefeed"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -114,6 +117,88 @@ func TestFormatBytes(t *testing.T) {
 		5 << 20: "5.0 MiB", 3 << 30: "3.0 GiB", 2 << 40: "2.0 TiB"} {
 		if got := ingest.FormatBytes(n); got != want {
 			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// While a file feed is held at the bound, its end follows the file: lines
+// appended meanwhile show in Ends (the status's end and lag), though the
+// loop reads none of them; drained, the loop applies each line once.
+func TestLoop_BackpressureEndsFollow(t *testing.T) {
+	s := openStore(t)
+	path := filepath.Join(t.TempDir(), "in.log")
+	var data strings.Builder
+	line := func(i int) string { return fmt.Sprintf("v%04d\n", i) }
+	for i := range 300 {
+		data.WriteString(line(i))
+	}
+	if err := os.WriteFile(path, []byte(data.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := filefeed.New(path, filefeed.Options{})
+	cfg := testConfig()
+	cfg.BatchMax = 50
+	cfg.MaxBacklog = outbox.BacklogLimit{Rows: 200}
+	l, stop := running(t, s, f, newCounter(), cfg)
+	ctx := context.Background()
+	wait(t, 10*time.Second, func() error {
+		if st, _ := l.State(); st != outbox.StateBackpressure {
+			return fmt.Errorf("state %s, want backpressure", st)
+		}
+		return nil
+	})
+	cps, err := s.Positions(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldAt := cps[0].Position
+
+	af, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 300; i < 400; i++ {
+		af.WriteString(line(i))
+		data.WriteString(line(i))
+	}
+	af.Close()
+	size := int64(data.Len())
+	wait(t, 10*time.Second, func() error {
+		if end := l.Feed().Ends()[0]; end != size {
+			return fmt.Errorf("end %d while held, want the file's size %d", end, size)
+		}
+		return nil
+	})
+	if st, _ := l.State(); st != outbox.StateBackpressure {
+		t.Fatalf("state %s once the end moved, want backpressure", st)
+	}
+	if cps, _ := s.Positions(ctx, "f"); cps[0].Position != heldAt {
+		t.Fatalf("position %d, want %d: held", cps[0].Position, heldAt)
+	}
+
+	for done := false; !done; {
+		last, err := s.LastOutboxID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetRelayProgress(ctx, "r", last); err != nil {
+			t.Fatal(err)
+		}
+		cps, _ := s.Positions(ctx, "f")
+		done = cps[0].Position == size
+		time.Sleep(20 * time.Millisecond)
+	}
+	wait(t, 10*time.Second, stateIs(l, outbox.StateCaughtUp, ""))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	c := counts(t, s)
+	if len(c) != 400 {
+		t.Fatalf("%d values applied, want 400", len(c))
+	}
+	for v, n := range c {
+		if n != 1 {
+			t.Fatalf("%s applied %d times", v, n)
 		}
 	}
 }

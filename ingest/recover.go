@@ -55,7 +55,8 @@ func (l *Loop) newPass(b batch) *pass {
 //     the policy at once: quick retries do not free a disk.
 //
 // Under policy stop the feed stalls and retries slowly until the commit
-// succeeds. Under skip the transaction is cut in halves down to one record,
+// succeeds; so does it under skip for a full disk. Otherwise, under skip
+// the transaction is cut in halves down to one record,
 // and only a record that cannot commit alone is skipped, its range recorded
 // as a loss; when the skip cannot commit either (it needs the disk too),
 // the feed stalls, and tries the record itself again first. Once it
@@ -83,7 +84,13 @@ func (l *Loop) storeFailed(ctx context.Context, p *pass, out outcome) error {
 		}
 		return nil
 	}
-	if l.cfg.OnCompletionFailure == OnCompletionSkip && reached > 0 {
+	switch {
+	case l.cfg.OnCompletionFailure == OnCompletionSkip && class == outbox.ClassFull:
+		// A full disk is no item's fault, and freeing space ends it: no
+		// item is dropped for it, whatever of a skip's few writes might
+		// still fit.
+		return l.stallOn(ctx, p, fmt.Errorf("completion failure: %s: %w; skip never skips for a full disk: it waits for space", class, err))
+	case l.cfg.OnCompletionFailure == OnCompletionSkip && reached > 0:
 		return l.skipInPieces(ctx, p, reached, class, err)
 	}
 	return l.stallOn(ctx, p, fmt.Errorf("completion failure: %s: %w", class, err))

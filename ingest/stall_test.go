@@ -696,3 +696,57 @@ func TestLoop_NotCaughtUpWhileOpening(t *testing.T) {
 		t.Fatalf("counts = %v, want %v", got, want)
 	}
 }
+
+// Under skip, a full disk is never skipped: a skip would drop items for a
+// cause that freeing space removes (and on a real disk the skip needs the
+// space too). The feed stalls as under stop, saying why, nothing counted
+// and nothing lost, and resumes by itself once there is room.
+func TestLoop_SkipWaitsOnFullDatabase(t *testing.T) {
+	s := openStore(t)
+	f := newMemFeed("e1", "a")
+	cfg := stallConfig()
+	cfg.OnCompletionFailure = ingest.OnCompletionSkip
+	l, stop := running(t, s, f, newCounter(), cfg)
+	wait(t, 5*time.Second, positionIs(s, "f", "e1", 1))
+	setMaxPages(t, s, -1)
+	big := make([]string, 20)
+	for i := range big {
+		// Each needs pages of its own; a skip's loss and position fit the
+		// pages the database has.
+		big[i] = fmt.Sprintf("%02d", i) + strings.Repeat("x", 8<<10)
+	}
+	f.append("e1", big...)
+	wait(t, 5*time.Second, func() error {
+		st, e := l.State()
+		if st != outbox.StateStalled || !strings.HasPrefix(e, "completion failure: disk full: ") ||
+			!strings.Contains(e, "skip never skips for a full disk: it waits for space") {
+			return fmt.Errorf("state %s (%q), want stalled on a full disk, not skipping", st, e)
+		}
+		return nil
+	})
+	time.Sleep(50 * time.Millisecond) // several of the stall's tries (stallConfig: a few ms apart)
+	if err := positionIs(s, "f", "e1", 1)(); err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "losses while full", len(lossesOf(t, s)), 0)
+	equal(t, "completionFailures while full", stats(t, s).CompletionFailures, 0)
+
+	setMaxPages(t, s, 1<<30) // room again
+	wait(t, 10*time.Second, positionIs(s, "f", "e1", 21))
+	wait(t, 5*time.Second, stateIs(l, outbox.StateCaughtUp, ""))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"a": 1}
+	for _, v := range big {
+		want[v] = 1
+	}
+	if got := counts(t, s); !reflect.DeepEqual(got, want) {
+		t.Fatalf("counts: %d values, want %d, each once", len(got), len(want))
+	}
+	equal(t, "losses", len(lossesOf(t, s)), 0)
+	st := stats(t, s)
+	equal(t, "applied", st.Applied, 21)
+	equal(t, "completionFailures", st.CompletionFailures, 0)
+	equal(t, "lossless", st.Lossless, true)
+}

@@ -104,6 +104,7 @@ func (r *Relay) findEarlier(ctx context.Context) (*NewDatabaseError, error) {
 		wait := bo.NextBackOff()
 		switch {
 		case !isUnauthorized(err):
+			r.st.failed(StateBackingOff, err) // the status says what the start waits for
 			r.log.Warn("cannot read the progress topic to check this new database; trying again", "err", err, "retry_in", wait)
 		case err.Error() != refused:
 			// An operator must act: ask seldom, say it once.

@@ -34,6 +34,10 @@ type FeedConfig struct {
 	KeyField int `yaml:"keyField"`
 	// Group is a Kafka feed's consumer group (default outboxd-NAME).
 	Group string `yaml:"group"`
+	// OnProcessorChange is what a start does when the feed's state was
+	// made by another processor: "" refuses (exit code 2), restart starts
+	// the feed over from the beginning, keep keeps its state on purpose.
+	OnProcessorChange string `yaml:"onProcessorChange"`
 }
 
 // Config is the whole service's configuration: defaults, then a YAML file
@@ -296,6 +300,11 @@ func (f *FeedConfig) validate(name string, c *Config) error {
 	if f.KeyField < 0 {
 		return fmt.Errorf("--key-field %s=%d: want 0 (no key) or a 1-based field", name, f.KeyField)
 	}
+	switch f.OnProcessorChange {
+	case "", processorChangeRestart, processorChangeKeep:
+	default:
+		return fmt.Errorf("--on-processor-change %s=%s: want restart or keep", name, f.OnProcessorChange)
+	}
 	return nil
 }
 
@@ -431,6 +440,9 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	fs.DurationVar(&c.RetryDelay, "retry-delay", c.RetryDelay, "orders: wait (`D`) before a refused event comes back (doubles per attempt)")
 	fs.IntVar(&c.RetryAttempts, "retry-attempts", c.RetryAttempts, "orders: tries (`N`) of a refused event before it is a dead letter")
 	perFeedFlag("group", "group", "outboxd-NAME", "a Kafka feed's consumer group, `NAME=G`, where its offsets are committed for Kafka's tools")
+	perFeedFlag("on-processor-change", "onProcessorChange", "",
+		"a feed whose state another processor made, `NAME=P`: restart (read its source again from the beginning) or keep "+
+			"(keep its position and state); none: the start is refused; recorded, so needed once")
 	c.Relay.flags(fs)
 	c.DevBroker.flags(fs)
 	addProductionFlags(fs, c)

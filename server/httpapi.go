@@ -53,6 +53,7 @@ func (m *Main) newAPI() error {
 	cfg.BatchMax, cfg.RelayBatchMax = m.Config.BatchMax, m.Config.Relay.Batch
 	cfg.MaxBacklog = m.backlog
 	cfg.Queries, cfg.QueryLimits = m.queries, m.Config.Query.limits()
+	cfg.Starting = m.startingReason
 	feeds := make([]api.Feed, 0, len(m.Loops))
 	for _, l := range m.Loops {
 		feeds = append(feeds, apiFeed{l: l, topics: m.Config.Feeds[l.Name()].topics(l.Name())})

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxd/outboxd/api"
@@ -46,6 +48,9 @@ type Main struct {
 	backlogHow string
 	// queries are the state queries the API serves (queries.go).
 	queries []*outbox.Query
+	// starting says, while the API serves before the database is claimed,
+	// what the start waits for ("" once claimed): see open.
+	starting atomic.Pointer[string]
 }
 
 // NewMain returns a service for cfg; nothing is opened until Run.
@@ -112,8 +117,38 @@ func (m *Main) rescue(ctx context.Context, moved error) error {
 	if err := m.Store.SaveCopy(ctx, path); err != nil {
 		return fmt.Errorf("%w; no copy of it could be saved: %v", moved, err)
 	}
-	return fmt.Errorf("%w; a copy of the database as this server had it is saved at %s: move it to %s before the next start "+
-		"to go on exactly once", moved, path, m.Config.DB)
+	return fmt.Errorf("%w; a copy of the database as this server had it is saved at %s: to go on from it exactly once, "+
+		"with no server running on %s, run: %s", moved, path, m.Config.DB, restoreCommand(path, m.Config.DB))
+}
+
+// restoreCommand is the shell command that puts the rescued copy at path
+// back in place of db.
+func restoreCommand(path, db string) string {
+	return "mv " + shellQuote(path) + " " + shellQuote(db)
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == ':' || r == '+' || r == '=' || r == ',' ||
+			('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9'))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// rescuedCopy returns the newest copy a server rescued beside db (see
+// rescue), "" when there is none.
+func rescuedCopy(db string) string {
+	copies, _ := filepath.Glob(db + ".rescued-*") // the pattern is well formed
+	newest := ""
+	for _, c := range copies {
+		if fi, err := os.Stat(c); err == nil && fi.Mode().IsRegular() && c > newest { // named by UTC time: the newest sorts last
+			newest = c
+		}
+	}
+	return newest
 }
 
 // open prepares everything, claims the database and opens the API. It
@@ -135,6 +170,10 @@ func (m *Main) open(ctx context.Context) error {
 	if err := m.guardSQL(steps, s); err != nil {
 		return err
 	}
+	plans, err := m.checkProcessors(steps)
+	if err != nil {
+		return err
+	}
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -150,15 +189,34 @@ func (m *Main) open(ctx context.Context) error {
 	if err := m.build(); err != nil {
 		return err
 	}
-	if err := m.checkDatabase(ctx); err != nil || ctx.Err() != nil {
+	m.setStarting("claiming the database")
+	if err := m.checkDatabaseServing(ctx); err != nil || ctx.Err() != nil {
 		return err
+	}
+	if m.API.URL() == "" {
+		if err := m.API.Serve(m.listener); err != nil {
+			return err
+		}
 	}
 	gen, err := s.Claim(steps)
 	if err != nil {
 		return err
 	}
+	m.setStarting("")
 	m.Logger.Info("database claimed: an older server on it is fenced at its next commit", "db", m.Config.DB, "generation", gen)
-	return m.API.Serve(m.listener)
+	return m.recordProcessors(steps, plans)
+}
+
+// setStarting sets what the start waits for, "" once the database is
+// claimed.
+func (m *Main) setStarting(why string) { m.starting.Store(&why) }
+
+// startingReason is what the start waits for, "" once it runs.
+func (m *Main) startingReason() string {
+	if p := m.starting.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // settleBacklog sets the outbox backlog's bound, from the flags or the
@@ -195,6 +253,44 @@ func (m *Main) build() error {
 	return m.newAPI()
 }
 
+// serveAfter is how long a start waits for the new-database check before
+// it serves the API anyway; it serves at once when the relay reports a
+// failure. A check that ends sooner (it passes, or refuses: one line,
+// exit code 2) never serves.
+const serveAfter = 2 * time.Second
+
+// checkDatabaseServing runs checkDatabase, and serves the API while the
+// check waits for Kafka, read-only until the claim: such a first start
+// shows why it waits, as a running server does (the relay's state and
+// lastError), instead of leaving its port silent. The API's mutating
+// endpoints answer 503 until the claim: another server may own the
+// database meanwhile.
+func (m *Main) checkDatabaseServing(ctx context.Context) error {
+	if m.Relay == nil || m.Config.Relay.Mode != relay.ModeExactlyOnce {
+		return nil
+	}
+	m.setStarting("checking, on the progress topic, that this database does not replace one that published " +
+		"(the relay's state and lastError say what Kafka answers)")
+	done := make(chan error, 1)
+	go func() { done <- m.checkDatabase(ctx) }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(serveAfter)
+	var serveErr error
+	for served := false; ; {
+		select {
+		case err := <-done:
+			return errors.Join(err, serveErr)
+		case <-tick.C:
+		}
+		if served || (time.Now().Before(deadline) && m.Relay.Status().LastError == "") {
+			continue
+		}
+		served = true
+		serveErr = m.API.Serve(m.listener) // an error ends the start once the check has
+	}
+}
+
 // checkDatabase runs the relay's check that a database that never
 // published is not the replacement of one that did. It may wait for
 // Kafka; a ctx done first ends it without error.
@@ -207,6 +303,12 @@ func (m *Main) checkDatabase(ctx context.Context) error {
 	case ctx.Err() != nil:
 		return nil
 	case errors.Is(err, relay.ErrNewDatabase):
+		if c := rescuedCopy(m.Config.DB); c != "" {
+			return configErr("%w; the newest copy a server rescued when its database was deleted or replaced is %s: "+
+				"to go on from it exactly once, run: %s (it replaces the database now at that path, which never published), then start again; "+
+				"or start this one once with --new-database to start afresh (every output is then published again)",
+				err, c, restoreCommand(c, m.Config.DB))
+		}
 		return configErr("%w; restore that database, or start this one once with --new-database to start afresh "+
 			"(every output is then published again)", err)
 	}

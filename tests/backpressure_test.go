@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/api"
 )
 
 // With Kafka cut off, ingest stops at the backlog's bound instead of
@@ -39,7 +41,8 @@ func TestBackpressure_KafkaAway(t *testing.T) {
 	wait(t, 60*time.Second, func() error { return published(db, first) })
 
 	px.setDown(true)
-	appendFile(t, input, string(lf.data[first:]))
+	mid := ends[20_000] // the rest comes while ingest is held
+	appendFile(t, input, string(lf.data[first:mid]))
 	held := func(base string) (feedState, outboxState) {
 		t.Helper()
 		fs := waitFeed(t, base, "ledger", "backpressure", fmt.Sprintf("past its bound (at most 1.0 GiB, at most %d rows)", bound))
@@ -85,6 +88,17 @@ func TestBackpressure_KafkaAway(t *testing.T) {
 	if fs2, os2 := held(base); fs2.Position != fs.Position || os2.Pending != os1.Pending {
 		t.Fatalf("moved while held: position %d -> %d, pending %d -> %d", fs.Position, fs2.Position, os1.Pending, os2.Pending)
 	}
+
+	// Lines written while held show in the feed's end and lag, though
+	// none is read.
+	appendFile(t, input, string(lf.data[mid:]))
+	waitStatus(t, base, 30*time.Second, func(st api.FeedStatus) error {
+		if st.State != "backpressure" || st.Position != fs.Position || st.End != int64(len(lf.data)) || st.Lag != st.End-st.Position {
+			return fmt.Errorf("%s at %d, end %d, lag %d; want backpressure at %d, end %d, lag %d",
+				st.State, st.Position, st.End, st.Lag, fs.Position, len(lf.data), int64(len(lf.data))-fs.Position)
+		}
+		return nil
+	})
 
 	// A crash while held, and a restart with Kafka still away: the new
 	// server counts the backlog it finds and holds at once.

@@ -2,13 +2,18 @@ package tests
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/internal/kafkasec"
+	"github.com/outboxd/outboxd/internal/testcerts"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -380,4 +386,248 @@ func publishedAtLeast(db string, n int64) error {
 		return fmt.Errorf("%d outbox rows (%v), want %d", last, err, n)
 	}
 	return relayDone(ctx, s)
+}
+
+// A start that Kafka refuses, on a new database (the relay's check that
+// it replaces none must read the progress topic before the claim) as on
+// a used one: the API listens at once, the relay's state is unauthorized
+// with the refusal as its lastError, /readyz answers 503, one log line
+// says so, and the server keeps running. A refusal an operator lifts
+// (a grant) is picked up without a restart.
+func TestKafkaSec_RefusedStart(t *testing.T) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 17))
+	lf := makeLedger(rng, 300)
+	other, err := testcerts.NewCA(t.TempDir(), "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readProgress := func() *kadm.ACLBuilder {
+		return kadm.NewACLs().Topics("__outboxd_progress").Operations(kadm.OpRead)
+	}
+	cases := []struct {
+		name string
+		// args are the refused start's Kafka flags; before runs just before it.
+		args   func(t *testing.T, b *secureBroker) []string
+		before func(t *testing.T, b *secureBroker, used bool)
+		want   string
+		// lift lifts the refusal without a restart, when an operator can.
+		lift func(t *testing.T, b *secureBroker)
+	}{
+		{name: "WrongPassword", args: func(t *testing.T, b *secureBroker) []string { return b.serverArgs(t, "Wr0ng") },
+			want: `SASL SCRAM-SHA-256 as "outboxd"`},
+		{name: "UnknownUser", args: func(t *testing.T, b *secureBroker) []string {
+			return withFlag(b.serverArgs(t, serverSecret), "--kafka-sasl-user", "nobody")
+		}, want: `SASL SCRAM-SHA-256 as "nobody"`},
+		{name: "WrongCA", args: func(t *testing.T, b *secureBroker) []string {
+			return withFlag(b.serverArgs(t, serverSecret), "--kafka-tls-ca", other.File)
+		}, want: "the broker's certificate is not trusted"},
+		{name: "UnsupportedMechanism", args: func(t *testing.T, b *secureBroker) []string {
+			// The broker's flags but its address and CA: --kafka-sasl-user and
+			// --kafka-sasl-password-file.
+			return append([]string{"--brokers", saslRefusingBroker(t), "--kafka-sasl-mechanism", kafkasec.MechanismSCRAMSHA256},
+				b.serverArgs(t, serverSecret)[6:]...)
+		}, want: "the broker does not offer SCRAM-SHA-256 (it offers SCRAM-SHA-512)"},
+		{name: "ProgressTopicRead", args: func(t *testing.T, b *secureBroker) []string { return b.serverArgs(t, serverSecret) },
+			before: func(t *testing.T, b *secureBroker, used bool) {
+				if !used {
+					// A cluster where another database published: the new
+					// database's check has progress records to read (an
+					// empty topic needs no Read).
+					dir := t.TempDir()
+					input := filepath.Join(dir, "other.csv")
+					if err := os.WriteFile(input, []byte("carol,1\n"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					db := filepath.Join(dir, "other.db")
+					p := start(t, nil, append([]string{"--db", db, "--feed", "other=file:" + input, "--processor", "other=ledger",
+						"--topic", "other=ledger.other", "--http", "127.0.0.1:0"}, b.serverArgs(t, serverSecret)...)...)
+					wait(t, 60*time.Second, func() error { return publishedAtLeast(db, 1) })
+					if code := p.stop(t, 30*time.Second); code != exitOK {
+						t.Fatalf("the other database's run: exit code %d", code)
+					}
+				}
+				b.revoke(t, readProgress())
+			},
+			want: `not authorized: User:outboxd lacks Read on topic "__outboxd_progress"`,
+			lift: func(t *testing.T, b *secureBroker) { b.grant(t, readProgress()) }},
+	}
+	for _, c := range cases {
+		for _, used := range []bool{false, true} {
+			name := c.name + "/New"
+			if used {
+				name = c.name + "/Used"
+			}
+			t.Run(name, func(t *testing.T) {
+				b := startSASLBroker(t, kafkasec.MechanismSCRAMSHA256, ledgerGrants("")...)
+				dir := t.TempDir()
+				db, input := filepath.Join(dir, "outboxd.db"), filepath.Join(dir, "ledger.csv")
+				if err := os.WriteFile(input, lf.data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				args := ledgerArgs(db, input, "--http", "127.0.0.1:0")
+				if used {
+					p := start(t, nil, append(args, b.serverArgs(t, serverSecret)...)...)
+					waitPublished(t, db, int64(len(lf.data)))
+					if code := p.stop(t, 30*time.Second); code != exitOK {
+						t.Fatalf("first run: exit code %d", code)
+					}
+				}
+				if c.before != nil {
+					c.before(t, b, used)
+				}
+				started := time.Now()
+				p := start(t, nil, append(args, c.args(t, b)...)...)
+				base := "http://" + httpAddr(t, p)
+				if d := time.Since(started); d > 20*time.Second {
+					t.Fatalf("the API listened %v after the start", d)
+				}
+				waitRelay(t, base, "unauthorized", c.want)
+				code, rd, err := getReadiness(base)
+				if err != nil || code != 503 || !hasPrefix(rd.Reasons, "relay: unauthorized: ") {
+					t.Fatalf("readyz %d %q (%v), want 503 saying the relay is unauthorized", code, rd.Reasons, err)
+				}
+				if n := logged(p, "Kafka refused the relay"); n != 1 {
+					t.Fatalf("%d log lines saying Kafka refused the relay, want 1:\n%s", n, tail(p.log.String(), 3000))
+				}
+				alive(t, p, base)
+				if c.lift != nil {
+					c.lift(t, b)
+					waitPublished(t, db, int64(len(lf.data)))
+					checkTopicsWith(t, b.addr, b.adminOpts(t), lf, 0)
+				}
+				p.cmd.Process.Signal(syscall.SIGTERM) // running, or still starting
+				if code := waitExit(t, p, 30*time.Second); code != exitOK {
+					t.Fatalf("exit code %d after SIGTERM, want 0", code)
+				}
+			})
+		}
+	}
+}
+
+// withFlag returns args with flag's value replaced by v.
+func withFlag(args []string, flag, v string) []string {
+	out := slices.Clone(args)
+	for i := range out[:len(out)-1] {
+		if out[i] == flag {
+			out[i+1] = v
+			return out
+		}
+	}
+	return append(out, flag, v)
+}
+
+// saslRefusingBroker listens on loopback and answers as a broker whose
+// listener offers only SCRAM-SHA-512: ApiVersions, then
+// UNSUPPORTED_SASL_MECHANISM to every other handshake. It returns its
+// address.
+func saslRefusingBroker(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go answerSASLRefusal(conn)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// answerSASLRefusal serves one connection of saslRefusingBroker.
+func answerSASLRefusal(conn net.Conn) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	for {
+		var size [4]byte
+		if _, err := io.ReadFull(conn, size[:]); err != nil {
+			return
+		}
+		req := make([]byte, binary.BigEndian.Uint32(size[:]))
+		if _, err := io.ReadFull(conn, req); err != nil || len(req) < 8 {
+			return
+		}
+		key, version := int16(binary.BigEndian.Uint16(req)), int16(binary.BigEndian.Uint16(req[2:]))
+		var resp kmsg.Response
+		switch key {
+		case kmsg.ApiVersions.Int16():
+			r := kmsg.NewPtrApiVersionsResponse()
+			for _, k := range []kmsg.Key{kmsg.ApiVersions, kmsg.SASLHandshake, kmsg.SASLAuthenticate, kmsg.Metadata} {
+				r.ApiKeys = append(r.ApiKeys, kmsg.ApiVersionsResponseApiKey{ApiKey: k.Int16(), MaxVersion: 1})
+			}
+			resp = r
+		case kmsg.SASLHandshake.Int16():
+			r := kmsg.NewPtrSASLHandshakeResponse()
+			r.ErrorCode, r.SupportedMechanisms = 33, []string{kafkasec.MechanismSCRAMSHA512} // UNSUPPORTED_SASL_MECHANISM
+			resp = r
+		default:
+			return
+		}
+		resp.SetVersion(version)
+		body := resp.AppendTo(binary.BigEndian.AppendUint32(nil, binary.BigEndian.Uint32(req[4:]))) // the correlation id
+		if _, err := conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)); err != nil {
+			return
+		}
+	}
+}
+
+// Against a TLS listener, a server without --kafka-tls is not told that
+// the broker is down: its relay's lastError, and the log, ask whether TLS
+// is missing, on a new database (its check of the progress topic) as on a
+// used one, without SASL (franz-go's own hint) and with it (the
+// credentials' check).
+func TestKafkaSec_TLSMissing(t *testing.T) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 19))
+	lf := makeLedger(rng, 200)
+	for _, c := range []struct {
+		name string
+		sasl bool
+		used bool
+	}{{"New", false, false}, {"Used", false, true}, {"NewSASL", true, false}, {"UsedSASL", true, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			b := startSASLBroker(t, kafkasec.MechanismSCRAMSHA256, ledgerGrants("")...)
+			dir := t.TempDir()
+			db, input := filepath.Join(dir, "outboxd.db"), filepath.Join(dir, "ledger.csv")
+			if err := os.WriteFile(input, lf.data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args := ledgerArgs(db, input, "--http", "127.0.0.1:0")
+			if c.used {
+				p := start(t, nil, append(args, b.serverArgs(t, serverSecret)...)...)
+				waitPublished(t, db, int64(len(lf.data)))
+				if code := p.stop(t, 30*time.Second); code != exitOK {
+					t.Fatalf("first run: exit code %d", code)
+				}
+			}
+			plain := []string{"--brokers", b.addr}
+			if c.sasl {
+				plain = append(plain, b.serverArgs(t, serverSecret)[4:]...) // all but --kafka-tls-ca
+			}
+			p := start(t, nil, append(args, plain...)...)
+			base := "http://" + httpAddr(t, p)
+			const hint = "is TLS missing"
+			var os outboxState
+			wait(t, 60*time.Second, func() error {
+				if err := getJSON(base+"/outbox/status", &os); err != nil {
+					return err
+				}
+				if !strings.Contains(os.Relay.LastError, hint) {
+					return fmt.Errorf("relay %s, lastError %q: no TLS hint", os.Relay.State, os.Relay.LastError)
+				}
+				return nil
+			})
+			if logged(p, hint) == 0 {
+				t.Fatalf("the log has no TLS hint:\n%s", tail(p.log.String(), 3000))
+			}
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			if code := waitExit(t, p, 30*time.Second); code != exitOK {
+				t.Fatalf("exit code %d after SIGTERM, want 0", code)
+			}
+		})
+	}
 }

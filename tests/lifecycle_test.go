@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // Exit codes the README documents.
@@ -235,18 +236,19 @@ func TestLifecycle_DatabaseDeleted(t *testing.T) {
 	}
 	args := ledgerArgs(db, input, "--brokers", broker, "--http", "127.0.0.1:0")
 	end := int64(len(lf.data))
-	refuses := func(t *testing.T) {
+	refuses := func(t *testing.T, want ...string) string {
 		t.Helper()
 		p := start(t, nil, args...)
 		if code := waitExit(t, p, 60*time.Second); code != exitConfig {
 			t.Fatalf("exit code %d on a new database beside an earlier one's progress, want %d", code, exitConfig)
 		}
 		line := oneLine(t, p)
-		for _, want := range []string{db, "--new-database", "published"} {
+		for _, want := range append([]string{db, "--new-database", "published"}, want...) {
 			if !strings.Contains(line, want) {
 				t.Fatalf("message %q does not name %q", line, want)
 			}
 		}
+		return line
 	}
 
 	p := start(t, nil, args...)
@@ -259,16 +261,26 @@ func TestLifecycle_DatabaseDeleted(t *testing.T) {
 	if len(copies) != 1 {
 		t.Fatalf("copies of the deleted database: %v, want one", copies)
 	}
-	for _, want := range []string{db + " was deleted", "saved at " + copies[0]} {
+	restore := "mv " + copies[0] + " " + db
+	for _, want := range []string{db + " was deleted", "saved at " + copies[0], "run: " + restore} {
 		if !strings.Contains(p.log.String(), want) {
 			t.Fatalf("the log does not say %q", want)
 		}
 	}
 	checkTopics(t, broker, lf, 0)
 
+	var command string
 	t.Run("RestartRefuses", func(t *testing.T) {
-		refuses(t)
-		refuses(t) // the refused start left a new database behind: it must refuse again
+		// A supervisor starts it again: the refusal names the rescued copy
+		// and the command that goes on from it.
+		line := refuses(t, copies[0])
+		if m := regexp.MustCompile(`run: (.*) \(it replaces`).FindStringSubmatch(line); m != nil {
+			command = m[1]
+		}
+		if command != restore {
+			t.Fatalf("the refusal's command is %q, want %q: %s", command, restore, line)
+		}
+		refuses(t, copies[0]) // the refused start left a new database behind: it must refuse again
 		checkTopics(t, broker, lf, 0)
 	})
 
@@ -286,9 +298,9 @@ func TestLifecycle_DatabaseDeleted(t *testing.T) {
 	end = int64(len(lf.data))
 
 	t.Run("CopyRestored", func(t *testing.T) {
-		removeDatabase(t, db)
-		if err := os.Rename(copies[0], db); err != nil {
-			t.Fatal(err)
+		// The refusal's command, as an operator runs it.
+		if out, err := exec.Command("sh", "-c", command).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", command, err, out)
 		}
 		p := start(t, nil, args...)
 		appendFile(t, input, string(more.data))
@@ -712,5 +724,157 @@ func TestLifecycle_ConfigMistakes(t *testing.T) {
 		if len(warned) != 1 || !strings.Contains(warned[0], "level=WARN") || !closestRE.MatchString(warned[0]) {
 			t.Fatalf("lines naming OUTBOXD_BATCH_MAXX: %q; want one warning naming OUTBOXD_BATCH_MAX", warned)
 		}
+	})
+}
+
+// TestLifecycle_ProcessorChanged starts a ledger feed's database under
+// another processor: the start is refused with one line and exit code 2,
+// the database untouched, until --on-processor-change says what to do.
+// restart reads the file again from the beginning into the new
+// processor's state (balances right); keep keeps the position and state;
+// each is recorded once, so the next start is quiet. A SQL processor
+// whose statements change is another processor; a database that never
+// recorded its feeds' processor adopts the one of the same name, saying
+// so once.
+func TestLifecycle_ProcessorChanged(t *testing.T) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 31))
+	dir := t.TempDir()
+	input, db := filepath.Join(t.TempDir(), "ledger.csv"), filepath.Join(dir, "outboxd.db")
+	lf := ledgerWithDeadLetters(rng, 2000)
+	if err := os.WriteFile(input, lf.data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	end := int64(len(lf.data))
+	common := []string{"--config", example("ledger.yaml"), "--db", db, "--feed", "ledger=file:" + input,
+		"--relay", "none", "--http", "127.0.0.1:0"}
+	goLedger := append(slices.Clone(common), "--processor", "ledger=ledger")
+	sqlLedger := common // examples/ledger.yaml's sql-ledger
+	// run runs a server with args until it has applied the whole file
+	// (the feed at its end with applied items in all) and stops it.
+	var applied func(t *testing.T) int64
+	run := func(t *testing.T, all int64, args ...string) *proc {
+		t.Helper()
+		p := start(t, nil, args...)
+		waitRunning(t, p)
+		wait(t, 60*time.Second, func() error {
+			if pos, n := storedPosition(t, db, "ledger"), applied(t); pos != end || n != all {
+				return fmt.Errorf("stored position %d, applied %d; want %d, %d", pos, n, end, all)
+			}
+			return nil
+		})
+		if code := p.stop(t, 30*time.Second); code != exitOK {
+			t.Fatalf("exit code %d, want 0", code)
+		}
+		return p
+	}
+	applied = func(t *testing.T) int64 {
+		t.Helper()
+		s := readStore(t, db)
+		f, err := s.Feed(context.Background(), "ledger")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.Applied
+	}
+	refused := func(t *testing.T, was, now string, args ...string) {
+		t.Helper()
+		before := applied(t)
+		p := start(t, nil, args...)
+		if code := waitExit(t, p, 30*time.Second); code != exitConfig {
+			t.Fatalf("exit code %d, want %d", code, exitConfig)
+		}
+		line := oneLine(t, p)
+		for _, want := range []string{"feed ledger: its state was made by processor " + was, "this start gives it " + now,
+			"--on-processor-change ledger=restart", "ledger=keep"} {
+			if !strings.Contains(line, want) {
+				t.Fatalf("message %q does not say %q", line, want)
+			}
+		}
+		if pos, n := storedPosition(t, db, "ledger"), applied(t); pos != end || n != before {
+			t.Fatalf("the refused start changed the feed: position %d, applied %d; want %d, %d", pos, n, end, before)
+		}
+	}
+	quiet := func(t *testing.T, p *proc) {
+		t.Helper()
+		for _, s := range []string{"--on-processor-change", "did not record the feed's processor"} {
+			if n := logged(p, s); n != 0 {
+				t.Fatalf("%d log lines %q on a start with the recorded processor:\n%s", n, s, tail(p.log.String(), 2000))
+			}
+		}
+	}
+
+	once, twice := int64(len(lf.valid)), 2*int64(len(lf.valid))
+	quiet(t, run(t, once, goLedger...))
+	checkLedger(t, db, lf, 0)
+
+	t.Run("Restart", func(t *testing.T) {
+		refused(t, "ledger", "sql-ledger (sql (fingerprint ", sqlLedger...)
+		p := run(t, twice, append(slices.Clone(sqlLedger), "--on-processor-change", "ledger=restart")...)
+		if n := logged(p, "the feed starts over from the beginning of its source"); n != 1 {
+			t.Fatalf("%d log lines saying the feed starts over, want 1", n)
+		}
+		s := readStore(t, db)
+		if got := sqlLedgerBalances(t, s); !equalBalances(got, lf.balances) {
+			t.Fatalf("SQL balances after the restart differ from the file's sums:\n got %v\nwant %v", got, lf.balances)
+		}
+		// Every item applied again, once.
+		if n, want := applied(t), 2*int64(len(lf.valid)); n != want {
+			t.Fatalf("applied %d, want %d: each valid line once per processor", n, want)
+		}
+		quiet(t, run(t, twice, sqlLedger...)) // recorded: the next start is quiet
+		if n, want := applied(t), 2*int64(len(lf.valid)); n != want {
+			t.Fatalf("applied %d after a quiet start, want %d", n, want)
+		}
+	})
+
+	t.Run("StatementsChanged", func(t *testing.T) {
+		b, err := os.ReadFile(example("ledger.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		doubled := strings.Replace(string(b), "balance = balance + excluded.balance", "balance = balance + 2 * excluded.balance", 1)
+		if doubled == string(b) {
+			t.Fatal("examples/ledger.yaml's apply is not the one this test changes")
+		}
+		yaml := filepath.Join(t.TempDir(), "doubled.yaml")
+		if err := os.WriteFile(yaml, []byte(doubled), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args := slices.Clone(sqlLedger)
+		args[1] = yaml
+		refused(t, "sql-ledger (sql (fingerprint ", "sql-ledger (sql (fingerprint ", args...)
+	})
+
+	t.Run("Keep", func(t *testing.T) {
+		refused(t, "sql-ledger (sql (fingerprint ", "ledger", goLedger...)
+		before := applied(t)
+		p := run(t, twice, append(slices.Clone(goLedger), "--on-processor-change", "ledger=keep")...)
+		if n := logged(p, "its position and state are kept for the new processor"); n != 1 {
+			t.Fatalf("%d log lines saying the state is kept, want 1", n)
+		}
+		if n := applied(t); n != before {
+			t.Fatalf("applied %d after keep, want %d: nothing applied again", n, before)
+		}
+		quiet(t, run(t, twice, goLedger...))
+	})
+
+	t.Run("Adopted", func(t *testing.T) {
+		// A database from before feeds' processors were recorded.
+		s, err := outbox.Open(context.Background(), outbox.DefaultConfig(db))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = outboxtest.Exec(context.Background(), s, `DELETE FROM feed_processors`)
+		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		refused(t, "ledger", "sql-ledger (sql (fingerprint ", sqlLedger...) // another name: a change
+		p := run(t, twice, goLedger...)
+		if n := logged(p, "did not record the feed's processor"); n != 1 {
+			t.Fatalf("%d log lines saying the processor is adopted, want 1:\n%s", n, tail(p.log.String(), 2000))
+		}
+		quiet(t, run(t, twice, goLedger...))
+		refused(t, "ledger", "sql-ledger (sql (fingerprint ", sqlLedger...)
 	})
 }

@@ -326,3 +326,16 @@ func TestSettings_CheckUnreachable(t *testing.T) {
 		t.Fatalf("Check of a closed port: %v, want an error that is not ErrRefused", err)
 	}
 }
+
+// A check without TLS against a TLS listener, which hangs up on the
+// plaintext request, asks whether TLS is missing; it is no refusal.
+func TestSettings_CheckTLSMissing(t *testing.T) {
+	p := newPKI(t)
+	addr := cluster(t, kfake.TLS(testcerts.ServerTLS(p.server, nil)), kfake.EnableSASL(),
+		kfake.Superuser(kafkasec.MechanismPlain, "u", "p"))
+	s := kafkasec.Settings{SASL: kafkasec.SASL{Mechanism: kafkasec.MechanismPlain, User: "u", Password: "p"}}
+	err := s.Check(context.Background(), []string{addr})
+	if err == nil || errors.Is(err, kafkasec.ErrRefused) || !strings.Contains(err.Error(), "is TLS missing (--kafka-tls)?") {
+		t.Fatalf("Check of a TLS listener without TLS: %v, want an error asking whether TLS is missing", err)
+	}
+}

@@ -100,6 +100,12 @@ func (s Settings) checkOne(ctx context.Context, broker string) error {
 			// certificate only on the first read.
 			return &AuthError{Broker: broker, Step: "tls", Reason: "the broker refused this client's certificate", Err: err}
 		}
+		if s.TLS == nil && isClosed(err) {
+			// A TLS listener reads the request as a bad handshake and hangs
+			// up: not an outage, a missing setting.
+			return fmt.Errorf("%w: the broker closed the connection at once, as a TLS listener does to a client "+
+				"speaking plaintext: is TLS missing (--kafka-tls)?", err)
+		}
 		return err
 	}
 	if s.SASL.Mechanism == "" {

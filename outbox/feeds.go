@@ -96,8 +96,8 @@ type Loss struct {
 	Reason    string `db:"reason"`
 	Epoch     string `db:"epoch"`
 	From      int64  `db:"from_pos"`
-	To        int64  `db:"to_pos"`   // -1 (ingest.UnknownPosition): the extent is unknown
-	AckedAt   int64  `db:"acked_at"` // unix nanoseconds, 0 = not acked
+	To        int64  `db:"to_pos"`     // -1 (ingest.UnknownPosition): the extent is unknown
+	AckedAt   int64  `db:"acked_at"`   // unix nanoseconds, 0 = not acked
 	AckedBy   string `db:"acked_by"`   // the API token's name, "" when not acked or acked before names
 	AckReason string `db:"ack_reason"` // why the operator acknowledged it
 }

@@ -157,3 +157,17 @@ func (s *Store) AckLossesBy(ctx context.Context, feed string, a LossAck) (int64,
 	}
 	return n, nil
 }
+
+// DiscardDeadLetters discards, as DiscardDeadLetter does, every dead letter
+// of feed of reason that no one requeued or discarded, in one transaction,
+// and returns how many.
+func (s *Store) DiscardDeadLetters(ctx context.Context, feed, reason string, d Discard) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE dead_letters SET discarded_at = ?, resolved_by = ?, resolution_note = ?
+WHERE feed = ? AND reason = ? AND requeued_at = 0 AND discarded_at = 0`, s.Now().UnixNano(), d.By, d.Note, feed, reason)
+	s.noteWrite(err)
+	if err != nil {
+		return 0, fmt.Errorf("discard the %s dead letters of %s: %w", reason, feed, err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}

@@ -68,7 +68,9 @@ type Config struct {
 	// production_config.go.
 	Kafka   KafkaConfig   `yaml:"kafka"`
 	HTTPTLS HTTPTLSConfig `yaml:",inline"`
-	Backlog BacklogConfig `yaml:",inline"`
+	// APITokens are the API's named tokens (api_tokens.go).
+	APITokens APITokenConfig `yaml:",inline"`
+	Backlog   BacklogConfig  `yaml:",inline"`
 
 	// Record says which feeds are recorded (record_config.go).
 	Record RecordConfig `yaml:"record"`

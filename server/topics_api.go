@@ -115,6 +115,9 @@ func (k kafkaTopics) Topic(ctx context.Context, name string, groups []string) (a
 	committed := map[string]kadm.OffsetResponses{}
 	for _, g := range d.Groups {
 		os, err := adm.FetchOffsetsForTopics(ctx, g, name)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			os, err = kadm.OffsetResponses{}, nil // a group that never committed
+		}
 		if err != nil {
 			return api.KafkaTopicDetail{}, fmt.Errorf("offsets of group %s on %s: %w", g, name, err)
 		}

@@ -181,7 +181,11 @@ func verdict(ov Overview) Verdict {
 		if d.AtLeast {
 			n = "at least " + n
 		}
-		add(CondDeadLetters, LevelWarning, d.Feed, fmt.Sprintf("%s dead letters of feed %s in the last hour, not resolved", n, d.Feed),
+		letters := "dead letters"
+		if d.Count == 1 {
+			letters = "dead letter"
+		}
+		add(CondDeadLetters, LevelWarning, d.Feed, fmt.Sprintf("%s %s of feed %s in the last hour, not resolved", n, letters, d.Feed),
 			fmt.Sprintf("look at them (outboxd dead-letters list %s), then requeue (edited if need be) or discard each", d.Feed))
 	}
 	v := Verdict{Level: LevelOK, Message: "healthy: every feed lossless and moving, the relay publishing",

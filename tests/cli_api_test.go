@@ -90,7 +90,7 @@ func TestCLI_APICommands(t *testing.T) {
 	t.Run("Status", func(t *testing.T) {
 		out := cliOK(t, base, nil, "status")
 		lines := strings.Split(out, "\n")
-		if lines[0] != "WARNING: 1 dead letters of feed ledger in the last hour, not resolved" {
+		if lines[0] != "WARNING: 1 dead letter of feed ledger in the last hour, not resolved" {
 			t.Fatalf("first line %q", lines[0])
 		}
 		row := regexp.MustCompile(`(?m)^ledger +caught-up +33/33 +0 bytes +2 +1 +yes +0 pending$`)

@@ -146,7 +146,7 @@ function smoothed(series, n) {
 // y axis (unit) and time axis (minutes before the last sample).
 function chart(svg, series, unit) {
   const W = Number(svg.getAttribute("width")), H = Number(svg.getAttribute("height"));
-  const left = 56, right = 8, top = 8, bottom = 22;
+  const left = 56, right = 24, top = 18, bottom = 22;
   const times = hist ? hist.times : [];
   const kids = [];
   const t1 = times.length > 0 ? times[times.length - 1] : 0;
@@ -163,7 +163,7 @@ function chart(svg, series, unit) {
     kids.push(svgEl("text", { class: "tick y", x: left - 4, y: y(v) + 3, "text-anchor": "end" }, fmtNum(v)));
     if (v > 0) kids.push(svgEl("line", { class: "grid", x1: left, y1: y(v), x2: W - right, y2: y(v) }));
   }
-  kids.push(svgEl("text", { class: "unit", x: 4, y: top + 10 }, unit));
+  kids.push(svgEl("text", { class: "unit", x: left + 4, y: 12 }, unit));
   const stepMin = span > 10 * 60 * 1000 ? 5 : span > 3 * 60 * 1000 ? 1 : 0.5;
   for (let m = 0; m * 60000 <= span; m += stepMin) {
     const xm = x(t1 - m * 60000);

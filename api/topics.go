@@ -50,8 +50,9 @@ type KafkaTopicDetail struct {
 }
 
 // KafkaPartition is one partition: its leader broker, its first and next
-// offsets (end is the high watermark: what a read_committed consumer may
-// reach is at most it), and per group the committed offset (null when the
+// offsets (end is the high watermark; a transactional topic's last offset
+// before it may be a transaction's marker, not a record, so a caught-up
+// reader may show a lag of 1), and per group the committed offset (null when the
 // group committed none) and the lag (end minus committed, or end minus
 // start when none). Position is outboxd's own stored position of the
 // feed reading it (the authority on what was applied), null for a topic

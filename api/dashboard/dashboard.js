@@ -181,6 +181,8 @@ function chart(svg, series, unit) {
   }
   svg.replaceChildren(...kids);
   svg.dataset.samples = String(times.length);
+  const first = series.length > 0 ? series[0].values : [];
+  svg.dataset.last = first.length > 0 && first[first.length - 1] !== null ? String(first[first.length - 1]) : "";
   svg.dataset.unit = unit;
 }
 

@@ -633,6 +633,10 @@ Usage:
   server produce --topic T [--key-field N | --json] < FILE
                                       put a record per line on a topic
   server config [flags]               print the effective configuration as YAML (for --config)
+  server status [--json]              a running server's health, feeds, relay and losses (its API: --url)
+  server dead-letters list|show|requeue|discard FEED ...   read and resolve dead letters (-h)
+  server losses list|ack FEED [--reason WHY]               a feed's losses; acknowledge them
+  server topics [describe TOPIC]      the Kafka topics, offsets and the lag of the groups reading them
   server --version                    the build: module version, revision, Go
   server bench [--lines N] [--json]   measure this machine: ingest, relay, latency (bench -h)
 

@@ -204,3 +204,21 @@ CREATE TABLE feed_processors (
     how         TEXT NOT NULL,
     at          INTEGER NOT NULL -- unix nanoseconds
 ) STRICT;
+
+-- migration: 7
+
+-- An operator resolves a dead letter: requeues it (applied again, with its
+-- payload or an edited one, kept in requeued_payload) or discards it
+-- (discarded_at). Either way the dead letter stays stored, with who did it
+-- (the API token's name) and why (resolution_note).
+ALTER TABLE dead_letters ADD COLUMN discarded_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE dead_letters ADD COLUMN resolved_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE dead_letters ADD COLUMN resolution_note TEXT NOT NULL DEFAULT '';
+ALTER TABLE dead_letters ADD COLUMN requeued_payload BLOB;
+-- The dead letters no one resolved yet, by time: the status counts those
+-- of the last hour from the index alone.
+CREATE INDEX dead_letters_open ON dead_letters (feed, at) WHERE requeued_at = 0 AND discarded_at = 0;
+
+-- Who acknowledged a loss (the API token's name), and why.
+ALTER TABLE losses ADD COLUMN acked_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE losses ADD COLUMN ack_reason TEXT NOT NULL DEFAULT '';

@@ -47,11 +47,13 @@ type Feed interface {
 	// size, a partition's high watermark). It must not block.
 	Ends() map[int32]int64
 	// Requeue feeds dead letter deadLetterID of this feed back through the
-	// processor as a new delivery. It returns false, changing nothing, when
-	// the dead letter was requeued already, and an error wrapping
+	// processor as a new delivery, recording who asked (r.By) and applying
+	// r.Payload instead of the stored payload when it is not nil (an
+	// operator's edit). It returns false, changing nothing, when the dead
+	// letter was requeued or discarded already, and an error wrapping
 	// outbox.ErrNotFound when the feed has no such dead letter. Any other
 	// error (the processor failed again) leaves the dead letter as it was.
-	Requeue(ctx context.Context, deadLetterID int64) (applied bool, err error)
+	Requeue(ctx context.Context, deadLetterID int64, r outbox.Requeue) (applied bool, err error)
 }
 
 // Relay is the outbox relay as the API sees it. A nil Relay means the relay
@@ -97,8 +99,12 @@ type Config struct {
 	Addr string
 	// AdminToken, when set, enables the mutating endpoints (requeue a dead
 	// letter, acknowledge losses) for requests carrying
-	// "Authorization: Bearer <AdminToken>". Empty disables them (403).
+	// "Authorization: Bearer <AdminToken>", the token named admin. Empty
+	// disables them (403) unless Tokens has an admin token.
 	AdminToken string
+	// Tokens are the named tokens (ParseTokens) beside AdminToken: an
+	// admin token may do everything, a read token read dead letters.
+	Tokens []Token
 	// Timeouts of the http.Server: reading a request's headers, reading the
 	// whole request, writing the response, and keeping an idle connection.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
@@ -124,6 +130,10 @@ type Config struct {
 	// to claim its database): while it returns a reason, the mutating
 	// endpoints answer 503 and /readyz fails a "start" check with it.
 	Starting func() string
+	// HistoryEvery is how often an open server samples its history
+	// (GET /history); 0 is HistoryInterval, below 0 none (a test that
+	// samples with RecordHistory itself).
+	HistoryEvery time.Duration
 }
 
 // defaultBatchMax is the size histograms' top bucket when none is configured.
@@ -174,6 +184,11 @@ func (c Config) Validate() error {
 	if c.AdminToken != "" {
 		if err := checkToken(c.AdminToken); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	for _, t := range c.Tokens {
+		if err := checkToken(t.Secret); err != nil || !tokenName.MatchString(t.Name) || (t.Role != RoleAdmin && t.Role != RoleRead) {
+			errs = append(errs, fmt.Errorf("token %q (role %q): want a name, the role admin or read, and a secret of at least %d bytes", t.Name, t.Role, MinAdminTokenLen))
 		}
 	}
 	return errors.Join(errs...)

@@ -95,7 +95,23 @@ type DeadLetterJSON struct {
 	PayloadTruncated bool         `json:"payloadTruncated"`
 	Headers          []HeaderJSON `json:"headers"`
 	HeadersTruncated bool         `json:"headersTruncated"`
+	// Resolution is open, requeued or discarded; ResolvedBy names the
+	// token that requeued or discarded it, Note says why (cut to a
+	// preview), RequeueEdited is true when the requeue applied an edited
+	// payload.
+	Resolution    string     `json:"resolution"`
+	DiscardedAt   *time.Time `json:"discardedAt"`
+	ResolvedBy    string     `json:"resolvedBy"`
+	Note          string     `json:"note"`
+	RequeueEdited bool       `json:"requeueEdited"`
 }
+
+// Resolutions of a dead letter.
+const (
+	ResolutionOpen      = "open"
+	ResolutionRequeued  = "requeued"
+	ResolutionDiscarded = "discarded"
+)
 
 // DeliveryJSON is where a dead letter came from.
 type DeliveryJSON struct {
@@ -154,6 +170,14 @@ func deadLetterJSON(p outbox.DeadLetterPreview) (DeadLetterJSON, error) {
 		At: time.Unix(0, p.At).UTC(), RequeuedAt: unixTime(p.RequeuedAt),
 		KeyBytes: p.KeyBytes, KeyTruncated: p.KeyCut(), PayloadBytes: p.PayloadBytes, PayloadTruncated: p.PayloadCut(),
 		Headers: make([]HeaderJSON, 0, len(hs)), HeadersTruncated: p.HeadersCut(),
+		Resolution: ResolutionOpen, DiscardedAt: unixTime(p.DiscardedAt), ResolvedBy: p.ResolvedBy, Note: p.Note,
+		RequeueEdited: p.RequeueEdited,
+	}
+	switch {
+	case p.RequeuedAt != 0:
+		j.Resolution = ResolutionRequeued
+	case p.DiscardedAt != 0:
+		j.Resolution = ResolutionDiscarded
 	}
 	j.Key, j.KeyEncoding = encodePreview(p.Key, j.KeyTruncated)
 	j.Payload, j.PayloadEncoding = encodePreview(p.Payload, j.PayloadTruncated)
@@ -172,6 +196,20 @@ func (s *Server) known(ctx context.Context, name string) error {
 	}
 	_, err := s.store.Feed(ctx, name)
 	return err
+}
+
+// filterParams reads ?reason=&open=.
+func filterParams(r *http.Request) (outbox.DeadLetterFilter, error) {
+	q := r.URL.Query()
+	f := outbox.DeadLetterFilter{Reason: q.Get("reason")}
+	switch v := q.Get("open"); v {
+	case "", "false":
+	case "true":
+		f.Open = true
+	default:
+		return f, fmt.Errorf("open: %q, want true or false", v)
+	}
+	return f, nil
 }
 
 // pageParams reads ?after=&limit=.
@@ -201,6 +239,11 @@ func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
+	filter, err := filterParams(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
 	if err := s.known(ctx, name); err != nil {
 		s.fail(w, r, err)
 		return
@@ -210,7 +253,7 @@ func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { s.deadLetterDone(buf) }()
-	if buf, err = s.deadLetterPage(ctx, buf, name, after, limit); err != nil {
+	if buf, err = s.deadLetterPage(ctx, buf, name, filter, after, limit); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -238,7 +281,7 @@ const pageTail = len(`],"next":9223372036854775807}` + "\n")
 // deadLetterPage encodes the page into buf (a turn's buffer, reused): each
 // dead letter is encoded as it is read, and the page ends before the one
 // that would take it past DeadLetterPageBytes.
-func (s *Server) deadLetterPage(ctx context.Context, buf []byte, name string, after int64, limit int) ([]byte, error) {
+func (s *Server) deadLetterPage(ctx context.Context, buf []byte, name string, filter outbox.DeadLetterFilter, after int64, limit int) ([]byte, error) {
 	head, err := json.Marshal(name)
 	if err != nil {
 		return nil, err
@@ -251,7 +294,7 @@ func (s *Server) deadLetterPage(ctx context.Context, buf []byte, name string, af
 	pw := &pageWriter{buf: buf[: len(buf) : DeadLetterPageBytes-pageTail]}
 	enc := json.NewEncoder(pw)
 	n, last, cut := 0, int64(0), false
-	err = s.store.EachDeadLetter(ctx, name, after, limit, DeadLetterPreviewBytes, DeadLetterHeadersBytes,
+	err = s.store.EachDeadLetterOf(ctx, name, filter, after, limit, DeadLetterPreviewBytes, DeadLetterHeadersBytes,
 		func(p outbox.DeadLetterPreview) error {
 			j, err := deadLetterJSON(p)
 			if err != nil {
@@ -343,25 +386,40 @@ func (s *Server) deadLetterTurn(w http.ResponseWriter, r *http.Request) ([]byte,
 // deadLetterDone gives the turn back, with its buffer for the next page.
 func (s *Server) deadLetterDone(buf []byte) { s.deadLetterTurns <- buf[:0] }
 
+// RequeueRequest is the optional body of a requeue: an edited payload to
+// apply instead of the stored one (text, or base64 with payloadEncoding
+// base64), and a note saying why.
+type RequeueRequest struct {
+	Payload         *string `json:"payload"`
+	PayloadEncoding string  `json:"payloadEncoding"`
+	Note            string  `json:"note"`
+}
+
 // handleRequeue serves POST /feeds/{name}/dead-letters/{id}/requeue.
 func (s *Server) handleRequeue(w http.ResponseWriter, r *http.Request) {
 	ctx, name := r.Context(), chi.URLParam(r, "name")
-	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
-	if err != nil || id < 1 {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("dead letter id %q is not a positive integer", chi.URLParam(r, "id")))
+	id, ok := deadLetterID(w, r)
+	if !ok {
 		return
 	}
-	f, ok := s.feeds[name]
-	if !ok {
-		if err := s.known(ctx, name); err != nil {
-			s.fail(w, r, err)
+	var req RequeueRequest
+	if !readBody(w, r, &req) {
+		return
+	}
+	rq := outbox.Requeue{By: caller(r), Note: req.Note}
+	if req.Payload != nil {
+		b, err := decodeBytes(*req.Payload, req.PayloadEncoding)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, CodeBadRequest, "payload: "+err.Error())
 			return
 		}
-		writeError(w, http.StatusConflict, CodeFeedNotRunning,
-			fmt.Sprintf("feed %s is not configured in this process: configure it to requeue its dead letters", name))
+		rq.Payload = b
+	}
+	f, ok := s.runningFeed(w, r, name)
+	if !ok {
 		return
 	}
-	applied, err := f.Requeue(ctx, id)
+	applied, err := f.Requeue(ctx, id, rq)
 	switch {
 	case errors.Is(err, outbox.ErrNotFound):
 		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("feed %s has no dead letter %d", name, id))
@@ -372,9 +430,12 @@ func (s *Server) handleRequeue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := RequeueResult{Feed: name, ID: id, Requeued: applied, Message: "applied"}
-	if !applied {
-		res.Message = "already requeued: nothing applied again"
+	if rq.Payload != nil && applied {
+		res.Message = "applied with the edited payload"
 	}
-	s.log.Info("dead letter requeue", logKeyFeed, name, "id", id, "applied", applied)
+	if !applied {
+		res.Message = "already requeued or discarded: nothing applied"
+	}
+	s.log.Info("dead letter requeue", logKeyFeed, name, "id", id, "applied", applied, "edited", rq.Payload != nil, logKeyBy, rq.By)
 	writeJSON(w, http.StatusOK, res)
 }

@@ -26,7 +26,9 @@ func TestDeadLetters_Busy(t *testing.T) {
 	if err := store.RegisterFeed(ctx, outbox.FeedInfo{Name: "f"}); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(DefaultConfig(), store, nil, nil, slog.New(slog.DiscardHandler))
+	cfg := DefaultConfig()
+	cfg.AdminToken = "internal-test-token-0123456789"
+	srv, err := New(cfg, store, nil, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +40,7 @@ func TestDeadLetters_Busy(t *testing.T) {
 		taken = append(taken, <-srv.deadLetterTurns)
 	}
 	for _, path := range []string{"/feeds/f/dead-letters", "/feeds/f/dead-letters/1/payload"} {
-		res, err := http.Get(ts.URL + path)
+		res, err := get(ts.URL+path, cfg.AdminToken)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +52,7 @@ func TestDeadLetters_Busy(t *testing.T) {
 		}
 	}
 	srv.deadLetterDone(taken[0])
-	res, err := http.Get(ts.URL + "/feeds/f/dead-letters")
+	res, err := get(ts.URL+"/feeds/f/dead-letters", cfg.AdminToken)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,4 +61,14 @@ func TestDeadLetters_Busy(t *testing.T) {
 	if res.StatusCode != http.StatusOK || string(b) != "{\"feed\":\"f\",\"deadLetters\":[],\"next\":null}\n" {
 		t.Fatalf("GET with a turn free: %d %s", res.StatusCode, b)
 	}
+}
+
+// get GETs url with the bearer token.
+func get(url, token string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	return http.DefaultClient.Do(req)
 }

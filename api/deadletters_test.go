@@ -106,7 +106,7 @@ func storeBigDeadLetters(t *testing.T, s *outbox.Store) []bigDeadLetter {
 // getPage GETs a page of the big feed's dead letters.
 func getPage(t *testing.T, base string, after int64) (api.DeadLetterPage, int) {
 	t.Helper()
-	code, _, b := request(t, base, http.MethodGet, "/feeds/big/dead-letters?limit=1000&after="+strconv.FormatInt(after, 10), "", nil)
+	code, _, b := request(t, base, http.MethodGet, "/feeds/big/dead-letters?limit=1000&after="+strconv.FormatInt(after, 10), readerToken, nil)
 	if code != http.StatusOK {
 		t.Fatalf("page after %d: %d %s", after, code, b)
 	}
@@ -122,7 +122,7 @@ func getPage(t *testing.T, base string, after int64) (api.DeadLetterPage, int) {
 func TestDeadLetters_Pages(t *testing.T) {
 	s := openStore(t)
 	want := storeBigDeadLetters(t, s)
-	srv, err := api.New(api.DefaultConfig(), s, nil, nil, quiet())
+	srv, err := api.New(withReader(api.DefaultConfig()), s, nil, nil, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestDeadLetters_Pages(t *testing.T) {
 	// The whole bytes, apart.
 	for _, w := range []bigDeadLetter{want[1], want[len(want)-1]} {
 		for part, wantBytes := range map[string][]byte{"payload": w.payload, "key": w.key} {
-			code, hdr, b := request(t, base, http.MethodGet, fmt.Sprintf("/feeds/big/dead-letters/%d/%s", w.id, part), "", nil)
+			code, hdr, b := request(t, base, http.MethodGet, fmt.Sprintf("/feeds/big/dead-letters/%d/%s", w.id, part), readerToken, nil)
 			if code != http.StatusOK || hdr.Get("Content-Length") != strconv.Itoa(len(wantBytes)) || !bytes.Equal(b, wantBytes) {
 				t.Fatalf("%s of %d: %d, %d bytes (Content-Length %s), want the %d stored", part, w.id, code, len(b),
 					hdr.Get("Content-Length"), len(wantBytes))
@@ -222,7 +222,7 @@ func liveHeap() uint64 {
 // deadLetterRequests reads the gauge of dead-letter requests being served.
 func deadLetterRequests(t *testing.T, base string) int {
 	t.Helper()
-	_, _, b := request(t, base, http.MethodGet, "/metrics", "", nil)
+	_, _, b := request(t, base, http.MethodGet, "/metrics", readerToken, nil)
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, api.MetricAPIDeadLetterRequests+" "); ok {
 			n, err := strconv.ParseFloat(v, 64)
@@ -250,7 +250,7 @@ func slowClient(t *testing.T, base, path string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: outboxd\r\n\r\n", path); err != nil {
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: outboxd\r\nAuthorization: Bearer %s\r\n\r\n", path, readerToken); err != nil {
 		t.Fatal(err)
 	}
 	return conn
@@ -269,7 +269,7 @@ func TestDeadLetters_MemoryBound(t *testing.T) {
 	want = nil
 
 	t.Run("SlowClients", func(t *testing.T) {
-		srv, err := api.New(api.DefaultConfig(), s, nil, nil, quiet())
+		srv, err := api.New(withReader(api.DefaultConfig()), s, nil, nil, quiet())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,7 +325,7 @@ func TestDeadLetters_MemoryBound(t *testing.T) {
 	})
 
 	t.Run("FastClients", func(t *testing.T) {
-		srv, err := api.New(api.DefaultConfig(), s, nil, nil, quiet())
+		srv, err := api.New(withReader(api.DefaultConfig()), s, nil, nil, quiet())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -388,7 +388,12 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 // status, and counts no 503 as the answer.
 func readAway(t *testing.T, url string) int {
 	for {
-		res, err := http.Get(url)
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+readerToken)
+		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Error(err)
 			return 0

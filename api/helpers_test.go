@@ -28,6 +28,16 @@ import (
 // testToken is the admin token of the test servers.
 const testToken = "test-admin-token-0123456789"
 
+// readerToken is a read token every harness has: dead letters are read
+// with it.
+const readerToken = "test-reader-token-0123456789"
+
+// withReader adds the read token to cfg.
+func withReader(cfg api.Config) api.Config {
+	cfg.Tokens = append(cfg.Tokens, api.Token{Name: "reader", Role: api.RoleRead, Secret: readerToken})
+	return cfg
+}
+
 // clock is the fixed time of the test stores, so every stored time and age
 // is exact.
 var clock = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -70,8 +80,8 @@ func (f *loopFeed) Source() string                    { return f.loop().Feed().S
 func (f *loopFeed) Processor() string                 { return f.loop().Processor() }
 func (f *loopFeed) State() (outbox.FeedState, string) { return f.loop().State() }
 func (f *loopFeed) Ends() map[int32]int64             { return f.loop().Feed().Ends() }
-func (f *loopFeed) Requeue(ctx context.Context, id int64) (bool, error) {
-	return f.loop().Requeue(ctx, id)
+func (f *loopFeed) Requeue(ctx context.Context, id int64, r outbox.Requeue) (bool, error) {
+	return f.loop().RequeueWith(ctx, id, r)
 }
 
 // flaky wraps the ledger: a value listed in transient fails that many times
@@ -138,7 +148,7 @@ func newTunedHarness(t *testing.T, cfg api.Config, tune func(*ingest.Config)) *h
 	}
 	h.start(nil)
 	t.Cleanup(func() { h.stop() })
-	srv, err := api.New(cfg, h.store, []api.Feed{h.feed}, nil, quiet())
+	srv, err := api.New(withReader(cfg), h.store, []api.Feed{h.feed}, nil, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,10 +328,11 @@ func request(t *testing.T, base, method, path, token string, body io.Reader) (in
 	return res.StatusCode, res.Header, b
 }
 
-// getJSON GETs path, wants 200, and decodes the body into v.
+// getJSON GETs path with the read token, wants 200, and decodes the body
+// into v.
 func (h *harness) getJSON(path string, v any) {
 	h.t.Helper()
-	code, _, b := h.do(http.MethodGet, path, "", nil)
+	code, _, b := h.do(http.MethodGet, path, readerToken, nil)
 	if code != http.StatusOK {
 		h.t.Fatalf("GET %s: %d %s", path, code, b)
 	}

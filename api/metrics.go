@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"maps"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"time"
@@ -20,19 +22,23 @@ const (
 	MetricFeedApplied            = "outboxd_feed_applied_total"
 	MetricFeedReplaysSkipped     = "outboxd_feed_replays_skipped_total"
 	MetricFeedRetries            = "outboxd_feed_retries_total"
-	MetricFeedDeadLettered       = "outboxd_feed_dead_lettered_total"
 	MetricFeedCompletionFailures = "outboxd_feed_completion_failures_total"
 	MetricFeedEpochChanges       = "outboxd_feed_epoch_changes_total"
 	MetricFeedLosses             = "outboxd_feed_losses_total"
 	MetricFeedLossless           = "outboxd_feed_lossless"
 	MetricFeedDeadLetters        = "outboxd_feed_dead_letters_total"
-	MetricFeedPosition           = "outboxd_feed_position"
-	MetricFeedEnd                = "outboxd_feed_end"
-	MetricFeedLag                = "outboxd_feed_lag"
-	MetricFeedState              = "outboxd_feed_state"
-	MetricFeedLastApplied        = "outboxd_feed_last_applied_timestamp_seconds"
-	MetricFeedOutboxPending      = "outboxd_feed_outbox_pending"
-	MetricFeedOutboxOldestAge    = "outboxd_feed_outbox_oldest_pending_age_seconds"
+	// A partition's position, end and lag are named by their unit:
+	// bytes for a file feed, records for a Kafka feed.
+	MetricFeedPositionBytes   = "outboxd_feed_position_bytes"
+	MetricFeedEndBytes        = "outboxd_feed_end_bytes"
+	MetricFeedLagBytes        = "outboxd_feed_lag_bytes"
+	MetricFeedPositionRecords = "outboxd_feed_position_records"
+	MetricFeedEndRecords      = "outboxd_feed_end_records"
+	MetricFeedLagRecords      = "outboxd_feed_lag_records"
+	MetricFeedState           = "outboxd_feed_state"
+	MetricFeedLastApplied     = "outboxd_feed_last_applied_timestamp_seconds"
+	MetricFeedOutboxPending   = "outboxd_feed_outbox_pending"
+	MetricFeedOutboxOldestAge = "outboxd_feed_outbox_oldest_pending_age_seconds"
 
 	MetricOutboxPending         = "outboxd_outbox_pending"
 	MetricOutboxOldestAge       = "outboxd_outbox_oldest_pending_age_seconds"
@@ -58,6 +64,8 @@ const (
 	MetricSQLiteCheckpointsBusy   = "outboxd_sqlite_checkpoints_busy_total"
 
 	MetricAPIDeadLetterRequests = "outboxd_api_dead_letter_requests"
+
+	MetricBuildInfo = "outboxd_build_info"
 )
 
 // Metrics takes the measurements the store does not keep: batch sizes and
@@ -159,6 +167,7 @@ func (s *Server) newRegistry() (*prometheus.Registry, error) {
 		s.metrics.checkpoint, s.metrics.checkpointBusy,
 		newStatusCollector(s),
 		newRecordingCollector(s),
+		buildInfo(),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: MetricAPIDeadLetterRequests,
 			Help: "Dead-letter requests being served (at most 4 at once; others wait their turn).",
@@ -192,7 +201,6 @@ var (
 		MetricFeedApplied:            "Items whose effects are in the state (not dead letters, not replays).",
 		MetricFeedReplaysSkipped:     "Items delivered again and skipped as already applied.",
 		MetricFeedRetries:            "Retries of items that failed transiently.",
-		MetricFeedDeadLettered:       "Items stored as dead letters.",
 		MetricFeedCompletionFailures: "Batches whose commit kept failing and that were skipped.",
 		MetricFeedEpochChanges:       "Changes of the source's epoch (file replaced or truncated, topic re-created).",
 		MetricFeedLosses:             "Losses recorded (acknowledged ones included).",
@@ -204,9 +212,18 @@ var (
 		MetricFeedOutboxOldestAge: "Age of the feed's oldest unpublished outbox row, seconds.",
 	}
 	partitionGauges = map[string]string{
-		MetricFeedPosition: "Stored position of the partition (a file's byte offset, a Kafka offset + 1).",
-		MetricFeedEnd:      "Source end of the partition as last seen (file size, high watermark).",
-		MetricFeedLag:      "End minus position of the partition (bytes for a file, records for Kafka).",
+		MetricFeedPositionBytes:   "Stored position of a file feed's partition: the byte offset after the last line applied.",
+		MetricFeedEndBytes:        "Size of a file feed's file as last seen, bytes.",
+		MetricFeedLagBytes:        "Bytes of a file feed's file not yet applied (end minus position).",
+		MetricFeedPositionRecords: "Stored position of a Kafka feed's partition: the offset after the last record applied.",
+		MetricFeedEndRecords:      "High watermark of a Kafka feed's partition as last seen.",
+		MetricFeedLagRecords:      "Records of a Kafka feed's partition not yet applied (end minus position).",
+	}
+	// partitionNames are the partition gauges of a feed kind: position,
+	// end and lag.
+	partitionNames = map[string][3]string{
+		UnitBytes:   {MetricFeedPositionBytes, MetricFeedEndBytes, MetricFeedLagBytes},
+		UnitRecords: {MetricFeedPositionRecords, MetricFeedEndRecords, MetricFeedLagRecords},
 	}
 	globalMetrics = map[string]string{
 		MetricOutboxPending:         "Outbox rows waiting to be published.",
@@ -240,9 +257,10 @@ func newStatusCollector(s *Server) *statusCollector {
 	c.state = prometheus.NewDesc(MetricFeedState,
 		"1 for the feed's current state (running, caught-up, waiting, backpressure, stalled, failed, stopped), 0 for the others.", []string{"feed", "state"}, nil)
 	c.relay = prometheus.NewDesc(MetricRelayState,
-		"1 for the relay's current mode and state (mode none, state off: the relay is off).", []string{"mode", "state"}, nil)
+		"1 for the relay's current state, 0 for the others (starting, publishing, idle, backing-off, unauthorized, refusing, fenced, stopped, off); mode none: the relay is off.",
+		[]string{"mode", "state"}, nil)
 	c.dead = prometheus.NewDesc(MetricFeedDeadLetters,
-		"Dead letters stored, by reason (malformed, line-too-long, retries-exhausted, constraint, output-too-large, ...); requeued ones included.",
+		"Dead letters stored, by reason (malformed, line-too-long, retries-exhausted, constraint, output-too-large, ...); requeued and discarded ones included.",
 		[]string{"feed", "reason"}, nil)
 	c.errs = prometheus.NewDesc(MetricRelayErrors,
 		"Relay failures by class: retryable (backs off), ambiguous (starts over from Kafka's progress), fenced, fatal (needs an operator).",
@@ -315,7 +333,13 @@ func (c *statusCollector) collectOutbox(ch chan<- prometheus.Metric, os OutboxSt
 	ch <- prometheus.MustNewConstMetric(c.glob[MetricRelayPublished], prometheus.CounterValue, float64(os.Published))
 	g(MetricRelayConnected, bool01(os.Relay.Connected))
 	g(MetricRelayFenced, bool01(os.Relay.Fenced))
-	ch <- prometheus.MustNewConstMetric(c.relay, prometheus.GaugeValue, 1, os.Relay.Mode, os.Relay.State)
+	states := RelayStates
+	if !slices.Contains(states, os.Relay.State) {
+		states = append(slices.Clone(states), os.Relay.State) // a state this list does not know yet: shown all the same
+	}
+	for _, st := range states {
+		ch <- prometheus.MustNewConstMetric(c.relay, prometheus.GaugeValue, bool01(st == os.Relay.State), os.Relay.Mode, st)
+	}
 	if c.s.relay == nil {
 		return
 	}
@@ -335,15 +359,15 @@ func (c *statusCollector) collectFeed(ch chan<- prometheus.Metric, fs FeedStatus
 	counter(MetricFeedApplied, fs.Applied)
 	counter(MetricFeedReplaysSkipped, fs.ReplaysSkipped)
 	counter(MetricFeedRetries, fs.Retries)
-	counter(MetricFeedDeadLettered, fs.DeadLettered)
 	counter(MetricFeedCompletionFailures, fs.CompletionFailures)
 	counter(MetricFeedEpochChanges, fs.EpochChanges)
 	counter(MetricFeedLosses, fs.LossCount)
 	gauge(MetricFeedLossless, bool01(fs.Lossless))
+	names := partitionNames[unitOf(fs.Kind)]
 	for _, p := range fs.Partitions {
 		part := strconv.Itoa(int(p.Partition))
-		for name, v := range map[string]int64{MetricFeedPosition: p.Position, MetricFeedEnd: p.End, MetricFeedLag: p.Lag} {
-			ch <- prometheus.MustNewConstMetric(c.part[name], prometheus.GaugeValue, float64(v), fs.Feed, part)
+		for i, v := range [3]int64{p.Position, p.End, p.Lag} {
+			ch <- prometheus.MustNewConstMetric(c.part[names[i]], prometheus.GaugeValue, float64(v), fs.Feed, part)
 		}
 	}
 	var last float64
@@ -363,4 +387,29 @@ func bool01(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// buildInfo is outboxd_build_info: 1, labelled with the binary's module
+// version ("(devel)" for a build from a checkout), VCS revision ("" when
+// unknown, "+dirty" appended for uncommitted changes) and Go version.
+func buildInfo() prometheus.Collector {
+	version, revision, goVersion := "unknown", "", runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version, goVersion = bi.Main.Version, bi.GoVersion
+		for _, st := range bi.Settings {
+			switch {
+			case st.Key == "vcs.revision":
+				revision = st.Value + revision
+			case st.Key == "vcs.modified" && st.Value == "true":
+				revision += "+dirty"
+			}
+		}
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        MetricBuildInfo,
+		Help:        "1, labelled with the build of outboxd: its version, VCS revision and Go version.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
+	})
+	g.Set(1)
+	return g
 }

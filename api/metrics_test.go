@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,6 @@ func TestMetrics_EqualStatus(t *testing.T) {
 		api.MetricFeedApplied:            float64(fs.Applied),
 		api.MetricFeedReplaysSkipped:     float64(fs.ReplaysSkipped),
 		api.MetricFeedRetries:            float64(fs.Retries),
-		api.MetricFeedDeadLettered:       float64(fs.DeadLettered),
 		api.MetricFeedCompletionFailures: float64(fs.CompletionFailures),
 		api.MetricFeedEpochChanges:       float64(fs.EpochChanges),
 		api.MetricFeedLosses:             float64(len(fs.Losses)),
@@ -113,7 +113,7 @@ func TestMetrics_EqualStatus(t *testing.T) {
 	}
 	for _, p := range fs.Partitions {
 		pl := []string{"feed", feedName, "partition", fmt.Sprint(p.Partition)}
-		for name, want := range map[string]int64{api.MetricFeedPosition: p.Position, api.MetricFeedEnd: p.End, api.MetricFeedLag: p.Lag} {
+		for name, want := range map[string]int64{api.MetricFeedPositionBytes: p.Position, api.MetricFeedEndBytes: p.End, api.MetricFeedLagBytes: p.Lag} {
 			if got := value(t, mfs, name, pl...); got != float64(want) || len(mfs[name].GetMetric()) != len(fs.Partitions) {
 				t.Errorf("%s%v = %v of %d samples, status says %d", name, pl, got, len(mfs[name].GetMetric()), want)
 			}
@@ -160,8 +160,22 @@ func TestMetrics_EqualStatus(t *testing.T) {
 			t.Errorf("%s = %v, status says %v", name, got, want)
 		}
 	}
-	if value(t, mfs, api.MetricRelayState, "mode", "none", "state", "off") != 1 {
-		t.Errorf("%s{mode=none,state=off} is not 1", api.MetricRelayState)
+	if n := len(mfs[api.MetricRelayState].GetMetric()); n != len(api.RelayStates) {
+		t.Errorf("%s has %d series, want one per state (%d)", api.MetricRelayState, n, len(api.RelayStates))
+	}
+	for _, st := range api.RelayStates {
+		if got, want := value(t, mfs, api.MetricRelayState, "mode", "none", "state", st), b01(st == "off"); got != want {
+			t.Errorf("%s{mode=none,state=%s} = %v, want %v", api.MetricRelayState, st, got, want)
+		}
+	}
+	// A file feed's partition gauges are in bytes only.
+	for _, name := range []string{api.MetricFeedPositionRecords, api.MetricFeedEndRecords, api.MetricFeedLagRecords, "outboxd_feed_dead_lettered_total"} {
+		if _, ok := mfs[name]; ok {
+			t.Errorf("%s is exported for a file feed", name)
+		}
+	}
+	if bi := mfs[api.MetricBuildInfo].GetMetric(); len(bi) != 1 || bi[0].GetGauge().GetValue() != 1 || !hasLabels(bi[0], []string{"goversion", runtime.Version()}) {
+		t.Errorf("%s = %v, want 1 with the Go version", api.MetricBuildInfo, bi)
 	}
 
 	hist := func(name string, labels ...string) *dto.Histogram {

@@ -3,6 +3,8 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -58,7 +60,17 @@ func newSpecChecker(t *testing.T) *specChecker {
 // want; it returns the body.
 func (c *specChecker) check(base, method, path, token string, want int) []byte {
 	c.t.Helper()
-	req, err := http.NewRequest(method, base+path, nil)
+	return c.checkBody(base, method, path, token, "", want)
+}
+
+// checkBody is check with a JSON request body ("" for none).
+func (c *specChecker) checkBody(base, method, path, token, reqBody string, want int) []byte {
+	c.t.Helper()
+	var rd io.Reader
+	if reqBody != "" {
+		rd = strings.NewReader(reqBody)
+	}
+	req, err := http.NewRequest(method, base+path, rd)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -136,32 +148,67 @@ func TestOpenAPI_ResponsesMatch(t *testing.T) {
 	c.check(base, "GET", "/outbox/status", "", 200)
 	c.check(base, "GET", "/feeds/ledger/status", "", 200)
 	c.check(base, "GET", "/feeds/nope/status", "", 404)
-	c.check(base, "GET", "/feeds/ledger/dead-letters", "", 200)
-	c.check(base, "GET", "/feeds/ledger/dead-letters?limit=1", "", 200)
-	c.check(base, "GET", "/feeds/ledger/dead-letters?limit=0", "", 400)
-	c.check(base, "GET", "/feeds/nope/dead-letters", "", 404)
+	c.check(base, "GET", "/feeds/ledger/dead-letters", "", 401)
+	c.check(base, "GET", "/feeds/ledger/dead-letters", readerToken, 200)
+	c.check(base, "GET", "/feeds/ledger/dead-letters?limit=1", readerToken, 200)
+	c.check(base, "GET", "/feeds/ledger/dead-letters?limit=1&reason=malformed&open=true", readerToken, 200)
+	c.check(base, "GET", "/feeds/ledger/dead-letters?limit=0", readerToken, 400)
+	c.check(base, "GET", "/feeds/ledger/dead-letters?open=maybe", readerToken, 400)
+	c.check(base, "GET", "/feeds/nope/dead-letters", readerToken, 404)
 
 	var page api.DeadLetterPage
 	h.getJSON("/feeds/ledger/dead-letters", &page)
 	junk, x := page.DeadLetters[0].ID, page.DeadLetters[1].ID
 	rq := func(id int64) string { return "/feeds/ledger/dead-letters/" + itoa(id) + "/requeue" }
+	c.check(base, "GET", "/feeds/ledger/dead-letters/"+itoa(x), readerToken, 200)
+	c.check(base, "GET", "/feeds/ledger/dead-letters/999", readerToken, 404)
 	c.check(base, "POST", rq(x), "", 401)
 	c.check(base, "POST", rq(x), "wrong-token-0123456789", 401)
+	c.check(base, "POST", rq(x), readerToken, 403)
 	c.check(base, "POST", rq(x), testToken, 200)
 	c.check(base, "POST", rq(x), testToken, 200)
 	c.check(base, "POST", rq(junk), testToken, 422)
+	c.checkBody(base, "POST", rq(junk), testToken, `{"payload": "junk", "payloadEncoding": "utf-16"}`, 400)
+	c.checkBody(base, "POST", rq(junk), testToken, `{"payload": "junk", "unknown": 1}`, 400)
 	c.check(base, "POST", rq(999), testToken, 404)
-	c.check(base, "GET", "/feeds/ledger/dead-letters", "", 200) // with a requeuedAt
+	c.check(base, "GET", "/feeds/ledger/dead-letters", readerToken, 200) // with a requeuedAt
 	part := func(id int64, p string) string { return "/feeds/ledger/dead-letters/" + itoa(id) + "/" + p }
-	if b := c.check(base, "GET", part(junk, "payload"), "", 200); string(b) != "junk" {
+	c.check(base, "GET", part(junk, "payload"), "", 401)
+	if b := c.check(base, "GET", part(junk, "payload"), readerToken, 200); string(b) != "junk" {
 		t.Fatalf("payload %q, want junk", b)
 	}
-	c.check(base, "GET", part(junk, "key"), "", 200)
-	c.check(base, "GET", part(999, "payload"), "", 404)
-	c.check(base, "GET", "/feeds/ledger/dead-letters/zero/key", "", 400)
+	c.check(base, "GET", part(junk, "key"), readerToken, 200)
+	c.check(base, "GET", part(999, "payload"), readerToken, 404)
+	c.check(base, "GET", "/feeds/ledger/dead-letters/zero/key", readerToken, 400)
+	// The junk line, edited into a ledger line: applied.
+	c.checkBody(base, "POST", rq(junk), testToken, `{"payload": "YWNjdC05LDM=", "payloadEncoding": "base64", "note": "fixed"}`, 200)
+	c.check(base, "GET", "/feeds/ledger/dead-letters", readerToken, 200) // with an edited requeue
+	discard := "/feeds/ledger/dead-letters/" + itoa(junk) + "/discard"
+	c.check(base, "POST", discard, testToken, 400) // no note
+	c.checkBody(base, "POST", discard, testToken, `{"note": "test data"}`, 200)
+	c.checkBody(base, "POST", "/feeds/ledger/dead-letters/999/discard", testToken, `{"note": "x"}`, 404)
+	c.checkBody(base, "POST", "/feeds/ledger/dead-letters/discard?reason=malformed", testToken, `{"note": "x"}`, 200)
+	c.checkBody(base, "POST", "/feeds/ledger/dead-letters/discard", testToken, `{"note": "x"}`, 400)
+	c.checkBody(base, "POST", "/feeds/nope/dead-letters/discard?reason=malformed", testToken, `{"note": "x"}`, 404)
+	c.check(base, "POST", "/feeds/ledger/dead-letters/requeue?reason=rejected", testToken, 200)
+	c.check(base, "POST", "/feeds/ledger/dead-letters/requeue", testToken, 400)
+	c.check(base, "POST", "/feeds/nope/dead-letters/requeue?reason=rejected", testToken, 404)
 	c.check(base, "POST", "/feeds/ledger/losses/ack", "", 401)
-	c.check(base, "POST", "/feeds/ledger/losses/ack", testToken, 200)
-	c.check(base, "POST", "/feeds/nope/losses/ack", testToken, 404)
+	c.check(base, "POST", "/feeds/ledger/losses/ack", testToken, 400) // no reason
+	c.checkBody(base, "POST", "/feeds/ledger/losses/ack", testToken, `{"reason": "reviewed"}`, 200)
+	c.checkBody(base, "POST", "/feeds/nope/losses/ack", testToken, `{"reason": "reviewed"}`, 404)
+	c.check(base, "GET", "/status", "", 200)
+	c.check(base, "GET", "/history", "", 200) // empty
+	for range 2 {
+		if err := h.srv.RecordHistory(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.check(base, "GET", "/history", "", 200)
+	c.check(base, "GET", "/history?since=1", "", 200)
+	c.check(base, "GET", "/history?since=x", "", 400)
+	c.check(base, "GET", "/topics", "", 404) // no Kafka
+	c.check(base, "GET", "/topics/ledger.out", "", 404)
 	c.check(base, "GET", "/feeds/ledger/status", "", 200) // with ackedAt
 	tx, err := h.store.Begin(context.Background())
 	if err != nil {
@@ -187,6 +234,8 @@ func TestOpenAPI_ResponsesMatch(t *testing.T) {
 	other := newTestServer(t, srv)
 	c.check(other, "POST", rq(x), testToken, 403)
 	c.check(other, "POST", "/feeds/ledger/losses/ack", "", 403)
+	c.check(other, "GET", "/feeds/ledger/dead-letters", "", 403)
+	c.check(other, "GET", "/status", "", 200) // the relay down, a feed not lossless, dead letters
 	c.check(other, "GET", "/readyz", "", 503)
 	c.check(other, "GET", "/outbox/status", "", 200)
 	c.check(other, "GET", "/feeds/ledger/status", "", 200) // configured: false
@@ -194,8 +243,14 @@ func TestOpenAPI_ResponsesMatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.SetKafka(&fakeKafka{})
 	other = newTestServer(t, srv)
 	c.check(other, "POST", rq(junk), testToken, 409)
+	c.check(other, "POST", "/feeds/ledger/dead-letters/requeue?reason=malformed", testToken, 409)
+	c.check(other, "GET", "/topics", "", 200)
+	c.check(other, "GET", "/topics/ledger.out?group=g1&group=g2", "", 200)
+	c.check(other, "GET", "/topics/nope", "", 404)
+	c.check(other, "GET", "/topics/down", "", 502)
 
 	// The state queries: an answer, a cut one, bad parameters, an unknown
 	// query, one not ready and one past its time limit.
@@ -222,4 +277,32 @@ func TestOpenAPI_ResponsesMatch(t *testing.T) {
 	if len(missing) > 0 {
 		t.Fatalf("operations not exercised: %s", strings.Join(missing, ", "))
 	}
+}
+
+// fakeKafka is a cluster of one topic, ledger.out, with one partition; the
+// topic "down" fails as an unreachable Kafka does.
+type fakeKafka struct{}
+
+func (fakeKafka) Topics(context.Context) ([]api.KafkaTopic, error) {
+	return []api.KafkaTopic{{Topic: "ledger.out", Partitions: 1}}, nil
+}
+
+func (fakeKafka) Topic(_ context.Context, name string, groups []string) (api.KafkaTopicDetail, error) {
+	switch name {
+	case "ledger.out":
+	case "down":
+		return api.KafkaTopicDetail{}, errors.New("dial tcp 127.0.0.1:9092: connection refused")
+	default:
+		return api.KafkaTopicDetail{}, fmt.Errorf("topic %s: %w", name, outbox.ErrNotFound)
+	}
+	committed := int64(3)
+	p := api.KafkaPartition{Partition: 0, Leader: 1, Start: 0, End: 6, Positions: []api.FeedOffset{}}
+	for i, g := range groups {
+		gl := api.GroupLag{Group: g, Lag: 6}
+		if i == 0 {
+			gl.Committed, gl.Lag = &committed, 3
+		}
+		p.Groups = append(p.Groups, gl)
+	}
+	return api.KafkaTopicDetail{Topic: name, Partitions: []api.KafkaPartition{p}, Groups: groups}, nil
 }

@@ -24,7 +24,7 @@ func (f recordedFeed) Source() string                    { return "/in.csv" }
 func (f recordedFeed) Processor() string                 { return "ledger" }
 func (f recordedFeed) State() (outbox.FeedState, string) { return outbox.StateRunning, "" }
 func (f recordedFeed) Ends() map[int32]int64             { return nil }
-func (f recordedFeed) Requeue(context.Context, int64) (bool, error) {
+func (f recordedFeed) Requeue(context.Context, int64, outbox.Requeue) (bool, error) {
 	return false, nil
 }
 func (f recordedFeed) Recording() *api.RecordingStatus { return f.st }

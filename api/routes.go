@@ -37,18 +37,29 @@ func (s *Server) routes() http.Handler {
 		ErrorLog:      slogPrinter{s},
 	}))
 
+	r.Get("/status", s.handleOverview)
+	r.Get("/history", s.handleHistory)
+	r.Get("/topics", s.handleTopics)
+	r.Get("/topics/{name}", s.handleTopic)
 	r.Get("/feeds", s.handleFeeds)
 	r.Get("/outbox/status", s.handleOutboxStatus)
 	r.Get("/queries", s.handleQueries)
 	r.Get("/queries/{name}", s.handleQuery)
 	r.Route("/feeds/{name}", func(r chi.Router) {
 		r.Get("/status", s.handleFeedStatus)
-		r.Get("/dead-letters", s.handleDeadLetters)
-		r.Get("/dead-letters/{id}/key", s.handleDeadLetterPart(outbox.PartKey))
-		r.Get("/dead-letters/{id}/payload", s.handleDeadLetterPart(outbox.PartPayload))
+		r.Group(func(r chi.Router) {
+			r.Use(s.readToken)
+			r.Get("/dead-letters", s.handleDeadLetters)
+			r.Get("/dead-letters/{id}", s.handleDeadLetter)
+			r.Get("/dead-letters/{id}/key", s.handleDeadLetterPart(outbox.PartKey))
+			r.Get("/dead-letters/{id}/payload", s.handleDeadLetterPart(outbox.PartPayload))
+		})
 		r.Group(func(r chi.Router) {
 			r.Use(s.adminOnly)
 			r.Post("/dead-letters/{id}/requeue", s.handleRequeue)
+			r.Post("/dead-letters/{id}/discard", s.handleDiscard)
+			r.Post("/dead-letters/requeue", s.handleRequeueAll)
+			r.Post("/dead-letters/discard", s.handleDiscardAll)
 			r.Post("/losses/ack", s.handleAckLosses)
 		})
 	})

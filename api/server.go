@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -21,12 +20,12 @@ import (
 // with Close; or mount Handler in a test server. It is safe for concurrent
 // use.
 type Server struct {
-	cfg       Config
-	store     *outbox.Store
-	feeds     map[string]Feed
-	relay     Relay
-	log       *slog.Logger
-	tokenHash []byte // sha256 of the admin token; nil when disabled
+	cfg    Config
+	store  *outbox.Store
+	feeds  map[string]Feed
+	relay  Relay
+	log    *slog.Logger
+	tokens []tokenEntry // the configured tokens; none: what needs one is disabled
 
 	metrics  *Metrics
 	registry *prometheus.Registry
@@ -39,6 +38,10 @@ type Server struct {
 	deadLetterWait  time.Duration
 
 	queries *queries
+	history *history
+	kafka   Kafka // nil: no Kafka, GET /topics answers 404
+
+	stopSampling context.CancelFunc // ends sampleHistory, started by Serve
 
 	srv    *http.Server
 	ln     net.Listener
@@ -64,6 +67,7 @@ func New(cfg Config, store *outbox.Store, feeds []Feed, relay Relay, logger *slo
 		cfg: cfg, store: store, feeds: make(map[string]Feed, len(feeds)), relay: relay,
 		log: logger.With("component", "api"), metrics: newMetrics(cfg),
 		deadLetterTurns: make(chan []byte, DeadLetterConcurrency), deadLetterWait: deadLetterWait,
+		history: newHistory(), stopSampling: func() {},
 	}
 	for range DeadLetterConcurrency {
 		s.deadLetterTurns <- nil
@@ -74,10 +78,7 @@ func New(cfg Config, store *outbox.Store, feeds []Feed, relay Relay, logger *slo
 		}
 		s.feeds[f.Name()] = f
 	}
-	if cfg.AdminToken != "" {
-		h := sha256.Sum256([]byte(cfg.AdminToken))
-		s.tokenHash = h[:]
-	}
+	s.tokens = newTokenEntries(cfg)
 	var err error
 	if s.queries, err = newQueries(cfg.Queries, cfg.QueryLimits); err != nil {
 		return nil, fmt.Errorf("http api: %w", err)
@@ -169,8 +170,14 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.ln = ln
 	s.warnExposed(addr)
-	s.log.Info("HTTP API listening", logKeyAddr, addr, "admin", s.tokenHash != nil, "tls", s.cfg.TLS != nil)
-	s.served.Add(1)
+	s.log.Info("HTTP API listening", logKeyAddr, addr, "tokens", len(s.tokens), "tls", s.cfg.TLS != nil)
+	var sctx context.Context
+	sctx, s.stopSampling = context.WithCancel(context.Background())
+	s.served.Add(2)
+	go func() {
+		defer s.served.Done()
+		s.sampleHistory(sctx)
+	}()
 	go func() {
 		defer s.served.Done()
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -186,7 +193,7 @@ func (s *Server) warnExposed(addr string) {
 	if loopback(s.cfg.Addr) {
 		return
 	}
-	if s.tokenHash == nil {
+	if len(s.tokens) == 0 {
 		s.log.Warn("the HTTP API listens beyond loopback without an admin token: anyone who can reach it reads the status "+
 			"(admin endpoints stay disabled)", logKeyAddr, addr)
 	}
@@ -217,6 +224,7 @@ func (s *Server) Close(ctx context.Context) error {
 	if s.ln == nil {
 		return nil
 	}
+	s.stopSampling()
 	err := s.srv.Shutdown(ctx)
 	if err != nil {
 		s.srv.Close()

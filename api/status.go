@@ -86,6 +86,10 @@ type LossStatus struct {
 	To        *int64     `json:"to"`
 	Extent    string     `json:"extent"`
 	AckedAt   *time.Time `json:"ackedAt"`
+	// AckedBy names the token that acknowledged the loss; AckReason says
+	// why ("" for losses acknowledged before tokens had names).
+	AckedBy   string `json:"ackedBy"`
+	AckReason string `json:"ackReason"`
 }
 
 // Extents of a loss.
@@ -237,7 +241,7 @@ func lossStatuses(ls []outbox.Loss) []LossStatus {
 	for _, l := range ls {
 		st := LossStatus{
 			At: time.Unix(0, l.At).UTC(), Reason: l.Reason, Partition: l.Partition, Epoch: l.Epoch,
-			From: l.From, Extent: ExtentUnknown, AckedAt: unixTime(l.AckedAt),
+			From: l.From, Extent: ExtentUnknown, AckedAt: unixTime(l.AckedAt), AckedBy: l.AckedBy, AckReason: l.AckReason,
 		}
 		if l.To >= 0 { // a negative To (ingest.UnknownPosition) is an unknown extent
 			to := l.To

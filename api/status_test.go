@@ -126,6 +126,7 @@ func TestStatus_Scripted(t *testing.T) {
 			ID: junk.ID, Delivery: api.DeliveryJSON{Partition: 0, Epoch: h.epoch1, Position: 13, Sequence: junk.Delivery.Sequence},
 			Reason: "malformed", Error: "no comma: want account,amount", Attempts: 1, At: clock,
 			Key: "", KeyEncoding: "utf-8", Payload: "junk", PayloadEncoding: "utf-8", PayloadBytes: 4, Headers: []api.HeaderJSON{},
+			Resolution: api.ResolutionOpen,
 		}
 		if g, w := jsonString(t, junk), jsonString(t, wantJunk); g != w {
 			t.Fatalf("dead letter:\n%s\nwant:\n%s", g, w)
@@ -144,14 +145,14 @@ func TestStatus_Scripted(t *testing.T) {
 			t.Fatalf("second page %s", jsonString(t, second))
 		}
 		for _, q := range []string{"?limit=0", "?limit=1001", "?limit=x", "?after=-1", "?after=y"} {
-			code, _, b := h.do(http.MethodGet, "/feeds/ledger/dead-letters"+q, "", nil)
+			code, _, b := h.do(http.MethodGet, "/feeds/ledger/dead-letters"+q, readerToken, nil)
 			wantError(t, q, code, b, http.StatusBadRequest, api.CodeBadRequest)
 		}
 	})
 
 	t.Run("NotFound", func(t *testing.T) {
 		for _, p := range []string{"/feeds/nope/status", "/feeds/nope/dead-letters", "/nothing/here"} {
-			code, _, b := h.do(http.MethodGet, p, "", nil)
+			code, _, b := h.do(http.MethodGet, p, readerToken, nil)
 			wantError(t, p, code, b, http.StatusNotFound, api.CodeNotFound)
 		}
 		code, _, b := h.do(http.MethodDelete, "/feeds", "", nil)
@@ -222,9 +223,9 @@ func TestStatus_Admin(t *testing.T) {
 	})
 
 	t.Run("AckLosses", func(t *testing.T) {
-		code, _, b := h.do(http.MethodPost, "/feeds/ledger/losses/ack", testToken, nil)
+		code, _, b := h.do(http.MethodPost, "/feeds/ledger/losses/ack", testToken, strings.NewReader(`{"reason":"reviewed"}`))
 		var res api.AckResult
-		if code != http.StatusOK || json.Unmarshal(b, &res) != nil || res != (api.AckResult{Feed: feedName, Acked: 2, Lossless: true}) {
+		if code != http.StatusOK || json.Unmarshal(b, &res) != nil || res != (api.AckResult{Feed: feedName, Acked: 2, Lossless: true, By: api.AdminTokenName}) {
 			t.Fatalf("ack: %d %s", code, b)
 		}
 		var fs api.FeedStatus
@@ -233,11 +234,11 @@ func TestStatus_Admin(t *testing.T) {
 			t.Fatalf("after ack: lossless %v with %d losses; want true, the 2 kept", fs.Lossless, len(fs.Losses))
 		}
 		for _, l := range fs.Losses {
-			if l.AckedAt == nil || !l.AckedAt.Equal(clock) {
+			if l.AckedAt == nil || !l.AckedAt.Equal(clock) || l.AckedBy != api.AdminTokenName || l.AckReason != "reviewed" {
 				t.Fatalf("loss %+v not marked acked", l)
 			}
 		}
-		code, _, b = h.do(http.MethodPost, "/feeds/ledger/losses/ack", testToken, nil)
+		code, _, b = h.do(http.MethodPost, "/feeds/ledger/losses/ack", testToken, strings.NewReader(`{"reason":"reviewed"}`))
 		if code != http.StatusOK || json.Unmarshal(b, &res) != nil || res.Acked != 0 {
 			t.Fatalf("second ack: %d %s, want 0 acked", code, b)
 		}
@@ -300,7 +301,7 @@ func TestStatus_NeverBlocksIngest(t *testing.T) {
 	defer tx.Rollback()
 	start := time.Now()
 	for _, p := range []string{"/feeds", "/feeds/ledger/status", "/outbox/status", "/feeds/ledger/dead-letters", "/metrics"} {
-		if code, _, b := h.do(http.MethodGet, p, "", nil); code != http.StatusOK {
+		if code, _, b := h.do(http.MethodGet, p, readerToken, nil); code != http.StatusOK {
 			t.Fatalf("GET %s with a writer busy: %d %s", p, code, b)
 		}
 	}

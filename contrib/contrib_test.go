@@ -194,6 +194,9 @@ var (
 	selector   = regexp.MustCompile(`\b(outboxd_[a-z0-9_]+)\s*\{([^}]*)\}`)
 	matcher    = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
 	grouping   = regexp.MustCompile(`\b(?:by|on|without|ignoring)\s*\(([^)]*)\)`)
+	// scrapeUp is Prometheus's own up metric of a scrape: what an alert
+	// on a target that is down reads.
+	scrapeUp = regexp.MustCompile(`\bup\{job="outboxd"\}`)
 )
 
 // family is the exported family a name in a query reads (a histogram's
@@ -233,7 +236,7 @@ func checkQueries(t *testing.T, mfs map[string]*dto.MetricFamily, queries map[st
 	for where, exprs := range queries {
 		for _, expr := range exprs {
 			names := metricName.FindAllString(expr, -1)
-			if len(names) == 0 {
+			if len(names) == 0 && !scrapeUp.MatchString(expr) {
 				t.Errorf("%s: %q reads no outboxd metric", where, expr)
 			}
 			known := map[string]bool{}
@@ -277,7 +280,7 @@ func checkQueries(t *testing.T, mfs map[string]*dto.MetricFamily, queries map[st
 // a running outboxd exports, by labels they have.
 func TestGrafana_QueriesExported(t *testing.T) {
 	qs := dashboardQueries(t)
-	for _, want := range []string{"outboxd_feed_applied_total", "outboxd_feed_lag", "outboxd_outbox_pending",
+	for _, want := range []string{"outboxd_feed_applied_total", "outboxd_feed_lag_bytes", "outboxd_feed_lag_records", "outboxd_outbox_pending",
 		"outboxd_relay_published_total", "outboxd_relay_errors_total", "outboxd_feed_dead_letters_total", "outboxd_feed_losses_total"} {
 		found := false
 		for _, exprs := range qs {
@@ -297,7 +300,8 @@ func TestGrafana_QueriesExported(t *testing.T) {
 func TestAlerts_QueriesExported(t *testing.T) {
 	qs := alertQueries(t)
 	for _, want := range []string{"OutboxdFeedStalled", "OutboxdFeedNotLossless", "OutboxdRelayRefusing",
-		"OutboxdRelayBackingOff", "OutboxdBacklogGrowing"} {
+		"OutboxdRelayBackingOff", "OutboxdBacklogGrowing", "OutboxdDeadLettersRising", "OutboxdBackpressure",
+		"OutboxdOldestPendingOutput", "OutboxdDown"} {
 		if _, ok := qs["alert "+want]; !ok {
 			t.Errorf("no alert %s", want)
 		}
@@ -339,7 +343,7 @@ func TestAlerts_Promtool(t *testing.T) {
 // its Grafana variables given values.
 func TestGrafana_Promtool(t *testing.T) {
 	p := promtool(t)
-	vars := strings.NewReplacer("$__rate_interval", "5m", "${feed}", ".*", "$feed", ".*")
+	vars := strings.NewReplacer("$__rate_interval", "5m", "${feed}", ".*", "$feed", ".*", "$instance", ".*")
 	var b bytes.Buffer
 	b.WriteString("groups:\n  - name: dashboard\n    rules:\n")
 	n := 0
@@ -358,4 +362,127 @@ func TestGrafana_Promtool(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, p, "check", "rules", path)
+}
+
+// TestGrafana_Instance: the dashboard has an instance variable and every
+// query of a panel keeps to the instances it selects.
+func TestGrafana_Instance(t *testing.T) {
+	qs := dashboardQueries(t)
+	if _, ok := qs["variable instance"]; !ok {
+		t.Fatal("no instance variable")
+	}
+	sel := regexp.MustCompile(`\boutboxd_[a-z0-9_]+\{([^}]*)\}`)
+	for where, exprs := range qs {
+		if where == "variable instance" {
+			continue
+		}
+		for _, e := range exprs {
+			names := metricName.FindAllString(e, -1)
+			sels := sel.FindAllStringSubmatch(e, -1)
+			if len(sels) != len(names) {
+				t.Errorf("%s: %q reads a metric without a selector", where, e)
+			}
+			for _, s := range sels {
+				if !strings.Contains(s[1], `instance=~"$instance"`) {
+					t.Errorf("%s: %q does not keep to $instance", where, e)
+				}
+			}
+		}
+	}
+}
+
+// unitOf is the unit a metric's name says: seconds, bytes, records (a
+// Kafka feed's offsets, relay transactions' rows), or "" for a count or a
+// state.
+func unitOf(name string) string {
+	for _, u := range []string{"seconds", "bytes", "records"} {
+		if strings.Contains(name, "_"+u) {
+			return u
+		}
+	}
+	return ""
+}
+
+// TestGrafana_NoPanelMixesUnits: within a panel every query's metrics
+// have one unit (no seconds beside records), and it is the panel's.
+func TestGrafana_NoPanelMixesUnits(t *testing.T) {
+	grafanaUnit := map[string]string{"seconds": "s", "bytes": "bytes"}
+	b, err := os.ReadFile("grafana/outboxd.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title, Type string
+			FieldConfig struct{ Defaults struct{ Unit string } }
+			Targets     []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range d.Panels {
+		units := map[string]bool{}
+		for _, tg := range p.Targets {
+			for _, n := range metricName.FindAllString(tg.Expr, -1) {
+				if strings.HasSuffix(n, "_count") {
+					continue // a histogram's count: events, whatever the histogram measures
+				}
+				units[unitOf(n)] = true
+			}
+		}
+		if len(units) > 1 {
+			t.Errorf("panel %q mixes units %v", p.Title, units)
+		}
+		for u := range units {
+			if want, ok := grafanaUnit[u]; ok && p.FieldConfig.Defaults.Unit != want {
+				t.Errorf("panel %q shows %s in unit %q, want %q", p.Title, u, p.FieldConfig.Defaults.Unit, want)
+			}
+		}
+	}
+}
+
+// systemdAnalyze returns systemd-analyze's path, skipping the test without
+// it (CI's Debian has it with systemd).
+func systemdAnalyze(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI is set but systemd-analyze is missing: %v", err)
+		}
+		t.Skip("no systemd-analyze: apt-get install systemd to verify the unit")
+	}
+	return p
+}
+
+// TestSystemd_Unit: the unit passes systemd-analyze verify, and its
+// sandboxing keeps systemd's exposure score at most 2.0 (of 10: "OK"). The
+// binary it starts is this test's own, standing in for outboxd at the
+// unit's path (verify checks it is executable).
+func TestSystemd_Unit(t *testing.T) {
+	sa := systemdAnalyze(t)
+	b, err := os.ReadFile("systemd/outboxd.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "ExecStart=/usr/local/bin/outboxd ") {
+		t.Fatal("the unit does not start /usr/local/bin/outboxd")
+	}
+	for _, want := range []string{"NoNewPrivileges=yes", "ProtectSystem=strict", "DynamicUser=yes", "CapabilityBoundingSet=\n",
+		"RestartPreventExitStatus=2 3", "SystemCallFilter=@system-service"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the unit lacks %s", want)
+		}
+	}
+	unit := filepath.Join(t.TempDir(), "outboxd.service")
+	if err := os.WriteFile(unit, []byte(strings.ReplaceAll(string(b), "/usr/local/bin/outboxd", self)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, sa, "verify", "--man=no", unit)
+	run(t, sa, "security", "--offline=yes", "--threshold=20", unit)
 }

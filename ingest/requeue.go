@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -14,12 +15,24 @@ import (
 // already. If the processor fails again, nothing changes and the error is
 // returned. Safe for concurrent use with Run: it waits for the batch in hand.
 func (l *Loop) Requeue(ctx context.Context, id int64) (bool, error) {
+	return l.RequeueWith(ctx, id, outbox.Requeue{})
+}
+
+// RequeueWith is Requeue recording who asked (r.By, r.Note) and, when
+// r.Payload is not nil, applying it instead of the stored payload (an
+// operator's edit of a malformed item; the dead letter keeps both). A
+// payload equal to the stored one is no edit. A discarded dead letter is
+// not requeued: false, changing nothing.
+func (l *Loop) RequeueWith(ctx context.Context, id int64, r outbox.Requeue) (bool, error) {
 	dl, err := l.store.DeadLetterByID(ctx, l.cfg.Name, id)
 	if err != nil {
 		return false, err
 	}
-	if dl.RequeuedAt != 0 {
+	if dl.Resolved() {
 		return false, nil
+	}
+	if r.Payload != nil && bytes.Equal(r.Payload, dl.Payload) {
+		r.Payload = nil
 	}
 	if dl.OutboxID != nil {
 		return false, fmt.Errorf("requeue dead letter %d: it is an output to %s that Kafka did not take (%s), not an item: "+
@@ -37,7 +50,7 @@ func (l *Loop) Requeue(ctx context.Context, id int64) (bool, error) {
 	}
 	defer tx.Rollback()
 	l.recBegin()
-	if ok, err := tx.MarkRequeued(ctx, l.cfg.Name, id); err != nil || !ok {
+	if ok, err := tx.MarkRequeuedBy(ctx, l.cfg.Name, id, r); err != nil || !ok {
 		return false, err
 	}
 	l.seq++
@@ -47,6 +60,9 @@ func (l *Loop) Requeue(ctx context.Context, id int64) (bool, error) {
 		return false, err
 	}
 	item := Item{Key: dl.Key, Value: dl.Payload, Headers: hs}
+	if r.Payload != nil {
+		item.Value = r.Payload
+	}
 	l.recHandled(Record{Kind: RecordItem, Partition: dl.Partition, Epoch: dl.Epoch, Position: dl.Position, Item: item}, d)
 	actx, cancel := l.newAttemptContext(ctx)
 	defer cancel()

@@ -22,6 +22,9 @@ type DeadLetterPreview struct {
 	HeadersBytes int64 `db:"headers_bytes"`
 	// ErrorCut is true when Error holds only the first characters.
 	ErrorCut bool `db:"error_cut"`
+	// RequeueEdited is true when a requeue applied an edited payload
+	// (Resolution.RequeuedPayload, which a preview does not carry).
+	RequeueEdited bool `db:"requeue_edited"`
 }
 
 // KeyCut reports whether Key is shorter than the stored key.
@@ -42,8 +45,17 @@ substr(error, 1, ?1) AS error, length(error) > ?1 AS error_cut,
 substr(key, 1, ?1) AS key, substr(payload, 1, ?1) AS payload,
 CASE WHEN length(headers) <= ?2 THEN headers END AS headers,
 coalesce(length(key), 0) AS key_bytes, coalesce(length(payload), 0) AS payload_bytes,
-coalesce(length(headers), 0) AS headers_bytes, at, requeued_at
-FROM dead_letters WHERE feed = ?3 AND id > ?4 ORDER BY id LIMIT ?5`
+coalesce(length(headers), 0) AS headers_bytes, at, requeued_at,
+discarded_at, resolved_by, substr(resolution_note, 1, ?1) AS resolution_note, requeued_payload IS NOT NULL AS requeue_edited
+FROM dead_letters WHERE feed = ?3 AND id > ?4 AND (?6 = '' OR reason = ?6)
+AND (?7 = 0 OR (requeued_at = 0 AND discarded_at = 0)) ORDER BY id LIMIT ?5`
+
+// DeadLetterFilter narrows a listing of dead letters: to one reason (""
+// for all), to those no one requeued or discarded (Open).
+type DeadLetterFilter struct {
+	Reason string
+	Open   bool
+}
 
 // EachDeadLetter calls f with up to limit dead letters of feed with id >
 // after, in id order, each cut to preview bytes of key and payload (and
@@ -53,7 +65,14 @@ FROM dead_letters WHERE feed = ?3 AND id > ?4 ORDER BY id LIMIT ?5`
 // EachDeadLetter returns nil; any other error of f is returned.
 func (s *Store) EachDeadLetter(ctx context.Context, feed string, after int64, limit, preview, maxHeaders int,
 	f func(DeadLetterPreview) error) error {
-	rows, err := s.rdb.QueryxContext(ctx, deadLetterPreviews, preview, maxHeaders, feed, after, limit)
+	return s.EachDeadLetterOf(ctx, feed, DeadLetterFilter{}, after, limit, preview, maxHeaders, f)
+}
+
+// EachDeadLetterOf is EachDeadLetter of the dead letters filter keeps
+// (the resolution's note cut to preview characters too).
+func (s *Store) EachDeadLetterOf(ctx context.Context, feed string, filter DeadLetterFilter, after int64, limit, preview, maxHeaders int,
+	f func(DeadLetterPreview) error) error {
+	rows, err := s.rdb.QueryxContext(ctx, deadLetterPreviews, preview, maxHeaders, feed, after, limit, filter.Reason, filter.Open)
 	if err != nil {
 		return fmt.Errorf("read dead letters of %s: %w", feed, err)
 	}

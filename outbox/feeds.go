@@ -84,6 +84,7 @@ type DeadLetter struct {
 	// Key, Payload and Headers are then the output's. nil and "" for an item.
 	OutboxID *int64 `db:"outbox_id" json:"outboxId,omitempty"`
 	Topic    string `db:"topic" json:"topic,omitempty"`
+	Resolution
 }
 
 // Loss is input a feed moved past without keeping its effects.
@@ -95,8 +96,10 @@ type Loss struct {
 	Reason    string `db:"reason"`
 	Epoch     string `db:"epoch"`
 	From      int64  `db:"from_pos"`
-	To        int64  `db:"to_pos"`   // -1 (ingest.UnknownPosition): the extent is unknown
-	AckedAt   int64  `db:"acked_at"` // unix nanoseconds, 0 = not acked
+	To        int64  `db:"to_pos"`     // -1 (ingest.UnknownPosition): the extent is unknown
+	AckedAt   int64  `db:"acked_at"`   // unix nanoseconds, 0 = not acked
+	AckedBy   string `db:"acked_by"`   // the API token's name, "" when not acked or acked before names
+	AckReason string `db:"ack_reason"` // why the operator acknowledged it
 }
 
 // RegisterFeed records a feed's description, creating its row if new.
@@ -195,19 +198,11 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	return res.LastInsertId()
 }
 
-// MarkRequeued marks a dead letter requeued. It returns false, changing
-// nothing, if it was requeued already.
+// MarkRequeued marks a dead letter requeued, by no one named (see
+// MarkRequeuedBy). It returns false, changing nothing, if it was requeued
+// or discarded already.
 func (tx *Tx) MarkRequeued(ctx context.Context, feed string, id int64) (bool, error) {
-	res, err := tx.tx.ExecContext(ctx, `UPDATE dead_letters SET requeued_at = ?
-WHERE feed = ? AND id = ? AND requeued_at = 0`, tx.store.Now().UnixNano(), feed, id)
-	if err != nil {
-		return false, fmt.Errorf("mark dead letter %d requeued: %w", id, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("mark dead letter %d requeued: %w", id, err)
-	}
-	return n == 1, nil
+	return tx.MarkRequeuedBy(ctx, feed, id, Requeue{})
 }
 
 // RecordLoss stores l (its At is assigned) and marks the feed not lossless.
@@ -237,32 +232,10 @@ func (s *Store) SetLastError(ctx context.Context, feed, msg string) error {
 	return nil
 }
 
-// AckLosses records that an operator reviewed a feed's losses: they stay in
-// the history, marked acked, and the feed is lossless again. It returns the
-// number of losses acked.
+// AckLosses records that an operator reviewed a feed's losses, with no
+// name or reason (see AckLossesBy). It returns the number of losses acked.
 func (s *Store) AckLosses(ctx context.Context, feed string) (int64, error) {
-	tx, err := s.db.BeginTxx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("ack losses of %s: %w", feed, err)
-	}
-	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `UPDATE feeds SET lossless = 1 WHERE name = ?`, feed)
-	if err != nil {
-		return 0, fmt.Errorf("ack losses of %s: %w", feed, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return 0, fmt.Errorf("feed %s: %w", feed, ErrNotFound)
-	}
-	res, err = tx.ExecContext(ctx, `UPDATE losses SET acked_at = ? WHERE feed = ? AND acked_at = 0`,
-		s.Now().UnixNano(), feed)
-	if err != nil {
-		return 0, fmt.Errorf("ack losses of %s: %w", feed, err)
-	}
-	n, _ := res.RowsAffected()
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("ack losses of %s: commit: %w", feed, err)
-	}
-	return n, nil
+	return s.AckLossesBy(ctx, feed, LossAck{})
 }
 
 // Feed returns a feed's stored description and counters.

@@ -76,6 +76,14 @@ func CommandSignals(args []string, stdout, stderr io.Writer, sigs <-chan os.Sign
 			return produceCommand(sd.ctx, args[1:], os.Stdin, stdout, stderr)
 		case "replay":
 			return replayCommand(sd.ctx, args[1:], stdout, stderr, opts...)
+		case "status":
+			return statusCommand(sd.ctx, args[1:], stdout, stderr)
+		case "dead-letters":
+			return deadLettersCommand(sd.ctx, args[1:], stdout, stderr)
+		case "losses":
+			return lossesCommand(sd.ctx, args[1:], stdout, stderr)
+		case "topics":
+			return topicsCommand(sd.ctx, args[1:], stdout, stderr)
 		case "version", "--version", "-version":
 			fmt.Fprintln(stdout, Version())
 			return 0

@@ -72,7 +72,9 @@ type Config struct {
 	// production_config.go.
 	Kafka   KafkaConfig   `yaml:"kafka"`
 	HTTPTLS HTTPTLSConfig `yaml:",inline"`
-	Backlog BacklogConfig `yaml:",inline"`
+	// APITokens are the API's named tokens (api_tokens.go).
+	APITokens APITokenConfig `yaml:",inline"`
+	Backlog   BacklogConfig  `yaml:",inline"`
 
 	// Record says which feeds are recorded (record_config.go).
 	Record RecordConfig `yaml:"record"`
@@ -643,6 +645,10 @@ Usage:
   server produce --topic T [--key-field N | --json] < FILE
                                       put a record per line on a topic
   server config [flags]               print the effective configuration as YAML (for --config)
+  server status [--json]              a running server's health, feeds, relay and losses (its API: --url)
+  server dead-letters list|show|requeue|discard FEED ...   read and resolve dead letters (-h)
+  server losses list|ack FEED [--reason WHY]               a feed's losses; acknowledge them
+  server topics [describe TOPIC]      the Kafka topics, offsets and the lag of the groups reading them
   server --version                    the build: module version, revision, Go
   server bench [--lines N] [--json]   measure this machine: ingest, relay, latency (bench -h)
 

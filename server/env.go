@@ -59,7 +59,7 @@ func warnUnknownEnv(logger *slog.Logger, environ []string) {
 // flags' but are not read (command-line-only flags).
 func knownEnvs() (known, onlyFlags map[string]bool) {
 	known = map[string]bool{
-		"OUTBOXD_CONFIG": true, api.EnvAdminToken: true, kafkasec.EnvPassword: true,
+		"OUTBOXD_CONFIG": true, api.EnvAdminToken: true, kafkasec.EnvPassword: true, EnvToken: true,
 	}
 	for _, e := range seamEnvs {
 		known[e] = true

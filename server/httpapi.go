@@ -30,8 +30,8 @@ func (f apiFeed) Source() string                    { return f.l.Feed().Source()
 func (f apiFeed) Processor() string                 { return f.l.Processor() }
 func (f apiFeed) State() (outbox.FeedState, string) { return f.l.State() }
 func (f apiFeed) Ends() map[int32]int64             { return f.l.Feed().Ends() }
-func (f apiFeed) Requeue(ctx context.Context, id int64) (bool, error) {
-	return f.l.Requeue(ctx, id)
+func (f apiFeed) Requeue(ctx context.Context, id int64, r outbox.Requeue) (bool, error) {
+	return f.l.RequeueWith(ctx, id, r)
 }
 
 // apiRelay adapts the relay to api.Relay.
@@ -50,6 +50,7 @@ func (a apiRelay) Status() api.RelayStatus {
 func (m *Main) newAPI() error {
 	cfg := api.DefaultConfig()
 	cfg.Addr, cfg.AdminToken, cfg.TLS = m.Config.HTTP, m.Config.AdminToken, m.Config.HTTPTLS.TLS
+	cfg.Tokens = m.Config.APITokens.Tokens
 	cfg.BatchMax, cfg.RelayBatchMax = m.Config.BatchMax, m.Config.Relay.Batch
 	cfg.MaxBacklog = m.backlog
 	cfg.Queries, cfg.QueryLimits = m.queries, m.Config.Query.limits()
@@ -65,6 +66,9 @@ func (m *Main) newAPI() error {
 	srv, err := api.New(cfg, m.Store, feeds, r, m.Logger)
 	if err != nil {
 		return err
+	}
+	if m.needsKafka() {
+		srv.SetKafka(newKafkaTopics(m))
 	}
 	m.API = srv
 	return nil

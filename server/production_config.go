@@ -83,6 +83,7 @@ func addProductionFlags(fs *flag.FlagSet, c *Config) {
 	c.Kafka.flags(fs)
 	c.HTTPTLS.flags(fs)
 	c.Backlog.flags(fs)
+	c.APITokens.flags(fs)
 }
 
 // validateProduction checks the production settings, naming each by its
@@ -101,6 +102,9 @@ func (c *Config) validateProduction() error {
 // certificates and password, the API's certificate.
 func (c *Config) resolveProduction(getenv func(string) string) error {
 	if err := c.Kafka.resolve(getenv); err != nil {
+		return err
+	}
+	if err := c.APITokens.resolve(c.AdminToken); err != nil {
 		return err
 	}
 	return c.HTTPTLS.resolve()

@@ -1,24 +1,24 @@
-// outboxd dashboard: reads the JSON API every second and redraws the
-// readiness banner, the rates, the relay and a row per feed (and per
-// partition of a Kafka feed); a feed's detail shows its topics, losses and
-// dead letters, with the operator's actions on them. Everything from the
-// API is put in the page as text (never as HTML). The admin token is kept
-// in sessionStorage: for this tab only, until it is closed.
+// outboxd dashboard: reads GET /status every second and redraws the health
+// banner (the server's verdict: the worst thing true now, with what to
+// do), the relay and a row per feed (and per partition of a Kafka feed);
+// the charts are drawn from the server's own history (GET /history, read
+// whole once, then the new samples), so a new tab shows the last minutes
+// at once and every rate is the server's. A feed's detail shows its
+// topics, lag, losses and dead letters, with the operator's actions. Dead
+// letters and the actions need a token, kept in sessionStorage: for this
+// tab only, until it is closed. Everything from the API is put in the
+// page as text (never as HTML).
 "use strict";
 
 const REFRESH_MS = 1000;
-const HISTORY_MS = 5 * 60 * 1000; // sparklines and the rate graph show the last 5 minutes
-const RATE_WINDOW_MS = 10 * 1000; // a rate is averaged over 10 s
-const SPARK_MIN_SPAN_MS = 60 * 1000;
 const DEAD_LETTER_PAGE = 50;
 const TOKEN_KEY = "outboxd.adminToken";
 const SVG = "http://www.w3.org/2000/svg";
 
-const history = new Map(); // feed name -> [{t, lag, applied}]
-const totals = []; // [{t, applied, published}]: every feed's applied, the relay's published
+let hist = null; // the server's history, as GET /history answers, kept up to date
 let selected = null; // the feed whose detail is open
-let statuses = [];
-let pendingAction = null; // what waits for the admin token
+let overview = null;
+let pendingAction = null; // what waits for the token
 
 const STATE_NOTES = {
   waiting: "waiting for its source",
@@ -35,23 +35,24 @@ function el(tag, props, ...children) {
   return e;
 }
 
-function svgEl(tag, attrs) {
+function svgEl(tag, attrs, text) {
   const e = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
   return e;
 }
 
-async function getJSON(path) {
-  const res = await fetch(path, { cache: "no-store", headers: { Accept: "application/json" } });
-  if (!res.ok) throw new Error(path + ": HTTP " + res.status);
-  return res.json();
-}
-
-// readiness reads /readyz, whose 503 answer carries the reasons.
-async function readiness() {
-  const res = await fetch("/readyz", { cache: "no-store", headers: { Accept: "application/json" } });
-  if (res.status !== 200 && res.status !== 503) throw new Error("/readyz: HTTP " + res.status);
-  return res.json();
+async function getJSON(path, token) {
+  const headers = { Accept: "application/json" };
+  if (token) headers.Authorization = "Bearer " + token;
+  const res = await fetch(path, { cache: "no-store", headers });
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok) {
+    const err = new Error(body.error ? body.error.message : path + ": HTTP " + res.status);
+    err.status = res.status;
+    throw err;
+  }
+  return body;
 }
 
 function fmtAge(seconds) {
@@ -62,56 +63,176 @@ function fmtAge(seconds) {
   return Math.floor(m / 60) + " h " + (m % 60) + " m";
 }
 
-function fmtRate(r) {
-  if (r === null) return "–";
-  return (r >= 10 ? r.toFixed(0) : r.toFixed(1)) + "/s";
+function fmtNum(v) {
+  if (v === null || v === undefined) return "–";
+  if (v >= 1e9) return (v / 1e9).toFixed(1) + "G";
+  if (v >= 1e6) return (v / 1e6).toFixed(1) + "M";
+  if (v >= 1e4) return (v / 1e3).toFixed(0) + "k";
+  return v >= 10 || Number.isInteger(v) ? v.toFixed(0) : v.toFixed(1);
+}
+
+// fmtBytes writes a byte count for people: 512 B, 3.2 MiB.
+function fmtBytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return i === 0 ? `${n} B` : `${n.toFixed(1)} ${units[i]}`;
 }
 
 function fmtTime(s) {
   return s ? new Date(s).toLocaleString() : "";
 }
 
-function record(fs, now) {
-  let h = history.get(fs.feed);
-  if (!h) history.set(fs.feed, (h = []));
-  h.push({ t: now, lag: fs.lag, applied: fs.applied });
-  while (h.length > 0 && h[0].t < now - HISTORY_MS) h.shift();
-  return h;
+function fmtSpan(ms) {
+  const s = Math.round(ms / 1000);
+  if (s < 60) return `${s} s`;
+  return `${Math.floor(s / 60)} min` + (s % 60 ? ` ${s % 60} s` : "");
 }
 
-// rate is the growth per second of key over the window ending at the last
-// sample.
-function rate(h, key, now, window) {
-  const last = h[h.length - 1];
-  const first = h.find((p) => p.t >= now - window) || h[0];
-  if (!last || last.t === first.t) return null;
-  return Math.max(last[key] - first[key], 0) / ((last.t - first.t) / 1000);
+function unitOf(kind) {
+  return kind === "kafka" ? "records" : "bytes";
 }
 
-function sparkline(h) {
+// --- the history ------------------------------------------------------
+
+// loadHistory reads the whole history once, then only the samples after
+// the last one held, appending them and dropping those past the span.
+async function loadHistory() {
+  const since = hist && hist.times.length > 0 ? hist.times[hist.times.length - 1] : 0;
+  const h = await getJSON(since ? `/history?since=${since}` : "/history");
+  if (!hist || since === 0) {
+    hist = h;
+    return;
+  }
+  const append = (dst, src) => { for (const v of src) dst.push(v); };
+  append(hist.times, h.times);
+  for (const k of Object.keys(hist.relay)) append(hist.relay[k], h.relay[k]);
+  for (const fh of h.feeds) {
+    let mine = hist.feeds.find((f) => f.feed === fh.feed);
+    if (!mine) {
+      const n = hist.times.length - h.times.length;
+      mine = { feed: fh.feed, kind: fh.kind, lagUnit: fh.lagUnit, appliedPerSecond: Array(n).fill(null),
+        deadLetters: Array(n).fill(null), lag: Array(n).fill(null), pending: Array(n).fill(null) };
+      hist.feeds.push(mine);
+    }
+    for (const k of ["appliedPerSecond", "deadLetters", "lag", "pending"]) append(mine[k], fh[k]);
+  }
+  const last = hist.times[hist.times.length - 1];
+  let drop = 0;
+  while (drop < hist.times.length && hist.times[drop] < last - hist.spanSeconds * 1000) drop++;
+  if (drop > 0) {
+    hist.times.splice(0, drop);
+    for (const k of Object.keys(hist.relay)) hist.relay[k].splice(0, drop);
+    for (const f of hist.feeds) for (const k of ["appliedPerSecond", "deadLetters", "lag", "pending"]) f[k].splice(0, drop);
+  }
+}
+
+// ingestRates sums every feed's applied rate at each sample.
+function ingestRates() {
+  return hist.times.map((_, i) => {
+    let sum = null;
+    for (const f of hist.feeds) if (f.appliedPerSecond[i] !== null) sum = (sum || 0) + f.appliedPerSecond[i];
+    return sum;
+  });
+}
+
+// smoothed is the mean of the last n non-null values of a series.
+function smoothed(series, n) {
+  const vals = series.filter((v) => v !== null).slice(-n);
+  return vals.length === 0 ? null : vals.reduce((a, b) => a + b, 0) / vals.length;
+}
+
+// chart draws series over the history's times into svg, with a labelled
+// y axis (unit) and time axis (minutes before the last sample).
+function chart(svg, series, unit) {
+  const W = Number(svg.getAttribute("width")), H = Number(svg.getAttribute("height"));
+  const left = 56, right = 24, top = 18, bottom = 22;
+  const times = hist ? hist.times : [];
+  const kids = [];
+  const t1 = times.length > 0 ? times[times.length - 1] : 0;
+  const t0 = times.length > 0 ? times[0] : 0;
+  const span = Math.max(t1 - t0, 60 * 1000); // at least a minute wide
+  let ymax = 0;
+  for (const s of series) for (const v of s.values) if (v !== null && v > ymax) ymax = v;
+  ymax = ymax > 0 ? niceCeil(ymax) : 1;
+  const x = (t) => left + (W - left - right) * (1 - (t1 - t) / span);
+  const y = (v) => top + (H - top - bottom) * (1 - v / ymax);
+  kids.push(svgEl("line", { class: "axis", x1: left, y1: y(0), x2: W - right, y2: y(0) }));
+  kids.push(svgEl("line", { class: "axis", x1: left, y1: top, x2: left, y2: y(0) }));
+  for (const v of [0, ymax / 2, ymax]) {
+    kids.push(svgEl("text", { class: "tick y", x: left - 4, y: y(v) + 3, "text-anchor": "end" }, fmtNum(v)));
+    if (v > 0) kids.push(svgEl("line", { class: "grid", x1: left, y1: y(v), x2: W - right, y2: y(v) }));
+  }
+  kids.push(svgEl("text", { class: "unit", x: left + 4, y: 12 }, unit));
+  const stepMin = span > 10 * 60 * 1000 ? 5 : span > 3 * 60 * 1000 ? 1 : 0.5;
+  for (let m = 0; m * 60000 <= span; m += stepMin) {
+    const xm = x(t1 - m * 60000);
+    kids.push(svgEl("line", { class: "grid", x1: xm, y1: top, x2: xm, y2: y(0) }));
+    kids.push(svgEl("text", { class: "tick x", x: xm, y: H - 6, "text-anchor": "middle" }, m === 0 ? "now" : `−${m} min`));
+  }
+  for (const s of series) {
+    const pts = [];
+    s.values.forEach((v, i) => { if (v !== null) pts.push(`${x(times[i]).toFixed(1)},${y(v).toFixed(1)}`); });
+    if (pts.length >= 2) kids.push(svgEl("polyline", { class: s.cls, points: pts.join(" ") }));
+    else if (pts.length === 1) {
+      const [px, py] = pts[0].split(",");
+      kids.push(svgEl("circle", { class: s.cls, cx: px, cy: py, r: 2 }));
+    }
+  }
+  svg.replaceChildren(...kids);
+  svg.dataset.samples = String(times.length);
+  const first = series.length > 0 ? series[0].values : [];
+  svg.dataset.last = first.length > 0 && first[first.length - 1] !== null ? String(first[first.length - 1]) : "";
+  svg.dataset.unit = unit;
+}
+
+// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
+function niceCeil(v) {
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 5, 10]) if (v <= m * p) return m * p;
+  return 10 * p;
+}
+
+function renderCharts() {
+  if (!hist) return;
+  const ingest = ingestRates(), relay = hist.relay.publishedPerSecond;
+  document.getElementById("rate-ingest").textContent = fmtRate(smoothed(ingest, 5), "items");
+  document.getElementById("rate-relay").textContent = fmtRate(smoothed(relay, 5), "rows");
+  const span = hist.times.length > 1 ? hist.times[hist.times.length - 1] - hist.times[0] : 0;
+  document.getElementById("rate-span").textContent = hist.times.length > 1
+    ? `last ${fmtSpan(span)} (the server keeps ${fmtSpan(hist.spanSeconds * 1000)})` : "history starts now";
+  chart(document.getElementById("rate-graph"), [{ cls: "ingest", values: ingest }, { cls: "relay", values: relay }], "per second");
+  chart(document.getElementById("backlog-graph"), [{ cls: "backlog", values: hist.relay.pending }], "rows waiting");
+  if (selected !== null) {
+    const fh = hist.feeds.find((f) => f.feed === selected);
+    if (fh) chart(document.getElementById("lag-graph"), [{ cls: "lag", values: fh.lag }], `lag (${fh.lagUnit})`);
+  }
+}
+
+function fmtRate(r, what) {
+  return r === null ? "–" : `${fmtNum(r)} ${what}/s`;
+}
+
+// sparkline is a feed's lag over the history, in the row.
+function sparkline(fs) {
   const w = 120, ht = 22;
-  const svg = svgEl("svg", { class: "spark", width: w, height: ht, viewBox: `0 0 ${w} ${ht}`, "aria-label": "lag over the last minutes" });
-  if (h.length > 0) {
-    const secs = Math.round((h[h.length - 1].t - h[0].t) / 1000);
-    const title = svgEl("title");
-    title.textContent = `lag over the last ${secs} s, at most ${Math.max(...h.map((p) => p.lag))}`;
-    svg.append(title);
-  }
-  if (h.length > 1) {
-    // The x axis spans the samples kept (at least a minute), newest at the
-    // right edge, so a fresh page draws a readable line at once.
-    const last = h[h.length - 1].t;
-    const span = Math.max(last - h[0].t, SPARK_MIN_SPAN_MS);
-    const top = Math.max(1, ...h.map((p) => p.lag));
-    const pts = h.map((p) => {
-      const x = w - ((last - p.t) / span) * w;
-      const y = ht - 1 - (p.lag / top) * (ht - 2);
-      return x.toFixed(1) + "," + y.toFixed(1);
-    });
-    svg.append(svgEl("polyline", { points: pts.join(" ") }));
-  }
+  const unit = unitOf(fs.kind);
+  const svg = svgEl("svg", { class: "spark", width: w, height: ht, viewBox: `0 0 ${w} ${ht}`, "aria-label": `lag (${unit})` });
+  const fh = hist && hist.feeds.find((f) => f.feed === fs.feed);
+  if (!fh) return svg;
+  const vals = fh.lag, times = hist.times;
+  const have = vals.map((v, i) => [times[i], v]).filter(([, v]) => v !== null);
+  if (have.length === 0) return svg;
+  const span = Math.max(times[times.length - 1] - times[0], 60 * 1000);
+  const top = Math.max(1, ...have.map(([, v]) => v));
+  svg.append(svgEl("title", {}, `lag (${unit}) over the last ${fmtSpan(times[times.length - 1] - have[0][0])}, at most ${top}`));
+  const last = times[times.length - 1];
+  const pts = have.map(([t, v]) => `${(w - ((last - t) / span) * w).toFixed(1)},${(ht - 1 - (v / top) * (ht - 2)).toFixed(1)}`);
+  if (pts.length > 1) svg.append(svgEl("polyline", { points: pts.join(" ") }));
   return svg;
 }
+
+// --- the status -------------------------------------------------------
 
 function lossItem(l) {
   const li = el("li", {}, `${fmtTime(l.at)}: ${l.reason} `,
@@ -120,28 +241,36 @@ function lossItem(l) {
       : `(partition ${l.partition}, ${l.from}–${l.to})` }));
   if (l.ackedAt) {
     li.className = "acked";
-    li.append(" — acknowledged");
+    li.append(` — acknowledged by ${l.ackedBy || "an operator"}${l.ackReason ? ": " + l.ackReason : ""}`);
   }
   return li;
 }
 
-// lossCell lists the losses: all of them while the feed is not lossless,
-// the unacknowledged ones (none) and a count of the others once it is.
 function lossCell(fs) {
-  const loss = el("td", { className: "lossless" });
-  loss.append(fs.lossless
+  const cell = el("td", { className: "lossless" });
+  cell.append(fs.lossless
     ? el("span", { className: "badge lossless", textContent: "lossless" })
     : el("span", { className: "badge lossy", textContent: "NOT LOSSLESS" }));
-  if (fs.losses.length > 0) {
-    const shown = fs.lossless ? fs.losses.filter((l) => !l.ackedAt) : fs.losses;
-    if (shown.length > 0) loss.append(el("ul", { className: "losses" }, ...shown.map(lossItem)));
-    const acked = fs.losses.filter((l) => l.ackedAt).length;
-    if (fs.lossless && acked > 0) loss.append(el("div", { className: "muted", textContent: `${acked} acknowledged` }));
-  }
+  const open = fs.losses.filter((l) => !l.ackedAt).length;
+  if (!fs.lossless) cell.append(el("div", { className: "loss-count", textContent: `${open} loss${open === 1 ? "" : "es"}` }));
+  else if (fs.lossCount > 0) cell.append(el("div", { className: "muted", textContent: `${fs.lossCount} acknowledged` }));
+  return cell;
+}
+
+// lossRow lists a feed's open losses in a row of their own, across the
+// table, so the feed's own row keeps its shape.
+function lossRow(fs) {
+  const open = fs.losses.filter((l) => !l.ackedAt);
+  if (fs.lossless || open.length === 0) return [];
+  const tr = el("tr", { className: "loss-row" });
+  tr.dataset.feed = fs.feed;
+  const td = el("td", { colSpan: 8 }, el("strong", { textContent: `${fs.feed} lost input: ` }),
+    el("ul", { className: "losses" }, ...open.map(lossItem)));
   if (fs.lossCount > fs.losses.length) {
-    loss.append(el("div", { className: "muted", textContent: `${fs.lossCount - fs.losses.length} older losses not listed` }));
+    td.append(el("div", { className: "muted", textContent: `${fs.lossCount - fs.losses.length} older losses not listed` }));
   }
-  return loss;
+  tr.append(td);
+  return [tr];
 }
 
 function stateCell(fs) {
@@ -151,24 +280,33 @@ function stateCell(fs) {
   return state;
 }
 
-function feedRow(fs, h, now) {
+function appliedRate(name) {
+  const fh = hist && hist.feeds.find((f) => f.feed === name);
+  return fh ? smoothed(fh.appliedPerSecond, 5) : null;
+}
+
+function feedRow(fs) {
   const tr = el("tr", { className: `feed feed-${fs.state}` + (fs.lossless ? "" : " lossy-row") });
   tr.dataset.feed = fs.feed;
   tr.dataset.state = fs.state;
-  const open = el("button", { type: "button", className: "open-feed", textContent: fs.feed, title: "topics, losses and dead letters" });
+  const open = el("button", { type: "button", className: "open-feed", textContent: fs.feed, title: "topics, lag, losses and dead letters" });
   open.dataset.feed = fs.feed;
   tr.append(el("td", { className: "name" },
     el("div", { className: "feed-name" }, open),
     el("div", { className: "feed-source", textContent: `${fs.kind}:${fs.source} → ${fs.processor}` })));
   tr.append(stateCell(fs));
   tr.append(el("td", { className: "position", textContent: `${fs.position} / ${fs.end}` }));
-  tr.append(el("td", { className: "lag" }, el("span", { className: "lag-value", textContent: String(fs.lag) }), sparkline(h)));
+  tr.append(el("td", { className: "lag" },
+    el("span", { className: "lag-value", textContent: `${fs.lag} ${unitOf(fs.kind)}` }), sparkline(fs)));
   tr.append(el("td", { className: "applied" },
     el("div", { className: "applied-total", textContent: String(fs.applied) }),
-    el("div", { className: "applied-rate muted", textContent: fmtRate(rate(h, "applied", now, RATE_WINDOW_MS)) })));
+    el("div", { className: "applied-rate muted", textContent: fmtRate(appliedRate(fs.feed), "items") })));
   const dl = el("button", { type: "button", className: "link dead-letters", textContent: String(fs.deadLettered) });
   dl.dataset.feed = fs.feed;
-  tr.append(el("td", {}, dl));
+  const recent = overview.recentDeadLetters.find((d) => d.feed === fs.feed);
+  const dlCell = el("td", { className: "dl-count" }, dl);
+  if (recent) dlCell.append(el("div", { className: "recent", textContent: `${recent.atLeast ? "≥" : ""}${recent.count} open, last hour` }));
+  tr.append(dlCell);
   tr.append(lossCell(fs));
   tr.append(el("td", { className: "outbox" },
     el("div", { textContent: `${fs.outbox.pending} pending` }),
@@ -186,18 +324,10 @@ function partitionRows(fs) {
     tr.append(el("td", { className: "pname", textContent: `partition ${p.partition}` }),
       el("td", { className: "epoch", textContent: p.epoch }),
       el("td", { className: "position", textContent: `${p.position} / ${p.end}` }),
-      el("td", { className: "lag", textContent: String(p.lag) }),
+      el("td", { className: "lag", textContent: `${p.lag} records` }),
       el("td", { colSpan: 4 }));
     return tr;
   });
-}
-
-// fmtBytes writes a byte count for people: 512 B, 3.2 MiB.
-function fmtBytes(n) {
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let i = 0;
-  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-  return i === 0 ? `${n} B` : `${n.toFixed(1)} ${units[i]}`;
 }
 
 function renderRelay(os) {
@@ -215,52 +345,25 @@ function renderRelay(os) {
   err.textContent = r.lastError || "";
 }
 
-function renderHealth(rd) {
+// renderHealth shows the verdict: its level as the banner's colour, the
+// worst condition and what to do, then the others.
+function renderHealth(v) {
   const b = document.getElementById("health");
-  b.className = "banner " + (rd.ready ? "ready" : "not-ready");
-  document.getElementById("health-title").textContent = rd.ready ? "ready" : "NOT READY";
-  document.getElementById("health-reasons").replaceChildren(...rd.reasons.map((r) => el("li", { textContent: r })));
+  b.className = "banner " + v.level;
+  b.dataset.level = v.level;
+  b.dataset.code = v.conditions.length > 0 ? v.conditions[0].code : "ok";
+  document.getElementById("health-title").textContent = v.level === "ok" ? "OK" : v.level.toUpperCase();
+  document.getElementById("health-message").textContent = v.message;
+  document.getElementById("health-action").textContent = v.level === "ok" ? "" : "What to do: " + v.action;
+  document.getElementById("health-others").replaceChildren(...v.conditions.slice(1).map((c) =>
+    el("li", { className: c.level, textContent: `${c.message} — ${c.action}` })));
 }
 
-function renderFeeds(now) {
+function renderFeeds() {
   const rows = [];
-  for (const fs of statuses) {
-    rows.push(feedRow(fs, record(fs, now), now), ...partitionRows(fs));
-  }
+  for (const fs of overview.feeds) rows.push(feedRow(fs), ...lossRow(fs), ...partitionRows(fs));
   document.querySelector("#feeds tbody").replaceChildren(...rows);
-  document.getElementById("nofeeds").hidden = statuses.length > 0;
-  for (const name of history.keys()) {
-    if (!statuses.some((fs) => fs.feed === name)) history.delete(name);
-  }
-}
-
-// renderRates draws the ingest (every feed's applied items) and relay
-// (published rows) rates of the last minutes.
-function renderRates(os, now) {
-  totals.push({ t: now, applied: statuses.reduce((n, fs) => n + fs.applied, 0), published: os.published });
-  while (totals.length > 0 && totals[0].t < now - HISTORY_MS) totals.shift();
-  document.getElementById("rate-ingest").textContent = fmtRate(rate(totals, "applied", now, RATE_WINDOW_MS));
-  document.getElementById("rate-relay").textContent = fmtRate(rate(totals, "published", now, RATE_WINDOW_MS));
-  const points = { ingest: [], relay: [] };
-  for (let i = 1; i < totals.length; i++) {
-    const t = totals[i].t;
-    points.ingest.push([t, rate(totals.slice(0, i + 1), "applied", t, 5000) || 0]);
-    points.relay.push([t, rate(totals.slice(0, i + 1), "published", t, 5000) || 0]);
-  }
-  const svg = document.getElementById("rate-graph");
-  const w = 720, h = 120, top = Math.max(1, ...points.ingest.map((p) => p[1]), ...points.relay.map((p) => p[1]));
-  const span = Math.max(now - (totals[0] ? totals[0].t : now), SPARK_MIN_SPAN_MS);
-  const children = [svgEl("line", { x1: 0, y1: h - 1, x2: w, y2: h - 1 })];
-  for (const [cls, pts] of Object.entries(points)) {
-    if (pts.length < 2) continue;
-    const xy = pts.map(([t, v]) => `${(w - ((now - t) / span) * w).toFixed(1)},${(h - 2 - (v / top) * (h - 16)).toFixed(1)}`);
-    children.push(svgEl("polyline", { class: cls, points: xy.join(" ") }));
-  }
-  const label = svgEl("text", { x: 4, y: 11 });
-  label.textContent = `max ${fmtRate(top)}`;
-  children.push(label);
-  svg.replaceChildren(...children);
-  document.getElementById("rate-span").textContent = `last ${Math.round(span / 1000)} s`;
+  document.getElementById("nofeeds").hidden = overview.feeds.length > 0;
 }
 
 function setConn(ok, err) {
@@ -270,34 +373,37 @@ function setConn(ok, err) {
   c.title = ok ? "" : String(err);
 }
 
-// --- the detail of a feed -------------------------------------------------
+// --- the detail of a feed ---------------------------------------------
 
 function openDetail(name) {
   selected = name;
   document.getElementById("detail").hidden = false;
   document.getElementById("detail-name").textContent = name;
+  document.getElementById("dl-edit").hidden = true;
   renderDetail();
+  renderCharts();
   loadDeadLetters();
 }
 
 function renderDetail() {
-  if (selected === null) return;
-  const fs = statuses.find((s) => s.feed === selected);
+  if (selected === null || !overview) return;
+  const fs = overview.feeds.find((s) => s.feed === selected);
   if (!fs) return;
   const note = STATE_NOTES[fs.state] ? ` — ${STATE_NOTES[fs.state]}` : "";
   document.getElementById("detail-state").textContent = `${fs.state}${note}${fs.lastError ? ": " + fs.lastError : ""}`;
   document.getElementById("detail-topics").textContent = fs.topics.length > 0 ? fs.topics.join(", ") : "–";
   const box = document.getElementById("detail-losses");
   const key = JSON.stringify([fs.lossless, fs.losses, fs.lossCount]);
-  if (box.dataset.key === key) return; // unchanged: keep the button under the pointer
+  if (box.dataset.key === key) return; // unchanged: keep the form under the pointer
   box.dataset.key = key;
   const parts = [];
   if (fs.losses.length === 0) parts.push(el("p", { className: "muted", textContent: "No losses." }));
   else parts.push(el("ul", { className: "losses" }, ...fs.losses.map(lossItem)));
   if (!fs.lossless) {
+    const reason = el("input", { type: "text", id: "ack-reason", placeholder: "why (required): how the lost input was recovered, or why it may stay lost" });
     const ack = el("button", { type: "button", id: "ack-losses", className: "danger", textContent: "acknowledge losses" });
-    ack.title = "an operator reviewed these losses: the feed is lossless again, the list stays";
-    parts.push(ack);
+    ack.title = "an operator reviewed these losses: the feed is lossless again, the list stays, with your token's name and the reason";
+    parts.push(el("div", { className: "ack" }, reason, ack));
   }
   box.replaceChildren(...parts);
 }
@@ -305,17 +411,50 @@ function renderDetail() {
 async function loadDeadLetters() {
   const name = selected;
   const msg = document.getElementById("dl-message");
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const body = document.querySelector("#dead-letters tbody");
+  if (!token) {
+    body.replaceChildren();
+    document.getElementById("dl-reasons").replaceChildren();
+    msg.replaceChildren("Dead letters may hold personal data: reading them needs a token (read or admin). ",
+      el("button", { type: "button", id: "dl-token", className: "link", textContent: "give a token" }));
+    return;
+  }
   try {
-    const page = await getJSON(`/feeds/${encodeURIComponent(name)}/dead-letters?limit=${DEAD_LETTER_PAGE}`);
+    const page = await getJSON(`/feeds/${encodeURIComponent(name)}/dead-letters?limit=${DEAD_LETTER_PAGE}`, token);
     if (name !== selected) return;
-    document.querySelector("#dead-letters tbody").replaceChildren(...page.deadLetters.map(deadLetterRow));
+    body.replaceChildren(...page.deadLetters.map(deadLetterRow));
     msg.textContent = page.deadLetters.length === 0 ? "No dead letters." : "";
+    renderReasons(page.deadLetters);
     const more = document.getElementById("dl-more");
     more.hidden = page.next === null;
-    more.textContent = `more at /feeds/${name}/dead-letters?after=${page.next}`;
+    more.textContent = `more: ${selected === null ? "" : "outboxd dead-letters list " + name + " --after " + page.next}`;
   } catch (err) {
+    if (err.status === 401) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      askToken("The token was refused: give a token (read or admin) again.", loadDeadLetters);
+      return;
+    }
     msg.textContent = "dead letters: " + err.message;
   }
+}
+
+// renderReasons offers, per reason with open dead letters, to requeue or
+// discard them all.
+function renderReasons(dls) {
+  const open = {};
+  for (const dl of dls) if (dl.resolution === "open") open[dl.reason] = (open[dl.reason] || 0) + 1;
+  const box = document.getElementById("dl-reasons");
+  box.replaceChildren(...Object.entries(open).map(([reason, n]) => {
+    const div = el("div", { className: "reason-actions" }, el("span", { textContent: `${n} open ${reason}: ` }));
+    const rq = el("button", { type: "button", className: "requeue-reason", textContent: `requeue all ${reason}` });
+    const dc = el("button", { type: "button", className: "discard-reason danger", textContent: `discard all ${reason}` });
+    rq.dataset.reason = reason;
+    dc.dataset.reason = reason;
+    div.dataset.reason = reason;
+    div.append(rq, " ", dc);
+    return div;
+  }));
 }
 
 function preview(text, encoding, bytes, truncated) {
@@ -324,16 +463,22 @@ function preview(text, encoding, bytes, truncated) {
 }
 
 function deadLetterRow(dl) {
-  const tr = el("tr", { className: "dead-letter" + (dl.requeuedAt ? " requeued" : "") });
+  const tr = el("tr", { className: "dead-letter " + dl.resolution });
   tr.dataset.id = String(dl.id);
   const action = el("td", { className: "action" });
-  if (dl.requeuedAt) {
-    action.append(`requeued ${fmtTime(dl.requeuedAt)}`);
+  if (dl.resolution === "requeued") {
+    action.append(`requeued ${fmtTime(dl.requeuedAt)}${dl.resolvedBy ? " by " + dl.resolvedBy : ""}${dl.requeueEdited ? " (edited)" : ""}`);
+  } else if (dl.resolution === "discarded") {
+    action.append(`discarded ${fmtTime(dl.discardedAt)}${dl.resolvedBy ? " by " + dl.resolvedBy : ""}: ${dl.note}`);
   } else {
-    const b = el("button", { type: "button", className: "requeue", textContent: "requeue" });
-    b.dataset.id = String(dl.id);
-    b.title = "apply it again, once";
-    action.append(b);
+    const b = (cls, text, title) => {
+      const x = el("button", { type: "button", className: cls, textContent: text, title });
+      x.dataset.id = String(dl.id);
+      return x;
+    };
+    const edit = b("edit", "edit & requeue", "apply an edited payload instead");
+    edit.dataset.payload = dl.payloadEncoding === "utf-8" && !dl.payloadTruncated ? dl.payload : "";
+    action.append(b("requeue", "requeue", "apply it again, once"), " ", edit, " ", b("discard danger", "discard", "keep it, marked discarded, with why"));
   }
   tr.append(el("td", { textContent: String(dl.id) }),
     el("td", { className: "reason", textContent: dl.reason }),
@@ -345,7 +490,7 @@ function deadLetterRow(dl) {
   return tr;
 }
 
-// --- operator actions -----------------------------------------------------
+// --- operator actions -------------------------------------------------
 
 function showResult(text, isError) {
   const r = document.getElementById("action-result");
@@ -355,25 +500,27 @@ function showResult(text, isError) {
 
 // admin runs an admin request with the tab's token, asking for the token
 // first when there is none (or it was refused).
-function admin(path, done) {
+function admin(path, body, done) {
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (!token) {
-    askToken("Requeueing and acknowledging need the admin token. It is kept for this tab only.", () => admin(path, done));
+    askToken("This needs an admin token. It is kept for this tab only.", () => admin(path, body, done));
     return;
   }
-  fetch(path, { method: "POST", headers: { Authorization: "Bearer " + token, Accept: "application/json" } })
+  const headers = { Authorization: "Bearer " + token, Accept: "application/json" };
+  if (body) headers["Content-Type"] = "application/json";
+  fetch(path, { method: "POST", headers, body: body ? JSON.stringify(body) : undefined })
     .then(async (res) => {
-      const body = await res.json().catch(() => ({}));
+      const answer = await res.json().catch(() => ({}));
       if (res.status === 401) {
         sessionStorage.removeItem(TOKEN_KEY);
-        askToken("The token was refused: give the admin token again.", () => admin(path, done));
+        askToken("The token was refused: give the admin token again.", () => admin(path, body, done));
         return;
       }
       if (!res.ok) {
-        showResult(`${path}: ${body.error ? body.error.message : "HTTP " + res.status}`, true);
+        showResult(`${path}: ${answer.error ? answer.error.message : "HTTP " + res.status}`, true);
         return;
       }
-      done(body);
+      done(answer);
     })
     .catch((err) => showResult(`${path}: ${err.message}`, true));
 }
@@ -397,19 +544,32 @@ function useToken() {
   if (then) then();
 }
 
-function requeue(id) {
+function dlPath(suffix) {
+  return `/feeds/${encodeURIComponent(selected)}/dead-letters${suffix}`;
+}
+
+function requeue(id, body) {
   const name = selected;
-  admin(`/feeds/${encodeURIComponent(name)}/dead-letters/${id}/requeue`, (r) => {
-    showResult(r.requeued ? `dead letter ${id} of ${name} requeued` : `dead letter ${id} of ${name}: ${r.message}`, false);
+  admin(dlPath(`/${id}/requeue`), body, (r) => {
+    showResult(r.requeued ? `dead letter ${id} of ${name} requeued${body ? " with the edited payload" : ""}` : `dead letter ${id} of ${name}: ${r.message}`, false);
+    document.getElementById("dl-edit").hidden = true;
     loadDeadLetters();
   });
 }
 
-function ackLosses() {
-  const name = selected;
-  admin(`/feeds/${encodeURIComponent(name)}/losses/ack`, (r) => {
-    showResult(`${r.acked} losses of ${name} acknowledged: lossless again`, false);
-  });
+// askNote shows an inline note field in the dead letter's (or reason's)
+// row and runs then with its text once given.
+function askNote(where, then) {
+  let form = where.querySelector(".note-form");
+  if (form) {
+    const note = form.querySelector("input").value.trim();
+    if (note) then(note);
+    else form.querySelector("input").focus();
+    return;
+  }
+  form = el("span", { className: "note-form" }, el("input", { type: "text", placeholder: "why (required)" }));
+  where.append(form);
+  form.querySelector("input").focus();
 }
 
 function onClick(ev) {
@@ -417,8 +577,46 @@ function onClick(ev) {
   if (!t) return;
   if (t.classList.contains("open-feed") || t.classList.contains("dead-letters")) openDetail(t.dataset.feed);
   else if (t.classList.contains("requeue")) requeue(t.dataset.id);
-  else if (t.id === "ack-losses") ackLosses();
-  else if (t.id === "dl-reload") loadDeadLetters();
+  else if (t.classList.contains("edit")) {
+    document.getElementById("dl-edit").hidden = false;
+    document.getElementById("dl-edit-id").textContent = t.dataset.id;
+    document.getElementById("dl-edit-payload").value = t.dataset.payload;
+    document.getElementById("dl-edit-payload").focus();
+  } else if (t.id === "dl-edit-apply") {
+    const id = document.getElementById("dl-edit-id").textContent;
+    requeue(id, { payload: document.getElementById("dl-edit-payload").value, note: document.getElementById("dl-edit-note").value });
+  } else if (t.id === "dl-edit-cancel") document.getElementById("dl-edit").hidden = true;
+  else if (t.classList.contains("discard")) {
+    const id = t.dataset.id, name = selected;
+    askNote(t.closest("td"), (note) => admin(dlPath(`/${id}/discard`), { note }, (r) => {
+      showResult(`dead letter ${id} of ${name}: ${r.message}`, false);
+      loadDeadLetters();
+    }));
+  } else if (t.classList.contains("requeue-reason")) {
+    const reason = t.dataset.reason, name = selected;
+    admin(dlPath(`/requeue?reason=${encodeURIComponent(reason)}`), null, (r) => {
+      showResult(`${reason} dead letters of ${name}: ${r.requeued} requeued, ${r.failed} failed again` + (r.next !== null ? " (more left: again)" : ""), r.failed > 0);
+      loadDeadLetters();
+    });
+  } else if (t.classList.contains("discard-reason")) {
+    const reason = t.dataset.reason, name = selected;
+    askNote(t.closest("div"), (note) => admin(dlPath(`/discard?reason=${encodeURIComponent(reason)}`), { note }, (r) => {
+      showResult(`${reason} dead letters of ${name}: ${r.discarded} discarded`, false);
+      loadDeadLetters();
+    }));
+  } else if (t.id === "ack-losses") {
+    const reason = document.getElementById("ack-reason").value.trim();
+    if (!reason) {
+      showResult("say why the losses are acknowledged", true);
+      document.getElementById("ack-reason").focus();
+      return;
+    }
+    const name = selected;
+    admin(`/feeds/${encodeURIComponent(name)}/losses/ack`, { reason }, (r) => {
+      showResult(`${r.acked} losses of ${name} acknowledged by ${r.by}: lossless again`, false);
+    });
+  } else if (t.id === "dl-reload") loadDeadLetters();
+  else if (t.id === "dl-token") askToken("Reading dead letters needs a token (read or admin). It is kept for this tab only.", loadDeadLetters);
   else if (t.id === "token-use") useToken();
   else if (t.id === "token-cancel") {
     pendingAction = null;
@@ -431,17 +629,15 @@ function onClick(ev) {
 
 async function refresh() {
   try {
-    const [list, os, rd] = await Promise.all([getJSON("/feeds"), getJSON("/outbox/status"), readiness()]);
-    statuses = await Promise.all(
-      list.feeds.map((f) => getJSON("/feeds/" + encodeURIComponent(f.feed) + "/status")));
-    const now = Date.now();
-    renderHealth(rd);
-    renderRelay(os);
-    renderFeeds(now);
-    renderRates(os, now);
+    const [ov] = await Promise.all([getJSON("/status"), loadHistory()]);
+    overview = ov;
+    renderHealth(ov.verdict);
+    renderRelay(ov.outbox);
+    renderFeeds();
+    renderCharts();
     renderDetail();
-    document.getElementById("updated").textContent = "updated " + new Date(now).toLocaleTimeString();
-    document.body.dataset.refreshed = String(now);
+    document.getElementById("updated").textContent = "updated " + new Date(ov.at).toLocaleTimeString();
+    document.body.dataset.refreshed = String(Date.now());
     setConn(true);
   } catch (err) {
     setConn(false, err);

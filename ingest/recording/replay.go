@@ -130,7 +130,7 @@ func Replay(ctx context.Context, cfg ReplayConfig) (Summary, error) {
 	if err != nil {
 		return sum, err
 	}
-	feed.requeue = loop.Requeue
+	feed.requeue = loop.RequeueWith
 	feed.store = cfg.Store
 	started := time.Now()
 	if err := runUntilDone(ctx, loop, feed); err != nil {
@@ -236,7 +236,7 @@ func runUntilDone(ctx context.Context, loop *ingest.Loop, feed *replayFeed) erro
 type replayFeed struct {
 	set     *Set
 	t       *tally
-	requeue func(ctx context.Context, id int64) (bool, error)
+	requeue func(ctx context.Context, id int64, r outbox.Requeue) (bool, error)
 	store   *outbox.Store
 
 	file  int     // the next file to open
@@ -349,7 +349,7 @@ func (f *replayFeed) doRequeue(ctx context.Context, e *Entry) error {
 		return fmt.Errorf("replay the requeue of sequence %d: %w", d.Sequence, err)
 	}
 	f.t.expect(d.Sequence, e.Record, e.Outcome)
-	ok, err := f.requeue(ctx, id)
+	ok, err := f.requeue(ctx, id, outbox.Requeue{Payload: e.Record.Item.Value}) // an edited requeue's payload
 	switch {
 	case err != nil:
 		f.t.notCommitted("requeue failed: " + err.Error())

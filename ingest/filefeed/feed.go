@@ -47,6 +47,19 @@ const (
 	// reading stood in it (0 for a generation never read), To is
 	// ingest.UnknownPosition.
 	LossCompressed = "rotated generation compressed before it was read"
+	// LossUnseenTruncated: the file started over in place with no copy to
+	// read its rest from, every byte the feed saw of it read, and nothing
+	// that rules out bytes written to it after the feed's last look: the
+	// file's write events since then are more than the truncation and the
+	// bytes it holds now account for, or there is no such evidence (no
+	// watch on the file, or the truncation happened while the server was
+	// down). To is ingest.UnknownPosition.
+	LossUnseenTruncated = "truncated while unwatched: bytes written after the last read cannot be ruled out"
+	// LossVanished: opened from a checkpoint, the checkpoint's file is
+	// nowhere (deleted or replaced while the server was down): the bytes
+	// it held past the position, if any, are gone, and nothing tells how
+	// many. To is ingest.UnknownPosition.
+	LossVanished = "vanished while unwatched: bytes written after the last read cannot be ruled out"
 )
 
 // Log keys of the file feed.
@@ -75,6 +88,14 @@ type Options struct {
 	PollInterval time.Duration
 	// Logger receives the feed's logs (default slog.Default()).
 	Logger *slog.Logger
+	// AssumeNoUnseenWrites takes a file as written only while the feed
+	// looked at it: a file truncated with no copy, or gone while the server
+	// was down, after every byte seen of it was read, records no loss (a
+	// warning says so), and a file gone while down loses only the bytes
+	// seen past the position (LossReplaced). Off by default: such bytes
+	// cannot be ruled out, and are then recorded as a loss of unknown
+	// extent (LossUnseenTruncated, LossVanished).
+	AssumeNoUnseenWrites bool
 }
 
 func (o Options) withDefaults() Options {
@@ -127,11 +148,20 @@ func (o Options) withDefaults() Options {
 // first line after every read) gets a new epoch, read from 0. Its rest is looked for
 // first in a copy beside it, as logrotate's copytruncate leaves one (see
 // findCopy), and read from there in the old epoch. Without a copy, the feed
-// yields a RecordLoss from the position, of unknown extent, when bytes past
-// it had been seen, when the feed had not looked at the file for a while
-// (4 PollIntervals and at least a second: it was paused or not polled, and
-// writes may have come and gone), or when it was opened from a checkpoint.
-// A truncation seen promptly after every byte seen was read is no loss.
+// yields a RecordLoss from the position, of unknown extent: LossTruncated
+// when bytes past it had been seen, or when the file, empty now, had more
+// write events since the feed's last look than the truncation's own (the
+// watcher takes them even while the feed is not polled, as the kernel
+// queues them for a stopped process); LossUnseenTruncated when nothing
+// rules out bytes written after the last look: more events than the
+// truncation and one write since, with bytes in the file that more writes
+// may explain, or no such evidence (the file not watched both by itself
+// and by its directory, or renamed away), or a truncation while the feed
+// was not running. Events that the truncation and the file's bytes account
+// for exactly (one event of each watch for the truncation, one more for a
+// write since when the file holds bytes) rule unread bytes out: no loss.
+// With Options.AssumeNoUnseenWrites a truncation after every byte seen
+// was read is no loss.
 // The next file (opened at the path while older generations are read) that
 // started over in place before the feed got to it has what it held when
 // opened read from its copy first, in the copy's identity; without one,
@@ -146,18 +176,22 @@ func (o Options) withDefaults() Options {
 //
 // Opened from a checkpoint, the feed finds the checkpoint's file again by
 // its inode, at the path or among the generations, and goes on after the
-// position (or, truncated, as above). When that file is gone, the bytes the
-// checkpoint saw past the position are lost (LossReplaced; none seen: no
-// loss, and a warning), and the generations modified after the checkpoint
-// was stored, then the file at the path, are read. The checkpoint's
+// position (or, truncated, as above). When that file is gone, what it held
+// past the position is lost (LossVanished, of unknown extent: bytes may
+// have been written to it after the checkpoint's last look; with
+// Options.AssumeNoUnseenWrites, LossReplaced for the bytes the checkpoint
+// saw past the position, and none seen: no loss, and a warning), and the
+// generations modified after the checkpoint was stored, then the file at
+// the path, are read. The checkpoint's
 // UpdatedAt is compared with the files' times, so it must be the wall-clock
 // time it was stored at (as outbox.Tx.SetPosition stores it).
 //
 // What no look can tell goes unnoticed: a file truncated and written again
 // past the read position with the same first line and the same last line
-// before the position; a generation created and deleted between two looks;
-// bytes written to a file after the feed's last look at it when no copy or
-// generation keeps them.
+// before the position; a generation created and deleted between two looks.
+// (Bytes written to a file after the feed's last look at it, when no copy or
+// generation keeps them, are recorded lost unless the evidence rules them
+// out, as above.)
 //
 // While the path does not exist or cannot be opened, and nothing else is
 // left to read, the feed waits for it (see Waiting).
@@ -212,7 +246,13 @@ type Feed struct {
 	lookGap time.Duration    // longer without a look: writes may have been missed
 	waiting atomic.Pointer[string]
 
-	end        atomic.Int64
+	end atomic.Int64
+	// mods counts the write events of the file the feed reads (under the
+	// name modName it watches it by), as the watcher takes them: each look
+	// notes it (fileSource.mods), so that a truncation found later tells
+	// how often the file was modified since (see writesSince).
+	mods       atomic.Int64
+	modName    atomic.Pointer[string]
 	watcher    *fsnotify.Watcher
 	dirWatched bool
 	wake       chan struct{}
@@ -498,7 +538,8 @@ func (f *Feed) closeSource(s *fileSource) error {
 func (f *Feed) use(s *fileSource) {
 	f.cur = s
 	s.lookedAt = f.clock()
-	f.watchFile(s.file.Name())
+	s.watches = f.watchFile(s.file.Name())
+	s.mods = f.mods.Load()
 }
 
 // announce gives s, whose fingerprint is known, the epoch that follows the

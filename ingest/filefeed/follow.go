@@ -27,10 +27,9 @@ func (f *Feed) advance() (bool, error) {
 		return f.announceCurrent()
 	}
 	c := f.cur
-	now := f.clock()
-	unwatched := now.Sub(c.lookedAt) > f.lookGap
-	before, lookedBefore := c.mtime, c.lookedAt
-	c.lookedAt = now
+	before, lookedBefore, modsBefore := c.mtime, c.lookedAt, c.mods
+	c.lookedAt = f.clock()
+	c.mods = f.mods.Load() // before the stat: the events of what it shows are counted by now or after
 	size, err := c.stat()
 	if err != nil {
 		return false, err
@@ -40,11 +39,11 @@ func (f *Feed) advance() (bool, error) {
 	case err != nil:
 		return false, err
 	case truncated:
-		err := f.restart(size, before, unwatched)
+		err := f.restart(size, before, modsBefore)
 		if errors.Is(err, errUnsettled) {
 			// Looked at again once the rotation is done, as if not yet:
 			// the copy is chosen by what was seen before the truncation.
-			c.mtime, c.lookedAt = before, lookedBefore
+			c.mtime, c.lookedAt, c.mods = before, lookedBefore, modsBefore
 			return false, nil
 		}
 		return true, err
@@ -133,10 +132,11 @@ func (f *Feed) truncated(size int64) (bool, error) {
 // a new epoch (announced once it has a first line). The rest of its old
 // epoch is read first from a copy, when there is one (copytruncate);
 // otherwise it is a RecordLoss of unknown extent when bytes past the
-// position had been seen or the feed had not looked for a while (unwatched),
-// since then writes may have come and gone unseen. before is the file's
-// modification time as last seen before the truncation.
-func (f *Feed) restart(size int64, before time.Time, unwatched bool) error {
+// position had been seen, or when the file's write events since the last
+// look (Feed.mods was since then) do not rule out unread bytes (see
+// loseUnseen). before is the file's modification time as last seen before
+// the truncation.
+func (f *Feed) restart(size int64, before time.Time, since int64) error {
 	c := f.cur
 	want := copyWant{
 		of: c.id, pos: c.split.pos, size: c.seen, tail: c.lastLineTail(), since: before,
@@ -155,13 +155,11 @@ func (f *Feed) restart(size int64, before time.Time, unwatched bool) error {
 	if cp != nil {
 		return f.readCopy(cp, c, old, want.pos)
 	}
-	if want.size > want.pos || unwatched {
+	if want.size > want.pos {
 		f.lose(old, want.pos, ingest.UnknownPosition, LossTruncated)
 		return nil
 	}
-	f.log.Warn("file truncated after every byte seen had been read, and no copy found: "+
-		"nothing is known lost, but bytes written after the last look would be",
-		logEpoch, old, logFrom, want.pos)
+	f.loseUnseen(c, old, want.pos, since, size)
 	return nil
 }
 

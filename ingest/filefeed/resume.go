@@ -166,7 +166,16 @@ func (f *Feed) resumeIn(home, at *fileSource, stored fileEpoch, cp outbox.Checkp
 	if cpy != nil {
 		return f.restartAfterCopy(home, at, cpy, cp)
 	}
-	f.lose(cp.Epoch, cp.Position, ingest.UnknownPosition, LossTruncated)
+	switch {
+	case cp.End > cp.Position:
+		f.lose(cp.Epoch, cp.Position, ingest.UnknownPosition, LossTruncated)
+	case f.opts.AssumeNoUnseenWrites:
+		f.log.Warn("file truncated while stopped after every byte seen had been read, and no copy found: "+
+			"nothing is recorded lost, as no bytes are assumed written while the feed was not looking",
+			logEpoch, cp.Epoch, logFrom, cp.Position)
+	default:
+		f.lose(cp.Epoch, cp.Position, ingest.UnknownPosition, LossUnseenTruncated)
+	}
 	f.use(home)
 	return nil
 }
@@ -306,11 +315,14 @@ func (f *Feed) resumeGone(at *fileSource, cp outbox.Checkpoint, stored fileEpoch
 	}
 	switch {
 	case compressed:
+	case !f.opts.AssumeNoUnseenWrites:
+		f.lose(cp.Epoch, cp.Position, ingest.UnknownPosition, LossVanished)
 	case cp.End > cp.Position:
 		f.lose(cp.Epoch, cp.Position, cp.End, LossReplaced)
 	default:
 		f.log.Warn("the checkpoint's file is gone, but every byte the checkpoint saw of it had been read: "+
-			"nothing is known lost", logEpoch, cp.Epoch, logFrom, cp.Position)
+			"nothing is recorded lost, as no bytes are assumed written while the feed was not looking",
+			logEpoch, cp.Epoch, logFrom, cp.Position)
 	}
 	f.floor = m
 	f.next = at

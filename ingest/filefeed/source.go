@@ -32,7 +32,11 @@ type fileSource struct {
 	// copy of it was matched against it since (see Feed.copyInProgress).
 	openedAt time.Time
 	lookedAt time.Time // when the feed last looked at the file's size (the feed's clock)
-	last     fileLine  // the last complete line read: evidence of what ends at split.pos
+	// mods is Feed.mods as of the feed's last look at the file's size, and
+	// watches how many watches report its writes (see Feed.watchFile).
+	mods    int64
+	watches int
+	last    fileLine // the last complete line read: evidence of what ends at split.pos
 	// restartOf is the epoch the file had before it started over in place,
 	// when the feed read the rest of that epoch from a copy first: the new
 	// epoch's generation counts on from it.

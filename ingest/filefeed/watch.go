@@ -2,6 +2,7 @@ package filefeed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -38,15 +39,37 @@ func (f *Feed) watchDir() {
 }
 
 // watchFile watches the file open as name (again: a watch follows an inode,
-// and the name may now be another inode's). It is best effort: the directory
-// watch and polling cover what it misses.
-func (f *Feed) watchFile(name string) {
+// and the name may now be another inode's), and counts its write events
+// from now on (see Feed.mods). It is best effort: the directory watch and
+// polling cover what it misses. It returns how many watches report the
+// file's writes under name: its directory's and its own.
+func (f *Feed) watchFile(name string) int {
+	clean := filepath.Clean(name)
+	f.modName.Store(&clean)
 	if f.watcher == nil {
-		return
+		return 0
 	}
 	f.watchDir()
+	n := 0
+	if f.dirWatched && filepath.Dir(name) == filepath.Dir(f.path) {
+		n++
+	}
 	if err := f.watcher.Add(name); err != nil {
 		f.log.Debug("cannot watch file", "file", name, logErr, err)
+		return n
+	}
+	return n + 1
+}
+
+// overflowMods is what a lost queue of events (the kernel's queue
+// overflowed) adds to Feed.mods: more than any look accounts for.
+const overflowMods = 1 << 40
+
+// countEvent counts ev in Feed.mods when it is a write to the file the
+// feed reads, under the name it watches it by.
+func (f *Feed) countEvent(ev fsnotify.Event) {
+	if name := f.modName.Load(); name != nil && ev.Has(fsnotify.Write) && filepath.Clean(ev.Name) == *name {
+		f.mods.Add(1)
 	}
 }
 
@@ -55,13 +78,17 @@ func (f *Feed) relayEvents(w *fsnotify.Watcher) {
 	defer f.wg.Done()
 	for {
 		select {
-		case _, ok := <-w.Events:
+		case ev, ok := <-w.Events:
 			if !ok {
 				return
 			}
+			f.countEvent(ev)
 		case err, ok := <-w.Errors:
 			if !ok {
 				return
+			}
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				f.mods.Add(overflowMods) // writes may be among the events lost
 			}
 			f.log.Warn("file watch error", logErr, err)
 		}

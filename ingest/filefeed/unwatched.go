@@ -1,0 +1,111 @@
+package filefeed
+
+import (
+	"time"
+
+	"github.com/outboxd/outboxd/ingest"
+)
+
+// Bounds of the wait for the watcher's events at a truncation (see
+// settledMods): the events the kernel queued before the look reach the
+// feed within settleMax, and once as many as the truncation accounts for
+// have come, settleQuiet without another says the queue is drained.
+const (
+	settleQuiet = 50 * time.Millisecond
+	settleMax   = 2 * time.Second
+	settleTick  = 5 * time.Millisecond
+)
+
+// writes is what the evidence says of writes to a file between the
+// feed's last look at it and its truncation.
+type writes int
+
+const (
+	writesUnknown writes = iota // nothing rules them out
+	writesNone                  // ruled out
+	writesSome                  // there were some
+)
+
+// writesSince weighs the evidence of writes to c, the current file, between
+// the feed's look at which Feed.mods was since and its truncation, found
+// now with size bytes in it. Each write, and the truncation, is one event
+// of each watch of the file: a truncation costs one modification, and a
+// file that holds bytes again was written at least once since. Exactly
+// that many events rule unread writes out; more, with the file empty,
+// prove some; anything else (more events and bytes that more writes may
+// explain, fewer events than the file's own changes, the file watched
+// less than twice, or no longer under the name it is watched by) rules
+// nothing out.
+func (f *Feed) writesSince(c *fileSource, since, size int64) writes {
+	if c.watches < 2 || !f.stillNamed(c) {
+		return writesUnknown
+	}
+	per := int64(c.watches)
+	want := per
+	if size > 0 {
+		want += per
+	}
+	switch n := f.settledMods(since, want); {
+	case n == want:
+		return writesNone
+	case n > want && size == 0:
+		return writesSome
+	}
+	return writesUnknown
+}
+
+// stillNamed reports whether c is still the file at the name it is
+// watched by: its directory's events name it so.
+func (f *Feed) stillNamed(c *fileSource) bool {
+	fi, err := statPath(c.file.Name())
+	return err == nil && fi != nil && fileIDOf(fi).sameInode(c.id)
+}
+
+// settledMods returns Feed.mods less since once the watcher has taken at
+// least want events since and then none for settleQuiet, or after
+// settleMax, or when the feed is closed. The kernel queues a file's events
+// in order: once the truncation's own have come, so have those of every
+// write before it; the quiet lets a queue that a stopped process left full
+// drain to its end.
+func (f *Feed) settledMods(since, want int64) int64 {
+	start := time.Now()
+	last, stable := f.mods.Load(), start
+	t := time.NewTicker(settleTick)
+	defer t.Stop()
+	for {
+		now := time.Now()
+		if n := f.mods.Load(); n != last {
+			last, stable = n, now
+		}
+		if last-since >= want && now.Sub(stable) >= settleQuiet || now.Sub(start) >= settleMax {
+			return last - since
+		}
+		select {
+		case <-f.done:
+			return last - since
+		case <-t.C:
+		}
+	}
+}
+
+// loseUnseen records what the truncation of the current file c (its old
+// epoch read to pos, every byte seen of it read, no copy found) lost, as
+// the evidence of writes since the look at which Feed.mods was since, and
+// size, what it holds now, tell (see writesSince).
+func (f *Feed) loseUnseen(c *fileSource, old string, pos, since, size int64) {
+	if f.opts.AssumeNoUnseenWrites {
+		f.log.Warn("file truncated after every byte seen had been read, and no copy found: "+
+			"nothing is recorded lost, as no bytes are assumed written while the feed was not looking",
+			logEpoch, old, logFrom, pos)
+		return
+	}
+	switch f.writesSince(c, since, size) {
+	case writesNone:
+		f.log.Info("file truncated after every byte written to it had been read: nothing lost",
+			logEpoch, old, logFrom, pos)
+	case writesSome:
+		f.lose(old, pos, ingest.UnknownPosition, LossTruncated)
+	default:
+		f.lose(old, pos, ingest.UnknownPosition, LossUnseenTruncated)
+	}
+}

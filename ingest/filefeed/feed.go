@@ -60,6 +60,11 @@ const (
 	// it held past the position, if any, are gone, and nothing tells how
 	// many. To is ingest.UnknownPosition.
 	LossVanished = "vanished while unwatched: bytes written after the last read cannot be ruled out"
+	// LossCutByTruncation: a copy of a file that started over in place
+	// (copytruncate) ends with bytes after its last "\n": the file was
+	// truncated in the middle of a line, before the line was complete and
+	// read. From..To is exact: the position to the copy's end.
+	LossCutByTruncation = "truncated before read: the copy ends in the middle of a line"
 )
 
 // Log keys of the file feed.

@@ -168,7 +168,7 @@ func (f *Feed) restart(size int64, before time.Time, since int64) error {
 // over in place, follows it (nil: the next file stays as it is).
 func (f *Feed) readCopy(cp, then *fileSource, old string, pos int64) error {
 	f.log.Info("reading the rest of the truncated file from its copy", logFile, cp.file.Name(), logEpoch, old, logFrom, pos)
-	cp.epoch = old
+	cp.epoch, cp.copyOf = old, true
 	if err := cp.seek(pos); err != nil {
 		return errors.Join(err, cp.close())
 	}
@@ -319,7 +319,12 @@ func (f *Feed) switchTo(s *fileSource) error {
 		return err
 	}
 	old := f.cur
-	if old.unread() {
+	switch {
+	case old.unread() && old.copyOf:
+		// The copy was made, and the file truncated, in the middle of a
+		// line: its end went to the file's next life.
+		f.lose(cmp.Or(old.epoch, unannouncedEpoch(old)), old.split.pos, old.seen, LossCutByTruncation)
+	case old.unread():
 		f.lose(cmp.Or(old.epoch, unannouncedEpoch(old)), old.split.pos, old.seen, LossUnterminated)
 	}
 	f.log.Info("file rotated", logEpoch, old.epoch, logTo, old.split.pos, "next", s.file.Name())
@@ -398,6 +403,7 @@ func (f *Feed) firstLife(s *fileSource) (*fileSource, error) {
 		f.log.Info("what it held was read already from a copy", logEpoch, first.String())
 	case cpy != nil && !f.readHere(cpy.id):
 		f.log.Info("reading what it held from its copy", logFile, cpy.file.Name())
+		cpy.copyOf = true
 		return cpy, nil
 	case cpy != nil: // read already, as a generation of its own
 		if err := cpy.close(); err != nil {

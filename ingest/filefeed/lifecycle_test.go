@@ -807,6 +807,22 @@ func TestFeed_CopyTruncate(t *testing.T) {
 		e1 := ff.epoch() + ":t1"
 		ffExpect(t, f, ffItem(e, 7, "b2"), ffEpochRec(e1), ffItem(e1, 2, "c"))
 	})
+	t.Run("WhileRunningUnterminated", func(t *testing.T) {
+		t.Parallel()
+		// Copied and truncated in the middle of a line: the copy's last
+		// bytes are the start of a line whose end went to the file's next
+		// life. They were truncated before they were read, not rotated.
+		ff := ffNewFile(t)
+		ff.write("a\n")
+		f := ff.open(outbox.Checkpoint{})
+		e := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ff.write("b\npart")
+		ff.copyTruncate(".1")
+		ff.write("x\n")
+		e1 := ff.epoch() + ":t1"
+		ffExpect(t, f, ffItem(e, 4, "b"), ffLoss(e, 4, 8, LossCutByTruncation), ffEpochRec(e1), ffItem(e1, 2, "x"))
+	})
 	t.Run("WhilePaused", func(t *testing.T) {
 		t.Parallel()
 		ff := ffNewFile(t)

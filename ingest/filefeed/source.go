@@ -36,7 +36,10 @@ type fileSource struct {
 	// watches how many watches report its writes (see Feed.watchFile).
 	mods    int64
 	watches int
-	last    fileLine // the last complete line read: evidence of what ends at split.pos
+	// copyOf: the file is the copy of a file that started over in place,
+	// read for what that file held (see Feed.readCopy, Feed.firstLife).
+	copyOf bool
+	last   fileLine // the last complete line read: evidence of what ends at split.pos
 	// restartOf is the epoch the file had before it started over in place,
 	// when the feed read the rest of that epoch from a copy first: the new
 	// epoch's generation counts on from it.

@@ -55,6 +55,9 @@ type Config struct {
 	BatchBytes     int           `yaml:"batchBytes"`
 	BatchWait      time.Duration `yaml:"batchWait"`
 	MaxLine        int           `yaml:"maxLine"`
+	// FileAssumeNoUnseenWrites: file feeds take bytes as written only while
+	// they looked (filefeed.Options.AssumeNoUnseenWrites).
+	FileAssumeNoUnseenWrites bool `yaml:"fileAssumeNoUnseenWrites"`
 	// MaxMessageBytes bounds a Kafka record, for the relay and for the
 	// copies of dead letters the loops emit.
 	MaxMessageBytes int                    `yaml:"maxMessageBytes"`
@@ -425,6 +428,9 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	fs.IntVar(&c.BatchBytes, "batch-bytes", c.BatchBytes, "... or once its items hold `N` bytes (for a file feed, at most N plus one line)")
 	fs.DurationVar(&c.BatchWait, "batch-wait", c.BatchWait, "... or this long (`D`) after its first item")
 	fs.IntVar(&c.MaxLine, "max-line", c.MaxLine, "longest file line in bytes (`N`); longer lines are dead letters")
+	fs.BoolVar(&c.FileAssumeNoUnseenWrites, "file-assume-no-unseen-writes", c.FileAssumeNoUnseenWrites,
+		"a file truncated with no copy, or gone while the server was down, after every byte seen was read, records no loss "+
+			"(default: a loss of unknown extent, as bytes written while the feed was not looking cannot be ruled out)")
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", c.MaxMessageBytes,
 		"largest Kafka record batch the relay sends, `N` bytes from 4096 to 67108864 (keep it at or below the brokers' message.max.bytes): "+
 			"a larger output is a dead letter output-too-large, a dead letter's copy is cut to fit")

@@ -398,7 +398,9 @@ func (m *Main) newFeed(name string, fc *FeedConfig, kind, target string, proc in
 			return nil, fmt.Errorf("feed %s: processor %s sends items to the retry topic %s, which only a Kafka feed reads back",
 				name, fc.Processor, retry)
 		}
-		return filefeed.New(target, filefeed.Options{MaxLine: m.Config.MaxLine, Logger: m.Logger}), nil
+		return filefeed.New(target, filefeed.Options{
+			MaxLine: m.Config.MaxLine, AssumeNoUnseenWrites: m.Config.FileAssumeNoUnseenWrites, Logger: m.Logger,
+		}), nil
 	case "kafka":
 		kc := kafkafeed.Config{Brokers: m.Config.Brokers, Topic: target, Group: fc.Group, Logger: m.Logger,
 			Kafka: m.Config.Kafka.Settings}

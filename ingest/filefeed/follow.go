@@ -159,7 +159,7 @@ func (f *Feed) restart(size int64, before time.Time, since int64) error {
 		f.lose(old, want.pos, ingest.UnknownPosition, LossTruncated)
 		return nil
 	}
-	f.loseUnseen(c, old, want.pos, since, size)
+	f.loseUnseen(c, old, want.pos, since)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package filefeed
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
@@ -27,31 +28,41 @@ const (
 )
 
 // writesSince weighs the evidence of writes to c, the current file, between
-// the feed's look at which Feed.mods was since and its truncation, found
-// now with size bytes in it. Each write, and the truncation, is one event
-// of each watch of the file: a truncation costs one modification, and a
-// file that holds bytes again was written at least once since. Exactly
-// that many events rule unread writes out; more, with the file empty,
-// prove some; anything else (more events and bytes that more writes may
-// explain, fewer events than the file's own changes, the file watched
-// less than twice, or no longer under the name it is watched by) rules
-// nothing out.
-func (f *Feed) writesSince(c *fileSource, since, size int64) writes {
+// the feed's look at which Feed.mods was since and its truncation. Each
+// write, and the truncation, is one event of each watch of the file: a
+// truncation costs one modification, and a file that holds bytes again was
+// written at least once since. Exactly that many events rule unread writes
+// out; more, with the file empty, prove some; anything else (more events
+// and bytes that more writes may explain, fewer events than the file's own
+// changes, the file watched less than twice, or no longer under the name
+// it is watched by) rules nothing out. The events and the size are taken
+// once both have settled (see settle).
+func (f *Feed) writesSince(c *fileSource, since int64) writes {
 	if c.watches < 2 || !f.stillNamed(c) {
 		return writesUnknown
 	}
-	per := int64(c.watches)
-	want := per
-	if size > 0 {
-		want += per
+	n, size, err := f.settle(c, since)
+	if err != nil {
+		f.log.Warn("cannot weigh the file's write events", logErr, err)
+		return writesUnknown
 	}
-	switch n := f.settledMods(since, want); {
+	want := expectedMods(c.watches, size)
+	switch {
 	case n == want:
 		return writesNone
 	case n > want && size == 0:
 		return writesSome
 	}
 	return writesUnknown
+}
+
+// expectedMods is how many write events a truncation and the writes since
+// cost at least, for a file with watches watches that holds size bytes.
+func expectedMods(watches int, size int64) int64 {
+	if size > 0 {
+		return 2 * int64(watches)
+	}
+	return int64(watches)
 }
 
 // stillNamed reports whether c is still the file at the name it is
@@ -61,45 +72,49 @@ func (f *Feed) stillNamed(c *fileSource) bool {
 	return err == nil && fi != nil && fileIDOf(fi).sameInode(c.id)
 }
 
-// settledMods returns Feed.mods less since once the watcher has taken at
-// least want events since and then none for settleQuiet, or after
-// settleMax, or when the feed is closed. The kernel queues a file's events
-// in order: once the truncation's own have come, so have those of every
-// write before it; the quiet lets a queue that a stopped process left full
-// drain to its end.
-func (f *Feed) settledMods(since, want int64) int64 {
+// settle returns Feed.mods less since, and c's size, once the watcher has
+// taken at least as many events since as the truncation and the size
+// account for (see expectedMods) and then neither has changed for
+// settleQuiet; or as they are after settleMax. The kernel queues a file's
+// events in order: once the truncation's own have come, so have those of
+// every write before it; the quiet lets a queue that a stopped process
+// left full drain to its end, and writes that come meanwhile be counted
+// with the bytes they add.
+func (f *Feed) settle(c *fileSource, since int64) (int64, int64, error) {
 	start := time.Now()
-	last, stable := f.mods.Load(), start
+	stable := start
+	last, size := f.mods.Load(), int64(-1)
 	t := time.NewTicker(settleTick)
 	defer t.Stop()
 	for {
+		fi, err := c.file.Stat()
+		if err != nil {
+			return 0, 0, fmt.Errorf("stat %s: %w", c.file.Name(), err)
+		}
 		now := time.Now()
-		if n := f.mods.Load(); n != last {
-			last, stable = n, now
+		if n := f.mods.Load(); n != last || fi.Size() != size {
+			last, size, stable = n, fi.Size(), now
 		}
-		if last-since >= want && now.Sub(stable) >= settleQuiet || now.Sub(start) >= settleMax {
-			return last - since
+		n := last - since
+		if n >= expectedMods(c.watches, size) && now.Sub(stable) >= settleQuiet || now.Sub(start) >= settleMax {
+			return n, size, nil
 		}
-		select {
-		case <-f.done:
-			return last - since
-		case <-t.C:
-		}
+		<-t.C
 	}
 }
 
 // loseUnseen records what the truncation of the current file c (its old
 // epoch read to pos, every byte seen of it read, no copy found) lost, as
-// the evidence of writes since the look at which Feed.mods was since, and
-// size, what it holds now, tell (see writesSince).
-func (f *Feed) loseUnseen(c *fileSource, old string, pos, since, size int64) {
+// the evidence of writes since the look at which Feed.mods was since tells
+// (see writesSince).
+func (f *Feed) loseUnseen(c *fileSource, old string, pos, since int64) {
 	if f.opts.AssumeNoUnseenWrites {
 		f.log.Warn("file truncated after every byte seen had been read, and no copy found: "+
 			"nothing is recorded lost, as no bytes are assumed written while the feed was not looking",
 			logEpoch, old, logFrom, pos)
 		return
 	}
-	switch f.writesSince(c, since, size) {
+	switch f.writesSince(c, since) {
 	case writesNone:
 		f.log.Info("file truncated after every byte written to it had been read: nothing lost",
 			logEpoch, old, logFrom, pos)

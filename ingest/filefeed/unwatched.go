@@ -48,6 +48,8 @@ func (f *Feed) writesSince(c *fileSource, since int64) writes {
 	}
 	want := expectedMods(c.watches, size)
 	switch {
+	case n >= overflowMods:
+		return writesUnknown // the kernel dropped events: they count nothing
 	case n == want:
 		return writesNone
 	case n > want && size == 0:

@@ -464,7 +464,7 @@ type sendBatch struct {
 // backoff, up to its retries.
 func (p *txnProducer) produce(ctx context.Context, batches []sendBatch) error {
 	for try := 0; ; try++ {
-		retry, err := p.produceOnce(batches)
+		retry, err := p.produceOnce(batches, try > 0)
 		if err != nil || len(retry) == 0 {
 			return err
 		}
@@ -501,8 +501,9 @@ type failedBatch struct {
 }
 
 // produceOnce sends batches once: it returns those refused with a
-// retriable code, or the first other failure.
-func (p *txnProducer) produceOnce(batches []sendBatch) ([]failedBatch, error) {
+// retriable code, or the first other failure. resend says the batches
+// were sent before (see checkBlock).
+func (p *txnProducer) produceOnce(batches []sendBatch, resend bool) ([]failedBatch, error) {
 	type request struct {
 		broker *sarama.Broker
 		req    *sarama.ProduceRequest
@@ -553,7 +554,7 @@ func (p *txnProducer) produceOnce(batches []sendBatch) ([]failedBatch, error) {
 				return
 			}
 			for _, b := range rq.sent {
-				retry, err := p.checkBlock(resp, b)
+				retry, err := p.checkBlock(resp, b, resend)
 				if err != nil {
 					outcomes[i].err = err
 					return
@@ -584,17 +585,24 @@ func (p *txnProducer) produceOnce(batches []sendBatch) ([]failedBatch, error) {
 }
 
 // checkBlock reads b's answer in resp: written, to be sent again, or a
-// failure.
-func (p *txnProducer) checkBlock(resp *sarama.ProduceResponse, b sendBatch) (*failedBatch, error) {
+// failure. resend says b was sent before.
+func (p *txnProducer) checkBlock(resp *sarama.ProduceResponse, b sendBatch, resend bool) (*failedBatch, error) {
 	block := resp.GetBlock(b.tp.topic, b.tp.partition)
 	if block == nil {
 		return nil, fmt.Errorf("produce to %s/%d: %w", b.tp.topic, b.tp.partition, sarama.ErrIncompleteResponse)
 	}
 	switch code := block.Err; {
-	case code == sarama.ErrNoError, code == sarama.ErrDuplicateSequenceNumber:
-		// A duplicate is a batch a retry sent again that the broker
-		// had written: it keeps the first.
+	case code == sarama.ErrNoError:
 		return nil, nil
+	case code == sarama.ErrDuplicateSequenceNumber && resend:
+		// A batch sent again that the broker had written the first
+		// time: it keeps the first.
+		return nil, nil
+	case code == sarama.ErrDuplicateSequenceNumber:
+		// A batch never sent before cannot be a duplicate: the broker's
+		// view of the producer's sequences is not ours, and taking it as
+		// written would drop its records. The session ends (Ambiguous).
+		return nil, fmt.Errorf("produce to %s/%d: %w on the batch's first send", b.tp.topic, b.tp.partition, code)
 	case isRetriableCode(code) && code != sarama.ErrInvalidMessage:
 		return &failedBatch{b, fmt.Errorf("produce to %s/%d: %w", b.tp.topic, b.tp.partition, code)}, nil
 	default:

@@ -87,6 +87,13 @@ type Config struct {
 	// TransactionTimeout is the Kafka transaction timeout: the coordinator
 	// aborts a transaction left open longer (a crashed relay's, say).
 	TransactionTimeout time.Duration
+	// RequestTimeout is how long the relay waits for a broker's answer to
+	// one request. A produce that gets none is in doubt: the broker may
+	// still write it, so the transaction is never ended with the
+	// producer's epoch (see txnProducer); the next producer's
+	// initialisation ends it. The broker is asked to answer a produce
+	// within two thirds of it.
+	RequestTimeout time.Duration
 	// ShutdownTimeout bounds how long Run, once its context is done, waits
 	// for the transaction in hand to commit or abort.
 	ShutdownTimeout time.Duration
@@ -134,10 +141,14 @@ func DefaultConfig() Config {
 		MaxBackoff:          5 * time.Second,
 		UnauthorizedBackoff: DefaultUnauthorizedBackoff,
 		TransactionTimeout:  time.Minute,
+		RequestTimeout:      DefaultRequestTimeout,
 		ShutdownTimeout:     10 * time.Second,
 		MaxMessageBytes:     DefaultMaxMessageBytes,
 	}
 }
+
+// DefaultRequestTimeout is Config.RequestTimeout unless set.
+const DefaultRequestTimeout = 15 * time.Second
 
 // DefaultUnauthorizedBackoff is Config.UnauthorizedBackoff unless set: an
 // ACL granted, or a password put right, is picked up within it.
@@ -189,7 +200,7 @@ func (c Config) validateDurations(add func(string, ...any)) {
 	positive := map[string]time.Duration{
 		"poll interval": c.PollInterval, "min backoff": c.MinBackoff, "max backoff": c.MaxBackoff,
 		"transaction timeout": c.TransactionTimeout, "shutdown timeout": c.ShutdownTimeout,
-		"unauthorized backoff": c.UnauthorizedBackoff,
+		"unauthorized backoff": c.UnauthorizedBackoff, "request timeout": c.RequestTimeout,
 	}
 	for name, d := range nonNegative {
 		if d < 0 {

@@ -26,7 +26,7 @@ func saramaConfig(c Config, txnID string) *sarama.Config {
 	sc.ChannelBufferSize = 1024
 	sc.Net.MaxOpenRequests = 1
 	sc.Net.DialTimeout = 5 * time.Second
-	sc.Net.ReadTimeout = 15 * time.Second
+	sc.Net.ReadTimeout = c.RequestTimeout
 	sc.Net.WriteTimeout = 5 * time.Second
 	// Topics are created on purpose (kafka.ensureTopics), never by a
 	// metadata request.
@@ -46,7 +46,9 @@ func saramaConfig(c Config, txnID string) *sarama.Config {
 	sc.Producer.Return.Errors = true
 	sc.Producer.Retry.Max = 5
 	sc.Producer.Retry.Backoff = 100 * time.Millisecond
-	sc.Producer.Timeout = 10 * time.Second
+	// The broker answers a produce within this (acks from the
+	// replicas or REQUEST_TIMED_OUT), before the relay stops waiting.
+	sc.Producer.Timeout = c.RequestTimeout * 2 / 3
 	// Each partition's batch is bounded by this, counting each record
 	// at most outbox.RecordBytes: the batch a broker measures is then
 	// within c.MaxMessageBytes (see fits).

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,9 +51,17 @@ type txnProducer struct {
 	hdrs []*sarama.RecordHeader
 	// parts is the transaction's partitions in the order they first
 	// appear, each with its batches; reused like recs.
-	parts   []*partBatches
-	byTP    map[topicPartition]*partBatches
-	broken  bool // a transaction failed: only close may follow
+	parts  []*partBatches
+	byTP   map[topicPartition]*partBatches
+	broken bool // a transaction failed: only close may follow
+	// doubt holds the partitions of this transaction a produce was sent
+	// to and never answered (the connection failed, or the answer did not
+	// come within the request timeout): the broker may still write that
+	// batch, after anything the producer sends with its epoch now. The
+	// transaction is then never ended with that epoch: the next
+	// producer's initialisation bumps it, which ends the transaction and
+	// makes the brokers refuse the late batch (see publishTxn).
+	doubt   map[topicPartition]bool
 	closeMu sync.Once
 }
 
@@ -124,6 +134,7 @@ func newTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, pr
 	p := &txnProducer{
 		client: client, conf: sc, txnID: txnID, principal: principal,
 		seq:        map[topicPartition]int32{},
+		doubt:      map[topicPartition]bool{},
 		byTP:       map[topicPartition]*partBatches{},
 		maxBatch:   sc.Producer.MaxMessageBytes,
 		maxRequest: int(sarama.MaxRequestSize) - 10<<10,
@@ -199,9 +210,13 @@ const coordinatorBusyRetries = 10
 // fails is ambiguous (*ambiguousError); a produce that fails is not (the
 // transaction cannot have committed: the next producer's initialisation
 // aborts it), but after an error that may mean "fenced" the producer asks
-// the coordinator to abort, whose answer says. When ctx is done first it
-// returns errAbandoned, and the transaction goes on in the background
-// until the producer is closed.
+// the coordinator to abort, whose answer says, unless a produce of the
+// transaction is in doubt (see txnProducer.doubt): a broker without
+// partition verification (Kafka before 3.6) would append that batch after
+// the abort's marker, into a transaction its coordinator no longer knows,
+// where it holds back the partition's last stable offset. When ctx is done
+// first it returns errAbandoned, and the transaction goes on in the
+// background until the producer is closed.
 func (p *txnProducer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMessage) error {
 	if p.broken {
 		return errors.New("the producer failed before: it must be replaced")
@@ -216,10 +231,24 @@ func (p *txnProducer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMes
 		return err
 	}
 	err = fmt.Errorf("produce: %w", err)
+	if len(p.doubt) > 0 {
+		return fmt.Errorf("%w (a produce to %s is in doubt: the transaction is left to the next producer's "+
+			"initialisation to end)", err, p.doubted())
+	}
 	if Classify(err) == Ambiguous {
 		return p.abort(ctx, err)
 	}
 	return err
+}
+
+// doubted names the partitions in doubt, for an error.
+func (p *txnProducer) doubted() string {
+	names := make([]string, 0, len(p.doubt))
+	for tp := range p.doubt {
+		names = append(names, fmt.Sprintf("%s/%d", tp.topic, tp.partition))
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }
 
 // txn is one transaction: its partitions added, its batches sent, its
@@ -544,6 +573,7 @@ func (p *txnProducer) produceOnce(batches []sendBatch, resend bool) ([]failedBat
 	type outcome struct {
 		retry []failedBatch
 		err   error
+		doubt []sendBatch // sent, never answered
 	}
 	outcomes := make([]outcome, len(brokers))
 	run := func(i int) {
@@ -551,6 +581,7 @@ func (p *txnProducer) produceOnce(batches []sendBatch, resend bool) ([]failedBat
 			resp, err := rq.broker.Produce(rq.req)
 			if err != nil {
 				outcomes[i].err = fmt.Errorf("produce to broker %s: %w", rq.broker.Addr(), err)
+				outcomes[i].doubt = rq.sent
 				return
 			}
 			for _, b := range rq.sent {
@@ -574,12 +605,21 @@ func (p *txnProducer) produceOnce(batches []sendBatch, resend bool) ([]failedBat
 		}
 		wg.Wait()
 	}
+	// Every outcome is looked at before the first failure returns: a
+	// broker's batch may be in doubt while another broker failed first.
 	var retry []failedBatch
+	var failed error
 	for _, o := range outcomes {
-		if o.err != nil {
-			return nil, o.err
+		for _, b := range o.doubt {
+			p.doubt[b.tp] = true
+		}
+		if o.err != nil && failed == nil {
+			failed = o.err
 		}
 		retry = append(retry, o.retry...)
+	}
+	if failed != nil {
+		return nil, failed
 	}
 	return retry, nil
 }

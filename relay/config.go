@@ -94,6 +94,16 @@ type Config struct {
 	// initialisation ends it. The broker is asked to answer a produce
 	// within two thirds of it.
 	RequestTimeout time.Duration
+	// DeliveryTimeout bounds, as the Java client's delivery.timeout.ms,
+	// how long a batch a leader refuses with a retriable code (a leader
+	// moving, not enough replicas), whose partition has no leader, or
+	// whose produce got no answer, is sent again within its transaction,
+	// and how long a busy or moving transaction coordinator is asked
+	// again, each with a backoff: a broker's failover takes seconds and
+	// does not end the relay's session. Past it the session ends (the next
+	// one aborts the transaction and publishes its rows again). At least
+	// RequestTimeout, and below TransactionTimeout in exactly-once mode.
+	DeliveryTimeout time.Duration
 	// ShutdownTimeout bounds how long Run, once its context is done, waits
 	// for the transaction in hand to commit or abort.
 	ShutdownTimeout time.Duration
@@ -142,6 +152,7 @@ func DefaultConfig() Config {
 		UnauthorizedBackoff: DefaultUnauthorizedBackoff,
 		TransactionTimeout:  time.Minute,
 		RequestTimeout:      DefaultRequestTimeout,
+		DeliveryTimeout:     DefaultDeliveryTimeout,
 		ShutdownTimeout:     10 * time.Second,
 		MaxMessageBytes:     DefaultMaxMessageBytes,
 	}
@@ -149,6 +160,9 @@ func DefaultConfig() Config {
 
 // DefaultRequestTimeout is Config.RequestTimeout unless set.
 const DefaultRequestTimeout = 15 * time.Second
+
+// DefaultDeliveryTimeout is Config.DeliveryTimeout unless set.
+const DefaultDeliveryTimeout = 30 * time.Second
 
 // DefaultUnauthorizedBackoff is Config.UnauthorizedBackoff unless set: an
 // ACL granted, or a password put right, is picked up within it.
@@ -201,6 +215,7 @@ func (c Config) validateDurations(add func(string, ...any)) {
 		"poll interval": c.PollInterval, "min backoff": c.MinBackoff, "max backoff": c.MaxBackoff,
 		"transaction timeout": c.TransactionTimeout, "shutdown timeout": c.ShutdownTimeout,
 		"unauthorized backoff": c.UnauthorizedBackoff, "request timeout": c.RequestTimeout,
+		"delivery timeout": c.DeliveryTimeout,
 	}
 	for name, d := range nonNegative {
 		if d < 0 {
@@ -217,5 +232,11 @@ func (c Config) validateDurations(add func(string, ...any)) {
 	}
 	if c.Mode == ModeExactlyOnce && c.TransactionTimeout < time.Second {
 		add("transaction timeout: %v is below 1s", c.TransactionTimeout)
+	}
+	if c.DeliveryTimeout < c.RequestTimeout {
+		add("delivery timeout: %v is below the request timeout %v", c.DeliveryTimeout, c.RequestTimeout)
+	}
+	if c.Mode == ModeExactlyOnce && c.DeliveryTimeout >= c.TransactionTimeout {
+		add("delivery timeout: %v is not below the transaction timeout %v", c.DeliveryTimeout, c.TransactionTimeout)
 	}
 }

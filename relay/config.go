@@ -22,6 +22,22 @@ const (
 	ModeAtLeastOnce = "at-least-once"
 )
 
+// Timestamps accepted by Config.Timestamp.
+const (
+	// TimestampPublish stamps each record with the time the relay makes
+	// its batch: a backlog published after an outage is as new as it is
+	// to Kafka, so the topic's retention counts from its publishing and a
+	// broker's log.message.timestamp.before.max.ms takes it.
+	TimestampPublish = "publish"
+	// TimestampCreated stamps each record with its outbox row's creation
+	// (the commit of the item that produced it): the same on every copy,
+	// and the item's time for a consumer. A backlog older than a topic's
+	// retention may be deleted soon after it lands, and one a broker
+	// refuses as too old (INVALID_TIMESTAMP) becomes dead letters
+	// (ReasonOutputInvalidTimestamp).
+	TimestampCreated = "created"
+)
+
 // DefaultProgressTopic is the compacted topic that holds exactly-once progress.
 const DefaultProgressTopic = "__outboxd_progress"
 
@@ -123,6 +139,9 @@ type Config struct {
 	// recorded in the database (Store.AcceptAsNew), so later starts need
 	// not repeat it.
 	NewDatabase bool
+	// Timestamp is the time each record carries: TimestampPublish
+	// (default) or TimestampCreated.
+	Timestamp string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// OnTransaction, if set, is told the duration (from the first record
@@ -155,6 +174,7 @@ func DefaultConfig() Config {
 		DeliveryTimeout:     DefaultDeliveryTimeout,
 		ShutdownTimeout:     10 * time.Second,
 		MaxMessageBytes:     DefaultMaxMessageBytes,
+		Timestamp:           TimestampPublish,
 	}
 }
 
@@ -204,6 +224,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxMessageBytes < outbox.MinMessageBytes || c.MaxMessageBytes > MaxMessageBytesLimit {
 		add("max message bytes: %d is not within %d..%d", c.MaxMessageBytes, outbox.MinMessageBytes, MaxMessageBytesLimit)
+	}
+	if c.Timestamp != TimestampPublish && c.Timestamp != TimestampCreated {
+		add("timestamp: %q is not one of %s, %s", c.Timestamp, TimestampPublish, TimestampCreated)
 	}
 	c.validateDurations(add)
 	return errors.Join(errs...)

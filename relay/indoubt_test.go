@@ -51,6 +51,7 @@ func TestTxnProducer_InDoubtProduce(t *testing.T) {
 
 	var (
 		holding   atomic.Bool
+		refused   atomic.Bool // the first produce of the next transaction that reaches the refusing broker
 		heldEpoch atomic.Int32
 		heldReq   atomic.Pointer[kmsg.ProduceRequest]
 		release   = make(chan struct{})
@@ -62,10 +63,11 @@ func TestTxnProducer_InDoubtProduce(t *testing.T) {
 		pr := req.(*kmsg.ProduceRequest)
 		switch c.CurrentNode() {
 		case refusing:
-			if !holding.Load() {
+			if !refused.CompareAndSwap(false, true) {
 				c.KeepControl()
 				return nil, nil, false
 			}
+			c.KeepControl()
 			return refusal(req, kerr.UnknownServerError.Code), nil, true
 		case held:
 			if heldReq.Load() != nil || !heldReq.CompareAndSwap(nil, pr) {

@@ -24,6 +24,7 @@ type RelayConfig struct {
 	Retention        time.Duration `yaml:"outboxRetention"`
 	RequestTimeout   time.Duration `yaml:"requestTimeout"`
 	DeliveryTimeout  time.Duration `yaml:"deliveryTimeout"`
+	Timestamp        string        `yaml:"timestamp"`
 }
 
 // DefaultRelayConfig returns the relay defaults.
@@ -40,6 +41,7 @@ func DefaultRelayConfig() RelayConfig {
 		Retention:        d.Retention,
 		RequestTimeout:   d.RequestTimeout,
 		DeliveryTimeout:  d.DeliveryTimeout,
+		Timestamp:        d.Timestamp,
 	}
 }
 
@@ -58,6 +60,9 @@ func (r *RelayConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&r.DeliveryTimeout, "relay-delivery-timeout", r.DeliveryTimeout,
 		"how long (`D`) a batch a leader refuses as moving or busy is sent again, and a moving coordinator asked again, "+
 			"before the relay starts its session over (at least --relay-request-timeout, below the 1m transaction timeout)")
+	fs.StringVar(&r.Timestamp, "relay-timestamp", r.Timestamp,
+		"a record's timestamp (`WHEN`): publish (when the relay sends it) or created (its outbox row's commit; "+
+			"a record a broker refuses as too old is a dead letter output-invalid-timestamp)")
 }
 
 // Validate reports an invalid relay setting.
@@ -88,5 +93,6 @@ func (r RelayConfig) relayConfig(brokers []string) relay.Config {
 	c.Retention = r.Retention
 	c.RequestTimeout = r.RequestTimeout
 	c.DeliveryTimeout = r.DeliveryTimeout
+	c.Timestamp = r.Timestamp
 	return c
 }

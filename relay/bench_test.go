@@ -91,7 +91,7 @@ func BenchmarkRawProduce(b *testing.B) {
 	if err := c.CreateTopic("bench", 3, nil); err != nil {
 		b.Fatal(err)
 	}
-	p, err := openTxnProducer(context.Background(), c.ListenAddrs(), saramaConfig(DefaultConfig(), "bench-raw"), "")
+	p, err := openTxnProducer(context.Background(), benchProducerConfig(c.ListenAddrs()), "bench-raw")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -124,4 +124,11 @@ func BenchmarkRawProduce(b *testing.B) {
 // rawTxn is one transaction of the relay's producer.
 func rawTxn(p *txnProducer, msgs []*sarama.ProducerMessage) error {
 	return p.publishTxn(context.Background(), msgs)
+}
+
+// benchProducerConfig is DefaultConfig to brokers.
+func benchProducerConfig(brokers []string) Config {
+	cfg := DefaultConfig()
+	cfg.Brokers = brokers
+	return cfg
 }

@@ -10,7 +10,8 @@ import (
 
 // TestRelay_BrokerDownAndBack cuts every connection to the broker while
 // ingest goes on filling the outbox. The relay backs off, recovers by
-// itself when the broker is back, and a read_committed consumer sees every
+// itself when the broker is back (it stays away past the delivery
+// timeout, so the session ends), and a read_committed consumer sees every
 // row exactly once, in key order.
 func TestRelay_BrokerDownAndBack(t *testing.T) {
 	t.Run("WhileIdle", func(t *testing.T) {
@@ -36,6 +37,10 @@ func brokerDownRounds(t *testing.T, mode string, cut cutFunc) {
 	cfg := testConfig(t, brokers)
 	cfg.Mode = mode
 	cfg.Batch = 50
+	// The broker stays away longer than the delivery timeout: the
+	// session ends, and the next one starts when it is back.
+	cfg.RequestTimeout = time.Second
+	cfg.DeliveryTimeout = 2 * time.Second
 	ids := emit(t, s, "f", keyed("t", 100, 5, 0)...)
 	rr := startRelay(t, s, cfg)
 	rr.waitPublished(t, ids[len(ids)-1])

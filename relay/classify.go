@@ -91,8 +91,9 @@ func Classify(err error) Class {
 		// a backoff; nothing about Kafka is in doubt.
 		return Retryable
 	}
-	if isTooLarge(err) {
-		// The relay dead-letters a row too large itself; such an error
+	if isRefusedRecord(err) {
+		// The relay dead-letters a row too large (or refused for its
+		// timestamp) itself; such an error
 		// reaches here only when the producer could not be readied
 		// after it. A new session publishes the batch again and finds
 		// the row.

@@ -22,6 +22,22 @@ const (
 	ModeAtLeastOnce = "at-least-once"
 )
 
+// Timestamps accepted by Config.Timestamp.
+const (
+	// TimestampPublish stamps each record with the time the relay makes
+	// its batch: a backlog published after an outage is as new as it is
+	// to Kafka, so the topic's retention counts from its publishing and a
+	// broker's log.message.timestamp.before.max.ms takes it.
+	TimestampPublish = "publish"
+	// TimestampCreated stamps each record with its outbox row's creation
+	// (the commit of the item that produced it): the same on every copy,
+	// and the item's time for a consumer. A backlog older than a topic's
+	// retention may be deleted soon after it lands, and one a broker
+	// refuses as too old (INVALID_TIMESTAMP) becomes dead letters
+	// (ReasonOutputInvalidTimestamp).
+	TimestampCreated = "created"
+)
+
 // DefaultProgressTopic is the compacted topic that holds exactly-once progress.
 const DefaultProgressTopic = "__outboxd_progress"
 
@@ -87,6 +103,23 @@ type Config struct {
 	// TransactionTimeout is the Kafka transaction timeout: the coordinator
 	// aborts a transaction left open longer (a crashed relay's, say).
 	TransactionTimeout time.Duration
+	// RequestTimeout is how long the relay waits for a broker's answer to
+	// one request. A produce that gets none is in doubt: the broker may
+	// still write it, so the transaction is never ended with the
+	// producer's epoch (see txnProducer); the next producer's
+	// initialisation ends it. The broker is asked to answer a produce
+	// within two thirds of it.
+	RequestTimeout time.Duration
+	// DeliveryTimeout bounds, as the Java client's delivery.timeout.ms,
+	// how long a batch a leader refuses with a retriable code (a leader
+	// moving, not enough replicas), whose partition has no leader, or
+	// whose produce got no answer, is sent again within its transaction,
+	// and how long a busy or moving transaction coordinator is asked
+	// again, each with a backoff: a broker's failover takes seconds and
+	// does not end the relay's session. Past it the session ends (the next
+	// one aborts the transaction and publishes its rows again). At least
+	// RequestTimeout, and below TransactionTimeout in exactly-once mode.
+	DeliveryTimeout time.Duration
 	// ShutdownTimeout bounds how long Run, once its context is done, waits
 	// for the transaction in hand to commit or abort.
 	ShutdownTimeout time.Duration
@@ -106,6 +139,9 @@ type Config struct {
 	// recorded in the database (Store.AcceptAsNew), so later starts need
 	// not repeat it.
 	NewDatabase bool
+	// Timestamp is the time each record carries: TimestampPublish
+	// (default) or TimestampCreated.
+	Timestamp string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// OnTransaction, if set, is told the duration (from the first record
@@ -134,10 +170,19 @@ func DefaultConfig() Config {
 		MaxBackoff:          5 * time.Second,
 		UnauthorizedBackoff: DefaultUnauthorizedBackoff,
 		TransactionTimeout:  time.Minute,
+		RequestTimeout:      DefaultRequestTimeout,
+		DeliveryTimeout:     DefaultDeliveryTimeout,
 		ShutdownTimeout:     10 * time.Second,
 		MaxMessageBytes:     DefaultMaxMessageBytes,
+		Timestamp:           TimestampPublish,
 	}
 }
+
+// DefaultRequestTimeout is Config.RequestTimeout unless set.
+const DefaultRequestTimeout = 15 * time.Second
+
+// DefaultDeliveryTimeout is Config.DeliveryTimeout unless set.
+const DefaultDeliveryTimeout = 30 * time.Second
 
 // DefaultUnauthorizedBackoff is Config.UnauthorizedBackoff unless set: an
 // ACL granted, or a password put right, is picked up within it.
@@ -180,6 +225,9 @@ func (c Config) Validate() error {
 	if c.MaxMessageBytes < outbox.MinMessageBytes || c.MaxMessageBytes > MaxMessageBytesLimit {
 		add("max message bytes: %d is not within %d..%d", c.MaxMessageBytes, outbox.MinMessageBytes, MaxMessageBytesLimit)
 	}
+	if c.Timestamp != TimestampPublish && c.Timestamp != TimestampCreated {
+		add("timestamp: %q is not one of %s, %s", c.Timestamp, TimestampPublish, TimestampCreated)
+	}
 	c.validateDurations(add)
 	return errors.Join(errs...)
 }
@@ -189,7 +237,8 @@ func (c Config) validateDurations(add func(string, ...any)) {
 	positive := map[string]time.Duration{
 		"poll interval": c.PollInterval, "min backoff": c.MinBackoff, "max backoff": c.MaxBackoff,
 		"transaction timeout": c.TransactionTimeout, "shutdown timeout": c.ShutdownTimeout,
-		"unauthorized backoff": c.UnauthorizedBackoff,
+		"unauthorized backoff": c.UnauthorizedBackoff, "request timeout": c.RequestTimeout,
+		"delivery timeout": c.DeliveryTimeout,
 	}
 	for name, d := range nonNegative {
 		if d < 0 {
@@ -206,5 +255,11 @@ func (c Config) validateDurations(add func(string, ...any)) {
 	}
 	if c.Mode == ModeExactlyOnce && c.TransactionTimeout < time.Second {
 		add("transaction timeout: %v is below 1s", c.TransactionTimeout)
+	}
+	if c.DeliveryTimeout < c.RequestTimeout {
+		add("delivery timeout: %v is below the request timeout %v", c.DeliveryTimeout, c.RequestTimeout)
+	}
+	if c.Mode == ModeExactlyOnce && c.DeliveryTimeout >= c.TransactionTimeout {
+		add("delivery timeout: %v is not below the transaction timeout %v", c.DeliveryTimeout, c.TransactionTimeout)
 	}
 }

@@ -32,7 +32,7 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 	if err := r.store.CheckOwner(ctx); err != nil {
 		return false, err // never fence the process that owns the database now
 	}
-	p, err := openTxnProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, r.txnID), r.cfg.Kafka.Principal())
+	p, err := openTxnProducer(ctx, r.cfg, r.txnID)
 	if err != nil {
 		return false, fmt.Errorf("start transactional producer %s: %w", r.txnID, err)
 	}
@@ -49,7 +49,7 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 	// committed before it stand, so publishing goes on from the refused
 	// rows.
 	reset := func() error {
-		np, err := openTxnProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, r.txnID), r.cfg.Kafka.Principal())
+		np, err := openTxnProducer(ctx, r.cfg, r.txnID)
 		if err != nil {
 			return fmt.Errorf("start transactional producer %s: %w", r.txnID, err)
 		}

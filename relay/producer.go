@@ -26,7 +26,7 @@ func saramaConfig(c Config, txnID string) *sarama.Config {
 	sc.ChannelBufferSize = 1024
 	sc.Net.MaxOpenRequests = 1
 	sc.Net.DialTimeout = 5 * time.Second
-	sc.Net.ReadTimeout = 15 * time.Second
+	sc.Net.ReadTimeout = c.RequestTimeout
 	sc.Net.WriteTimeout = 5 * time.Second
 	// Topics are created on purpose (kafka.ensureTopics), never by a
 	// metadata request.
@@ -44,9 +44,17 @@ func saramaConfig(c Config, txnID string) *sarama.Config {
 	// The idempotent producer has no commit: it waits for each success.
 	sc.Producer.Return.Successes = true
 	sc.Producer.Return.Errors = true
-	sc.Producer.Retry.Max = 5
+	// The at-least-once producer's resends fill about the delivery
+	// timeout, as the exactly-once producer's do (see
+	// txnProducer.produce): a failover takes seconds.
 	sc.Producer.Retry.Backoff = 100 * time.Millisecond
-	sc.Producer.Timeout = 10 * time.Second
+	sc.Producer.Retry.Max = resendsWithin(c.DeliveryTimeout, sc.Producer.Retry.Backoff)
+	sc.Producer.Retry.BackoffFunc = func(retries, _ int) time.Duration {
+		return resendBackoff(retries, sc.Producer.Retry.Backoff)
+	}
+	// The broker answers a produce within this (acks from the
+	// replicas or REQUEST_TIMED_OUT), before the relay stops waiting.
+	sc.Producer.Timeout = c.RequestTimeout * 2 / 3
 	// Each partition's batch is bounded by this, counting each record
 	// at most outbox.RecordBytes: the batch a broker measures is then
 	// within c.MaxMessageBytes (see fits).
@@ -68,6 +76,29 @@ func saramaConfig(c Config, txnID string) *sarama.Config {
 		sc.Producer.Transaction.Retry.Backoff = 50 * time.Millisecond
 	}
 	return sc
+}
+
+// resendBackoff is the wait before the retries'th resend of a batch: from
+// base, doubling, up to produceMaxBackoff.
+func resendBackoff(retries int, base time.Duration) time.Duration {
+	wait := base
+	for range retries {
+		if wait >= produceMaxBackoff {
+			return produceMaxBackoff
+		}
+		wait *= 2
+	}
+	return min(wait, produceMaxBackoff)
+}
+
+// resendsWithin is the number of resends whose backoffs (resendBackoff)
+// add up to d, at least one.
+func resendsWithin(d, base time.Duration) int {
+	n := 0
+	for total := time.Duration(0); total < d && n < 10_000; n++ {
+		total += resendBackoff(n, base)
+	}
+	return max(n, 1)
 }
 
 // producer is the at-least-once relay's: a sarama idempotent

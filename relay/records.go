@@ -35,7 +35,9 @@ var (
 )
 
 // message turns an outbox row into a record. The record's timestamp is the
-// row's creation time, so a republished row carries the same one. feed and
+// row's creation time, so a republished row carries the same one; the
+// relay stamps it with the publish time instead unless Config.Timestamp
+// says created (see records). feed and
 // epoch are the row's Feed and Epoch as bytes (shared between records:
 // sarama only reads header values).
 func message(r *outbox.Row, feed, epoch []byte) (*sarama.ProducerMessage, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/IBM/sarama"
 
@@ -44,14 +45,31 @@ func (r *Relay) publish(ctx context.Context, rows []outbox.Row, send sendFunc, r
 		r.spare = slab
 		return nil
 	}
-	if !isTooLarge(err) {
+	if !isRefusedRecord(err) {
 		return err
 	}
 	return r.split(ctx, rows, send, reset, err)
 }
 
-// split publishes rows, which a broker refused as too large with cause, in
-// halves (see publish).
+// ReasonOutputInvalidTimestamp is the reason of a dead letter the relay
+// stores for an output a broker refused for its timestamp
+// (INVALID_TIMESTAMP: older than the topic's
+// message.timestamp.before.max.ms allows, or newer than its
+// message.timestamp.after.max.ms, as a record stamped with its row's
+// creation, Config.Timestamp, can be after a long outage).
+const ReasonOutputInvalidTimestamp = "output-invalid-timestamp"
+
+// isRefusedRecord reports a refusal of some record of a batch that
+// sending the same record again meets again: too large, or a timestamp
+// out of the topic's range. The relay finds the record and makes it a
+// dead letter (see publish).
+func isRefusedRecord(err error) bool { return isTooLarge(err) || isInvalidTimestamp(err) }
+
+// isInvalidTimestamp reports a broker's INVALID_TIMESTAMP in err.
+func isInvalidTimestamp(err error) bool { return errors.Is(err, sarama.ErrInvalidTimestamp) }
+
+// split publishes rows, of which a broker refused some record (too large
+// or its timestamp) with cause, in halves (see publish).
 func (r *Relay) split(ctx context.Context, rows []outbox.Row, send sendFunc, reset func() error, cause error) error {
 	if err := reset(); err != nil {
 		return errors.Join(cause, err)
@@ -62,7 +80,7 @@ func (r *Relay) split(ctx context.Context, rows []outbox.Row, send sendFunc, res
 		}
 		return r.publish(ctx, rows, send, reset)
 	}
-	r.log.Warn("a broker refused records as too large: publishing the batch in halves to find them",
+	r.log.Warn("a broker refused records (too large, or their timestamps): publishing the batch in halves to find them",
 		"first", rows[0].ID, "last", rows[len(rows)-1].ID, "err", cause)
 	h := len(rows) / 2
 	if err := r.publish(ctx, rows[:h], send, reset); err != nil {
@@ -79,6 +97,12 @@ func (r *Relay) records(ctx context.Context, rows []outbox.Row, slab *recordSlab
 	ms, err := slab.messages(rows)
 	if err != nil {
 		return nil, err
+	}
+	if r.cfg.Timestamp == TimestampPublish {
+		now := time.Now()
+		for _, m := range ms {
+			m.Timestamp = now
+		}
 	}
 	recs := ms[:0]
 	var big []outbox.RowDeadLetter
@@ -100,11 +124,18 @@ func (r *Relay) records(ctx context.Context, rows []outbox.Row, slab *recordSlab
 	return recs, nil
 }
 
-// refuse stores row, which a broker refused as too large with cause, as a
-// dead letter, and leaves it out of this session's records.
+// refuse stores row, which a broker refused with cause (too large, or its
+// timestamp), as a dead letter, and leaves it out of this session's
+// records.
 func (r *Relay) refuse(ctx context.Context, row *outbox.Row, cause error) error {
 	dl := outbox.RowDeadLetter{Row: *row, Reason: outbox.ReasonOutputTooLarge,
 		Error: fmt.Sprintf("a broker refused the record (topic %s) as too large: %v", row.Topic, cause)}
+	if !isTooLarge(cause) {
+		dl.Reason = ReasonOutputInvalidTimestamp
+		dl.Error = fmt.Sprintf("a broker refused the record (topic %s) for its timestamp (--relay-timestamp %s; "+
+			"the row was created at %s): %v",
+			row.Topic, r.cfg.Timestamp, time.Unix(0, row.CreatedAt).UTC().Format(time.RFC3339Nano), cause)
+	}
 	if err := r.deadLetter(ctx, []outbox.RowDeadLetter{dl}); err != nil {
 		return err
 	}

@@ -90,6 +90,13 @@ func lastCopies(t *testing.T, recs []*kgo.Record) []*kgo.Record {
 // that each error says why.
 func deadLettered(t *testing.T, s *outbox.Store, want map[int64]row, why string) {
 	t.Helper()
+	deadLetteredAs(t, s, want, outbox.ReasonOutputTooLarge, why)
+}
+
+// deadLetteredAs is deadLettered with the reason each dead letter must
+// give.
+func deadLetteredAs(t *testing.T, s *outbox.Store, want map[int64]row, reason, why string) {
+	t.Helper()
 	ds, err := s.DeadLetters(context.Background(), "f", 0, 1000)
 	if err != nil {
 		t.Fatal(err)
@@ -106,11 +113,11 @@ func deadLettered(t *testing.T, s *outbox.Store, want map[int64]row, why string)
 		switch {
 		case !ok:
 			t.Errorf("row %d dead-lettered, want only %d rows", id, len(want))
-		case d.Reason != outbox.ReasonOutputTooLarge || !strings.Contains(d.Error, why) || d.Topic != w.topic ||
+		case d.Reason != reason || !strings.Contains(d.Error, why) || d.Topic != w.topic ||
 			!bytes.Equal(d.Key, w.key) || !bytes.Equal(d.Payload, w.value) || d.Position != id || d.Epoch != "e1":
 			t.Errorf("dead letter of row %d: %s %q, topic %s, key %q, %d payload bytes, at %s %d; want %s (%s), %s, %q, %d bytes, e1 %d",
 				id, d.Reason, d.Error, d.Topic, d.Key, len(d.Payload), d.Epoch, d.Position,
-				outbox.ReasonOutputTooLarge, why, w.topic, w.key, len(w.value), id)
+				reason, why, w.topic, w.key, len(w.value), id)
 		}
 	}
 	for id := range want {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,8 +36,12 @@ type txnProducer struct {
 	conf      *sarama.Config
 	txnID     string
 	principal string
-	pid       int64
-	epoch     int16
+	// delivery bounds the resends of a batch a leader refuses with a
+	// retriable code, and the retries of a busy or moving coordinator
+	// (Config.DeliveryTimeout).
+	delivery time.Duration
+	pid      int64
+	epoch    int16
 	// seq is the next sequence of each partition the producer wrote to.
 	seq map[topicPartition]int32
 	// maxBatch bounds a record batch as sarama's producer does: the sum
@@ -49,9 +55,17 @@ type txnProducer struct {
 	hdrs []*sarama.RecordHeader
 	// parts is the transaction's partitions in the order they first
 	// appear, each with its batches; reused like recs.
-	parts   []*partBatches
-	byTP    map[topicPartition]*partBatches
-	broken  bool // a transaction failed: only close may follow
+	parts  []*partBatches
+	byTP   map[topicPartition]*partBatches
+	broken bool // a transaction failed: only close may follow
+	// doubt holds the partitions of this transaction a produce was sent
+	// to and never answered (the connection failed, or the answer did not
+	// come within the request timeout): the broker may still write that
+	// batch, after anything the producer sends with its epoch now. The
+	// transaction is then never ended with that epoch: the next
+	// producer's initialisation bumps it, which ends the transaction and
+	// makes the brokers refuse the late batch (see publishTxn).
+	doubt   map[topicPartition]bool
 	closeMu sync.Once
 }
 
@@ -86,17 +100,17 @@ const (
 	coordinatorMaxBackoff = 500 * time.Millisecond
 )
 
-// openTxnProducer connects with sc and initialises the producer id, which
-// fences any earlier producer with sc's transactional id and ends the
-// transaction it left open. ctx bounds it.
-func openTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, principal string) (*txnProducer, error) {
+// openTxnProducer connects to cfg's brokers with transactional id txnID
+// and initialises the producer id, which fences any earlier producer with
+// that id and ends the transaction it left open. ctx bounds it.
+func openTxnProducer(ctx context.Context, cfg Config, txnID string) (*txnProducer, error) {
 	type opened struct {
 		p   *txnProducer
 		err error
 	}
 	ch := make(chan opened, 1)
 	go func() {
-		p, err := newTxnProducer(ctx, brokers, sc, principal)
+		p, err := newTxnProducer(ctx, cfg.Brokers, saramaConfig(cfg, txnID), cfg.Kafka.Principal(), cfg.DeliveryTimeout)
 		ch <- opened{p, err}
 	}()
 	select {
@@ -112,7 +126,8 @@ func openTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, p
 	}
 }
 
-func newTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, principal string) (*txnProducer, error) {
+func newTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, principal string,
+	delivery time.Duration) (*txnProducer, error) {
 	txnID := sc.Producer.Transaction.ID
 	if txnID == "" {
 		return nil, errors.New("a transactional producer needs a transactional id")
@@ -122,8 +137,9 @@ func newTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, pr
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	p := &txnProducer{
-		client: client, conf: sc, txnID: txnID, principal: principal,
+		client: client, conf: sc, txnID: txnID, principal: principal, delivery: delivery,
 		seq:        map[topicPartition]int32{},
+		doubt:      map[topicPartition]bool{},
 		byTP:       map[topicPartition]*partBatches{},
 		maxBatch:   sc.Producer.MaxMessageBytes,
 		maxRequest: int(sarama.MaxRequestSize) - 10<<10,
@@ -151,34 +167,43 @@ func newTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, pr
 // coordinated runs req against the transaction coordinator until it
 // answers something other than "busy" or "not here": a coordinator
 // loading its log or still writing the last transaction's markers is
-// asked again after a short backoff, a moved one is looked up again. It
-// gives up after the configuration's transaction retries, or when ctx is
-// done.
+// asked again after a backoff, a moved one is looked up again (a
+// coordinator's failover takes seconds). It gives up once the delivery
+// timeout has passed, or when ctx is done.
 func (p *txnProducer) coordinated(ctx context.Context, req func(*sarama.Broker) (sarama.KError, error)) error {
 	wait := coordinatorMinBackoff
+	deadline := time.Now().Add(p.delivery)
 	var last error
-	for try := 0; ; try++ {
+	for {
 		coord, err := p.client.TransactionCoordinator(p.txnID)
 		if err != nil {
-			return fmt.Errorf("find the transaction coordinator: %w", err)
-		}
-		code, err := req(coord)
-		switch {
-		case err != nil:
-			return err
-		case code == sarama.ErrNoError:
-			return nil
-		case code == sarama.ErrNotCoordinatorForConsumer || code == sarama.ErrConsumerCoordinatorNotAvailable:
-			if rerr := p.client.RefreshTransactionCoordinator(p.txnID); rerr != nil {
-				return errors.Join(code, fmt.Errorf("find the transaction coordinator: %w", rerr))
+			err = fmt.Errorf("find the transaction coordinator: %w", err)
+			if !coordinatorRetriable(err) {
+				return err
 			}
-		case code == sarama.ErrConcurrentTransactions || code == sarama.ErrOffsetsLoadInProgress:
-		default:
-			return code
+			// None known yet (the client's metadata retries are
+			// short): looked up again after the backoff.
+			last = err
+		} else {
+			code, err := req(coord)
+			switch {
+			case err != nil:
+				return err
+			case code == sarama.ErrNoError:
+				return nil
+			case code == sarama.ErrNotCoordinatorForConsumer || code == sarama.ErrConsumerCoordinatorNotAvailable:
+				last = code
+				if rerr := p.client.RefreshTransactionCoordinator(p.txnID); rerr != nil {
+					last = errors.Join(code, fmt.Errorf("find the transaction coordinator: %w", rerr))
+				}
+			case code == sarama.ErrConcurrentTransactions || code == sarama.ErrOffsetsLoadInProgress:
+				last = code
+			default:
+				return code
+			}
 		}
-		last = code
-		if try >= p.conf.Producer.Transaction.Retry.Max+coordinatorBusyRetries {
-			return last
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("%w (still after the delivery timeout, %v)", last, p.delivery)
 		}
 		select {
 		case <-ctx.Done():
@@ -189,19 +214,17 @@ func (p *txnProducer) coordinated(ctx context.Context, req func(*sarama.Broker) 
 	}
 }
 
-// coordinatorBusyRetries are the tries past the configuration's
-// transaction retries: a coordinator writing the markers of the last
-// transaction answers CONCURRENT_TRANSACTIONS for a while, and each try
-// waits at most coordinatorMaxBackoff.
-const coordinatorBusyRetries = 10
-
 // publishTxn sends msgs in one transaction and commits it. A commit that
 // fails is ambiguous (*ambiguousError); a produce that fails is not (the
 // transaction cannot have committed: the next producer's initialisation
 // aborts it), but after an error that may mean "fenced" the producer asks
-// the coordinator to abort, whose answer says. When ctx is done first it
-// returns errAbandoned, and the transaction goes on in the background
-// until the producer is closed.
+// the coordinator to abort, whose answer says, unless a produce of the
+// transaction is in doubt (see txnProducer.doubt): a broker without
+// partition verification (Kafka before 3.6) would append that batch after
+// the abort's marker, into a transaction its coordinator no longer knows,
+// where it holds back the partition's last stable offset. When ctx is done
+// first it returns errAbandoned, and the transaction goes on in the
+// background until the producer is closed.
 func (p *txnProducer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMessage) error {
 	if p.broken {
 		return errors.New("the producer failed before: it must be replaced")
@@ -216,10 +239,24 @@ func (p *txnProducer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMes
 		return err
 	}
 	err = fmt.Errorf("produce: %w", err)
+	if len(p.doubt) > 0 {
+		return fmt.Errorf("%w (a produce to %s is in doubt: the transaction is left to the next producer's "+
+			"initialisation to end)", err, p.doubted())
+	}
 	if Classify(err) == Ambiguous {
 		return p.abort(ctx, err)
 	}
 	return err
+}
+
+// doubted names the partitions in doubt, for an error.
+func (p *txnProducer) doubted() string {
+	names := make([]string, 0, len(p.doubt))
+	for tp := range p.doubt {
+		names = append(names, fmt.Sprintf("%s/%d", tp.topic, tp.partition))
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }
 
 // txn is one transaction: its partitions added, its batches sent, its
@@ -460,16 +497,22 @@ type sendBatch struct {
 // produce sends batches, at most one of a partition, and waits for each
 // to be written: one produce request per leader (more when the bytes pass
 // maxRequest), the leaders' at once. A batch refused with a retriable code
-// is sent again, with the same sequence, after the configuration's retry
-// backoff, up to its retries.
+// (a leader moving, not enough replicas), or whose partition has no
+// leader, or whose request got no answer, is sent again with the same
+// sequence (the broker keeps the first of two copies), after a backoff
+// from the configuration's retry backoff doubling up to produceMaxBackoff,
+// until the delivery timeout has passed since the first send: a broker's
+// failover takes seconds.
 func (p *txnProducer) produce(ctx context.Context, batches []sendBatch) error {
+	deadline := time.Now().Add(p.delivery)
+	wait := p.conf.Producer.Retry.Backoff
 	for try := 0; ; try++ {
-		retry, err := p.produceOnce(batches)
+		retry, err := p.produceOnce(batches, try > 0)
 		if err != nil || len(retry) == 0 {
 			return err
 		}
-		if try >= p.conf.Producer.Retry.Max {
-			return retry[0].err
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("%w (still after the delivery timeout, %v)", retry[0].err, p.delivery)
 		}
 		topics := map[string]bool{}
 		var names []string
@@ -482,11 +525,12 @@ func (p *txnProducer) produce(ctx context.Context, batches []sendBatch) error {
 		select {
 		case <-ctx.Done():
 			return errors.Join(retry[0].err, ctx.Err())
-		case <-time.After(p.conf.Producer.Retry.Backoff):
+		case <-time.After(wait):
 		}
-		if err := p.client.RefreshMetadata(names...); err != nil {
-			return errors.Join(retry[0].err, fmt.Errorf("refresh metadata: %w", err))
-		}
+		wait = min(2*wait, produceMaxBackoff)
+		// A failed refresh (no broker answers in a failover) leaves the
+		// last metadata: the next round finds out.
+		_ = p.client.RefreshMetadata(names...)
 		batches = batches[:0]
 		for _, r := range retry {
 			batches = append(batches, r.sendBatch)
@@ -494,15 +538,20 @@ func (p *txnProducer) produce(ctx context.Context, batches []sendBatch) error {
 	}
 }
 
-// failedBatch is a batch refused with a retriable code.
+// produceMaxBackoff bounds the wait between two sends of a batch.
+const produceMaxBackoff = time.Second
+
+// failedBatch is a batch to send again: refused with a retriable code,
+// without a leader, or unanswered.
 type failedBatch struct {
 	sendBatch
 	err error
 }
 
 // produceOnce sends batches once: it returns those refused with a
-// retriable code, or the first other failure.
-func (p *txnProducer) produceOnce(batches []sendBatch) ([]failedBatch, error) {
+// retriable code, or the first other failure. resend says the batches
+// were sent before (see checkBlock).
+func (p *txnProducer) produceOnce(batches []sendBatch, resend bool) ([]failedBatch, error) {
 	type request struct {
 		broker *sarama.Broker
 		req    *sarama.ProduceRequest
@@ -510,11 +559,16 @@ func (p *txnProducer) produceOnce(batches []sendBatch) ([]failedBatch, error) {
 		bytes  int
 	}
 	var reqs []*request
+	var leaderless []failedBatch
 	last := map[*sarama.Broker]*request{}
 	for _, b := range batches {
 		leader, err := p.client.Leader(b.tp.topic, b.tp.partition)
 		if err != nil {
-			return nil, fmt.Errorf("leader of %s/%d: %w", b.tp.topic, b.tp.partition, err)
+			if !leaderRetriable(err) {
+				return nil, fmt.Errorf("leader of %s/%d: %w", b.tp.topic, b.tp.partition, err)
+			}
+			leaderless = append(leaderless, failedBatch{b, fmt.Errorf("leader of %s/%d: %w", b.tp.topic, b.tp.partition, err)})
+			continue
 		}
 		size := batchBytes(b.batch)
 		rq := last[leader]
@@ -541,25 +595,43 @@ func (p *txnProducer) produceOnce(batches []sendBatch) ([]failedBatch, error) {
 		byBroker[rq.broker] = append(byBroker[rq.broker], rq)
 	}
 	type outcome struct {
-		retry []failedBatch
-		err   error
+		retry   []failedBatch
+		err     error
+		doubt   []sendBatch // sent, never answered
+		written []topicPartition
 	}
 	outcomes := make([]outcome, len(brokers))
 	run := func(i int) {
-		for _, rq := range byBroker[brokers[i]] {
+		for j, rq := range byBroker[brokers[i]] {
 			resp, err := rq.broker.Produce(rq.req)
 			if err != nil {
-				outcomes[i].err = fmt.Errorf("produce to broker %s: %w", rq.broker.Addr(), err)
+				// Unanswered: sent again, and in doubt until a later
+				// send of the same batch is answered written.
+				err = fmt.Errorf("produce to broker %s: %w", rq.broker.Addr(), err)
+				outcomes[i].doubt = rq.sent
+				if !isNetworkError(err) && !errors.Is(err, sarama.ErrNotConnected) {
+					outcomes[i].err = err
+					return
+				}
+				// This request's batches and those of the broker's
+				// requests not sent yet.
+				for _, later := range byBroker[brokers[i]][j:] {
+					for _, b := range later.sent {
+						outcomes[i].retry = append(outcomes[i].retry, failedBatch{b, err})
+					}
+				}
 				return
 			}
 			for _, b := range rq.sent {
-				retry, err := p.checkBlock(resp, b)
+				retry, err := p.checkBlock(resp, b, resend)
 				if err != nil {
 					outcomes[i].err = err
 					return
 				}
 				if retry != nil {
 					outcomes[i].retry = append(outcomes[i].retry, *retry)
+				} else {
+					outcomes[i].written = append(outcomes[i].written, b.tp)
 				}
 			}
 		}
@@ -573,28 +645,47 @@ func (p *txnProducer) produceOnce(batches []sendBatch) ([]failedBatch, error) {
 		}
 		wg.Wait()
 	}
-	var retry []failedBatch
+	// Every outcome is looked at before the first failure returns: a
+	// broker's batch may be in doubt while another broker failed first.
+	retry := leaderless
+	var failed error
 	for _, o := range outcomes {
-		if o.err != nil {
-			return nil, o.err
+		for _, tp := range o.written {
+			delete(p.doubt, tp) // the broker keeps one copy of the batch
+		}
+		for _, b := range o.doubt {
+			p.doubt[b.tp] = true
+		}
+		if o.err != nil && failed == nil {
+			failed = o.err
 		}
 		retry = append(retry, o.retry...)
+	}
+	if failed != nil {
+		return nil, failed
 	}
 	return retry, nil
 }
 
 // checkBlock reads b's answer in resp: written, to be sent again, or a
-// failure.
-func (p *txnProducer) checkBlock(resp *sarama.ProduceResponse, b sendBatch) (*failedBatch, error) {
+// failure. resend says b was sent before.
+func (p *txnProducer) checkBlock(resp *sarama.ProduceResponse, b sendBatch, resend bool) (*failedBatch, error) {
 	block := resp.GetBlock(b.tp.topic, b.tp.partition)
 	if block == nil {
 		return nil, fmt.Errorf("produce to %s/%d: %w", b.tp.topic, b.tp.partition, sarama.ErrIncompleteResponse)
 	}
 	switch code := block.Err; {
-	case code == sarama.ErrNoError, code == sarama.ErrDuplicateSequenceNumber:
-		// A duplicate is a batch a retry sent again that the broker
-		// had written: it keeps the first.
+	case code == sarama.ErrNoError:
 		return nil, nil
+	case code == sarama.ErrDuplicateSequenceNumber && resend:
+		// A batch sent again that the broker had written the first
+		// time: it keeps the first.
+		return nil, nil
+	case code == sarama.ErrDuplicateSequenceNumber:
+		// A batch never sent before cannot be a duplicate: the broker's
+		// view of the producer's sequences is not ours, and taking it as
+		// written would drop its records. The session ends (Ambiguous).
+		return nil, fmt.Errorf("produce to %s/%d: %w on the batch's first send", b.tp.topic, b.tp.partition, code)
 	case isRetriableCode(code) && code != sarama.ErrInvalidMessage:
 		return &failedBatch{b, fmt.Errorf("produce to %s/%d: %w", b.tp.topic, b.tp.partition, code)}, nil
 	default:
@@ -602,6 +693,23 @@ func (p *txnProducer) checkBlock(resp *sarama.ProduceResponse, b sendBatch) (*fa
 		return nil, denied(err, p.principal, ask("Write", ResourceTopic, b.tp.topic),
 			ask("Write", ResourceTransactionalID, p.txnID))
 	}
+}
+
+// coordinatorRetriable reports an error of looking up the transaction
+// coordinator that a failover explains.
+func coordinatorRetriable(err error) bool {
+	return errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable) || errors.Is(err, sarama.ErrNotCoordinatorForConsumer) ||
+		errors.Is(err, sarama.ErrOffsetsLoadInProgress) || errors.Is(err, sarama.ErrOutOfBrokers) ||
+		errors.Is(err, sarama.ErrBrokerNotAvailable) || isNetworkError(err)
+}
+
+// leaderRetriable reports an error of looking up a partition's leader
+// that a failover explains: none elected yet, or not in the metadata the
+// client has.
+func leaderRetriable(err error) bool {
+	return errors.Is(err, sarama.ErrLeaderNotAvailable) || errors.Is(err, sarama.ErrUnknownTopicOrPartition) ||
+		errors.Is(err, sarama.ErrNotLeaderForPartition) || errors.Is(err, sarama.ErrBrokerNotAvailable) ||
+		isNetworkError(err) || errors.Is(err, sarama.ErrOutOfBrokers)
 }
 
 // batchBytes is b's records' bytes as maxRequest counts them, before
@@ -659,7 +767,7 @@ type Producer struct{ p *txnProducer }
 // producer does, with transactional id txnID, and initialises its producer
 // id (which fences an earlier producer with that id). ctx bounds it.
 func OpenProducer(ctx context.Context, cfg Config, txnID string) (*Producer, error) {
-	p, err := openTxnProducer(ctx, cfg.Brokers, saramaConfig(cfg, txnID), cfg.Kafka.Principal())
+	p, err := openTxnProducer(ctx, cfg, txnID)
 	if err != nil {
 		return nil, fmt.Errorf("start transactional producer %s: %w", txnID, err)
 	}

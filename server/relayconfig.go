@@ -22,6 +22,9 @@ type RelayConfig struct {
 	TopicPartitions  int           `yaml:"topicPartitions"`
 	TopicReplication int           `yaml:"topicReplication"`
 	Retention        time.Duration `yaml:"outboxRetention"`
+	RequestTimeout   time.Duration `yaml:"requestTimeout"`
+	DeliveryTimeout  time.Duration `yaml:"deliveryTimeout"`
+	Timestamp        string        `yaml:"timestamp"`
 }
 
 // DefaultRelayConfig returns the relay defaults.
@@ -36,6 +39,9 @@ func DefaultRelayConfig() RelayConfig {
 		TopicPartitions:  int(d.TopicPartitions),
 		TopicReplication: int(d.TopicReplication),
 		Retention:        d.Retention,
+		RequestTimeout:   d.RequestTimeout,
+		DeliveryTimeout:  d.DeliveryTimeout,
+		Timestamp:        d.Timestamp,
 	}
 }
 
@@ -49,6 +55,14 @@ func (r *RelayConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&r.TopicPartitions, "topic-partitions", r.TopicPartitions, "partitions (`N`) of the topics the relay (or the dev broker) creates")
 	fs.IntVar(&r.TopicReplication, "topic-replication", r.TopicReplication, "replication factor (`N`) of the topics the relay creates")
 	fs.DurationVar(&r.Retention, "outbox-retention", r.Retention, "keep published outbox rows this long (`D`; 0: prune at once)")
+	fs.DurationVar(&r.RequestTimeout, "relay-request-timeout", r.RequestTimeout,
+		"how long (`D`) the relay waits for a broker's answer to one request")
+	fs.DurationVar(&r.DeliveryTimeout, "relay-delivery-timeout", r.DeliveryTimeout,
+		"how long (`D`) a batch a leader refuses as moving or busy is sent again, and a moving coordinator asked again, "+
+			"before the relay starts its session over (at least --relay-request-timeout, below the 1m transaction timeout)")
+	fs.StringVar(&r.Timestamp, "relay-timestamp", r.Timestamp,
+		"a record's timestamp (`WHEN`): publish (when the relay sends it) or created (its outbox row's commit; "+
+			"a record a broker refuses as too old is a dead letter output-invalid-timestamp)")
 }
 
 // Validate reports an invalid relay setting.
@@ -77,5 +91,8 @@ func (r RelayConfig) relayConfig(brokers []string) relay.Config {
 	c.TopicPartitions = int32(r.TopicPartitions)
 	c.TopicReplication = int16(r.TopicReplication)
 	c.Retention = r.Retention
+	c.RequestTimeout = r.RequestTimeout
+	c.DeliveryTimeout = r.DeliveryTimeout
+	c.Timestamp = r.Timestamp
 	return c
 }

@@ -24,6 +24,7 @@ type Broker struct {
 	c       *kfake.Cluster
 	addr    string
 	dataDir string
+	txns    *txnLog // with a data directory: its transaction log
 }
 
 // Options configures a dev broker. The zero value is an in-memory broker on
@@ -82,6 +83,9 @@ func (b *Broker) Addr() string { return b.addr }
 // data directory writes what it holds there. It always returns nil.
 func (b *Broker) Close() error {
 	b.c.Close()
+	if b.txns != nil {
+		b.txns.close()
+	}
 	return nil
 }
 

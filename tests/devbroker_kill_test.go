@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,4 +79,41 @@ func waitRelayMoves(t *testing.T, p *proc, db string, since int64) int64 {
 		return nil
 	})
 	return now
+}
+
+// TestDevBroker_QuietLog: at 20 lines a second the dev broker logs nothing
+// at WARN or above (its slow-EndTxn notes and client timings are no
+// operator's business).
+func TestDevBroker_QuietLog(t *testing.T) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 28))
+	lf := makeLedger(rng, 200)
+	dir := t.TempDir()
+	input := filepath.Join(dir, "ledger.csv")
+	db := filepath.Join(dir, "data", "outboxd.db")
+	p := start(t, nil, "--db", db, "--feed", "ledger=file:"+input, "--processor", "ledger=ledger",
+		"--http", "127.0.0.1:0", "--dev-broker-addr", "127.0.0.1:"+freePort(t))
+	f, err := os.OpenFile(input, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for line := range strings.Lines(string(lf.data)) {
+		if _, err := f.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // pacing the writer at 20 lines a second
+	}
+	waitPublished(t, db, int64(len(lf.data)))
+	if code := p.stop(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+	var loud []string
+	for line := range strings.Lines(p.log.String()) {
+		if strings.Contains(line, "component=devbroker") && (strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR")) {
+			loud = append(loud, line)
+		}
+	}
+	if len(loud) > 0 {
+		t.Fatalf("%d dev broker lines at WARN or above, e.g. %s", len(loud), loud[0])
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -24,6 +25,7 @@ type Broker struct {
 	c       *kfake.Cluster
 	addr    string
 	dataDir string
+	txns    *txnLog // with a data directory: its transaction log
 }
 
 // Options configures a dev broker. The zero value is an in-memory broker on
@@ -82,24 +84,55 @@ func (b *Broker) Addr() string { return b.addr }
 // data directory writes what it holds there. It always returns nil.
 func (b *Broker) Close() error {
 	b.c.Close()
+	if b.txns != nil {
+		b.txns.close()
+	}
 	return nil
 }
 
-// kfakeLogger sends kfake's logs to slog: its errors and warnings as such,
-// its per-request info and debug lines at debug level.
+// kfakeLogger sends kfake's logs to slog: its errors and the warnings that
+// are real problems (a write or a read of its log failing, damage found on
+// disk) as such, the warnings that note a client's timing (quietLevels)
+// below WARN, its per-request info and debug lines at debug level.
 type kfakeLogger struct{ l *slog.Logger }
 
-func (k kfakeLogger) Logf(level kfake.LogLevel, format string, args ...any) {
-	sl := slog.LevelDebug
+// quietLevels gives the level of kfake's warnings that are no operator's
+// business, by the start of their format: an EndTxn taking over 5 ms (each
+// of its markers is synced), a transaction its producer let time out (the
+// producer reports it), and the consumer-group timings of a client.
+var quietLevels = []struct {
+	prefix string
+	level  slog.Level
+}{
+	{"txn: EndTxn slow", slog.LevelDebug},
+	{"consumerHeartbeatLate", slog.LevelDebug},
+	{"txn timeout abort", slog.LevelInfo},
+	{"consumerRebalanceTimeout", slog.LevelInfo},
+	{"consumerSessionTimeout", slog.LevelInfo},
+	{"OffsetCommit STALE", slog.LevelInfo},
+}
+
+// level is the slog level of a kfake line.
+func (kfakeLogger) level(level kfake.LogLevel, format string) (slog.Level, bool) {
 	switch level {
 	case kfake.LogLevelError:
-		sl = slog.LevelError
+		return slog.LevelError, true
 	case kfake.LogLevelWarn:
-		sl = slog.LevelWarn
+		for _, q := range quietLevels {
+			if strings.HasPrefix(format, q.prefix) {
+				return q.level, true
+			}
+		}
+		return slog.LevelWarn, true
 	case kfake.LogLevelNone:
-		return
+		return 0, false
 	}
-	if !k.l.Enabled(context.Background(), sl) {
+	return slog.LevelDebug, true
+}
+
+func (k kfakeLogger) Logf(level kfake.LogLevel, format string, args ...any) {
+	sl, ok := k.level(level, format)
+	if !ok || !k.l.Enabled(context.Background(), sl) {
 		return
 	}
 	k.l.Log(context.Background(), sl, fmt.Sprintf(format, args...))

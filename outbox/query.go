@@ -359,6 +359,11 @@ func (q *Query) run(ctx context.Context, s *Store, args []driver.NamedValue, lim
 			if err != nil {
 				return err
 			}
+			stop, err := interruptOnEnd(ctx, dc)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return readRows(ctx, st, args, names, lim, &res)
 		})
 		return res, err

@@ -449,3 +449,102 @@ func TestStore_QueryConns(t *testing.T) {
 		}
 	})
 }
+
+// runaway is a query whose first row is quick and whose second never
+// comes: x < :n compares an integer with text (the parameter is bound as
+// text), which holds for every x, so the recursion never ends while the
+// outer WHERE finds nothing past x = 1.
+const runaway = `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < :n)
+SELECT x FROM c WHERE x = 1 OR x = 0`
+
+// queryWithin runs q and fails the test when it has not returned within
+// d: a statement that is never interrupted would hold the test for ever.
+func queryWithin(t *testing.T, d time.Duration, ctx context.Context, s *outbox.Store, q *outbox.Query,
+	params map[string][]string, lim outbox.QueryLimits) (outbox.QueryResult, error, time.Duration) {
+	t.Helper()
+	type answer struct {
+		res outbox.QueryResult
+		err error
+	}
+	start := time.Now()
+	done := make(chan answer, 1)
+	go func() {
+		res, err := s.Query(ctx, q, params, lim)
+		done <- answer{res, err}
+	}()
+	select {
+	case a := <-done:
+		return a.res, a.err, time.Since(start)
+	case <-time.After(d):
+		t.Fatalf("the query still runs after %v", d)
+		return outbox.QueryResult{}, nil, 0
+	}
+}
+
+// TestStore_QueryRunawayLaterRow: the time limit binds every row, not
+// only the first: a statement whose later row never comes is interrupted
+// at its limit, as is one whose caller's context ends (its client gone);
+// every query connection then answers at once, QueryConns at a time.
+func TestStore_QueryRunawayLaterRow(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t)
+	q := prepare(t, s, runaway)
+	one := prepare(t, s, `SELECT 1 AS one`)
+	n := map[string][]string{"n": {"5"}}
+
+	t.Run("TimeLimit", func(t *testing.T) {
+		lim := outbox.DefaultQueryLimits()
+		lim.Timeout = 200 * time.Millisecond
+		var wg sync.WaitGroup
+		errs := make(chan error, QueryConns)
+		for range QueryConns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err, took := queryWithin(t, 30*time.Second, ctx, s, q, n, lim)
+				if !errors.Is(err, outbox.ErrQueryTimeout) {
+					err = fmt.Errorf("after %v: %v, want ErrQueryTimeout", took, err)
+				} else {
+					err = nil
+				}
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("ContextEnds", func(t *testing.T) {
+		lim := outbox.DefaultQueryLimits()
+		lim.Timeout = time.Hour
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(200*time.Millisecond, cancel)
+		_, err, took := queryWithin(t, 30*time.Second, cctx, s, q, n, lim)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("after %v: %v, want context.Canceled", took, err)
+		}
+	})
+
+	// Every connection is free and sound again: QueryConns quick queries
+	// at once each answer.
+	var wg sync.WaitGroup
+	for range 2 * QueryConns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err, _ := queryWithin(t, 30*time.Second, ctx, s, one, nil, outbox.DefaultQueryLimits())
+			if err != nil || rowsText(res) != `{"one":1} truncated=` {
+				t.Errorf("after the runaways: %s, %v", rowsText(res), err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// QueryConns is outbox.QueryConns, short.
+const QueryConns = outbox.QueryConns

@@ -135,22 +135,41 @@ func querySnapshot(t *testing.T, api string) (snapshot, bool) {
 }
 
 // TestQueries_BadConfiguration: a query that writes is refused at start,
-// one line and exit code 2, before the database is touched.
+// one line and exit code 2, before the database is touched, whether it
+// starts with its verb or hides it after WITH, and whether the table it
+// writes exists yet or not (balances does not); the same database then
+// starts with the query put right.
 func TestQueries_BadConfiguration(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "outboxd.yaml")
-	if err := os.WriteFile(cfg, []byte("queries:\n  wipe: DELETE FROM outbox\n"), 0o644); err != nil {
+	db := filepath.Join(dir, "outboxd.db")
+	for query, want := range map[string]string{
+		"DELETE FROM outbox":                        "server: queries.wipe: refused: starts with DELETE: a query is a SELECT, VALUES or WITH ... SELECT (see server -h)\n",
+		"WITH x AS (SELECT 1) DELETE FROM balances": "server: queries.wipe: refused: WITH ... DELETE: a query is a SELECT, VALUES or WITH ... SELECT (see server -h)\n",
+	} {
+		if err := os.WriteFile(cfg, []byte("queries:\n  wipe: "+query+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(serverBin, "--config", cfg, "--db", db, "--relay", "none")
+		out, _ := cmd.CombinedOutput()
+		if cmd.ProcessState.ExitCode() != 2 || string(out) != want {
+			t.Fatalf("%s: exit %d, %q; want 2, %q", query, cmd.ProcessState.ExitCode(), out, want)
+		}
+		if _, err := os.Stat(db); !os.IsNotExist(err) {
+			t.Fatalf("%s: the refused start made %s (%v)", query, db, err)
+		}
+	}
+	if err := os.WriteFile(cfg, []byte("queries:\n  wipe: SELECT count(*) AS n FROM outbox\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	db := filepath.Join(dir, "outboxd.db")
-	cmd := exec.Command(serverBin, "--config", cfg, "--db", db, "--relay", "none")
-	out, _ := cmd.CombinedOutput()
-	want := "server: queries.wipe: refused: starts with DELETE: a query is a SELECT, VALUES or WITH ... SELECT (see server -h)\n"
-	if cmd.ProcessState.ExitCode() != 2 || string(out) != want {
-		t.Fatalf("exit %d, %q; want 2, %q", cmd.ProcessState.ExitCode(), out, want)
+	api := "127.0.0.1:" + freePort(t)
+	p := start(t, nil, "--config", cfg, "--db", db, "--relay", "none", "--http", api)
+	wait(t, 30*time.Second, func() error { return httpOK("http://" + api + "/readyz") })
+	if code, body := httpGet(t, "http://"+api+"/queries/wipe"); code != 200 || body != `{"query":"wipe","columns":["n"],"rows":[{"n":0}]}`+"\n" {
+		t.Fatalf("the query put right: %d %s", code, body)
 	}
-	if _, err := os.Stat(db); !os.IsNotExist(err) {
-		t.Fatalf("the refused start made %s (%v)", db, err)
+	if code := p.stop(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
 	}
 }
 

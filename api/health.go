@@ -20,7 +20,9 @@ type Health struct {
 
 // Readiness is the body of GET /readyz: Ready with every check, and the
 // failing checks' messages in Reasons. The checks are the database, the
-// relay, and each configured feed (named "feed:NAME").
+// relay, each configured feed (named "feed:NAME") and, when state
+// queries are configured, "queries": how many run, failing while one
+// runs well past its time limit.
 type Readiness struct {
 	Ready   bool     `json:"ready"`
 	Checks  []Check  `json:"checks"`
@@ -53,6 +55,9 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) readiness(ctx context.Context) Readiness {
 	checks := append([]Check{s.databaseCheck(ctx), s.relayCheck()}, s.feedChecks()...)
+	if len(s.queries.names) > 0 {
+		checks = append(checks, s.queries.check(time.Now()))
+	}
 	if why := s.starting(); why != "" {
 		checks = append([]Check{{Name: "start", Message: why}}, checks...)
 	}

@@ -34,6 +34,51 @@ type queries struct {
 	limits outbox.QueryLimits
 	turns  chan struct{}
 	heads  sync.Map // name -> queryHead
+
+	mu      sync.Mutex
+	running map[uint64]time.Time // each run under way, by its number: when it began
+	runs    uint64               // the runs begun, numbering them
+}
+
+// queryOverrun is how long past its time limit a run may take before
+// /readyz says the limit does not hold: the interrupt ends a statement
+// at once, and a loaded machine may take a while to answer.
+const queryOverrun = 5 * time.Second
+
+// began records a run under way; the caller ends it with ended.
+func (q *queries) began() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.runs++
+	q.running[q.runs] = time.Now()
+	return q.runs
+}
+
+func (q *queries) ended(run uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.running, run)
+}
+
+// check is the queries' readiness check: it fails while a run has lasted
+// past its time limit by more than queryOverrun, which the limit should
+// never let happen (every run is interrupted at its limit, on every row,
+// and when its client leaves).
+func (q *queries) check(now time.Time) Check {
+	q.mu.Lock()
+	n := len(q.running)
+	var oldest time.Duration
+	for _, t := range q.running {
+		oldest = max(oldest, now.Sub(t))
+	}
+	q.mu.Unlock()
+	c := Check{Name: "queries", OK: true, Message: fmt.Sprintf("%d of %d running", n, QueryConcurrency)}
+	if oldest > q.limits.Timeout+queryOverrun {
+		c.OK = false
+		c.Message = fmt.Sprintf("a query has run %v, past its time limit of %v (%d of %d running)",
+			oldest.Round(time.Millisecond), q.limits.Timeout, n, QueryConcurrency)
+	}
+	return c
 }
 
 func newQueries(qs []*outbox.Query, lim outbox.QueryLimits) (*queries, error) {
@@ -50,7 +95,8 @@ func newQueries(qs []*outbox.Query, lim outbox.QueryLimits) (*queries, error) {
 	if err := lim.Validate(); err != nil {
 		return nil, err
 	}
-	q := &queries{byName: make(map[string]*outbox.Query, len(qs)), limits: lim, turns: make(chan struct{}, QueryConcurrency)}
+	q := &queries{byName: make(map[string]*outbox.Query, len(qs)), limits: lim, turns: make(chan struct{}, QueryConcurrency),
+		running: map[uint64]time.Time{}}
 	for _, x := range qs {
 		if _, dup := q.byName[x.Name()]; dup {
 			return nil, fmt.Errorf("query %s given twice", x.Name())
@@ -106,7 +152,11 @@ func (s *Server) handleQuery(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { <-s.queries.turns }()
+	run := s.queries.began()
+	// The request's context ends when its client goes away: the store
+	// then interrupts the statement, whichever row it is at.
 	res, err := s.store.Query(r.Context(), q, params, s.queries.limits)
+	s.queries.ended(run)
 	if err != nil {
 		s.queryFailed(w, r, err)
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -186,4 +187,99 @@ func errorMessage(t *testing.T, b []byte) string {
 		t.Fatal(err)
 	}
 	return e.Error.Message
+}
+
+// runawayQuery's first row is quick and its second never comes: x < :n
+// compares an integer with text (a parameter is bound as text), which
+// holds for every x.
+const runawayQuery = `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < :n)
+SELECT x FROM c WHERE x = 1 OR x = 0`
+
+// readiness reads /readyz and returns its status and its "queries" check.
+func queriesReadiness(t *testing.T, base string) (int, api.Check) {
+	t.Helper()
+	code, _, b := request(t, base, http.MethodGet, "/readyz", "", nil)
+	var rd api.Readiness
+	if err := json.Unmarshal(b, &rd); err != nil {
+		t.Fatalf("/readyz %s: %v", b, err)
+	}
+	for _, c := range rd.Checks {
+		if c.Name == "queries" {
+			return code, c
+		}
+	}
+	t.Fatalf("/readyz has no queries check: %s", b)
+	return 0, api.Check{}
+}
+
+// TestServer_QueryRunaway: runaway queries, as many as run at once, end
+// at their time limit on a later row (504), or when their clients
+// disconnect; then a quick query answers at once, not 503, and /readyz
+// says no query is running.
+func TestServer_QueryRunaway(t *testing.T) {
+	quick := func(t *testing.T, base string) {
+		t.Helper()
+		code, _, b := request(t, base, http.MethodGet, "/queries/one", "", nil)
+		if want := `{"query":"one","columns":["one"],"rows":[{"one":1}]}` + "\n"; code != 200 || string(b) != want {
+			t.Fatalf("one: %d %s, want 200 %s", code, b, want)
+		}
+		wait(t, 10*time.Second, func() error {
+			if code, c := queriesReadiness(t, base); code != 200 || c != (api.Check{Name: "queries", OK: true, Message: "0 of 3 running"}) {
+				return fmt.Errorf("/readyz %d %+v", code, c)
+			}
+			return nil
+		})
+	}
+	within := func(t *testing.T, d time.Duration, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { defer close(done); f() }()
+		select {
+		case <-done:
+		case <-time.After(d):
+			t.Fatalf("not done after %v: a runaway query was not interrupted", d)
+		}
+	}
+
+	t.Run("TimeLimit", func(t *testing.T) {
+		base, _ := queryServer(t, outbox.QueryLimits{Timeout: 200 * time.Millisecond},
+			"runaway", runawayQuery, "one", `SELECT 1 AS one`)
+		for round := range 3 {
+			within(t, 30*time.Second, func() {
+				var wg sync.WaitGroup
+				for range api.QueryConcurrency {
+					wg.Go(func() {
+						code, _, b := request(t, base, http.MethodGet, "/queries/runaway?n=5", "", nil)
+						if code != 504 || errorMessage(t, b) != "query runaway: ran past its time limit (200ms)" {
+							t.Errorf("round %d: %d %s, want 504", round, code, b)
+						}
+					})
+				}
+				wg.Wait()
+			})
+			within(t, 30*time.Second, func() { quick(t, base) })
+		}
+	})
+
+	t.Run("ClientGone", func(t *testing.T) {
+		base, _ := queryServer(t, outbox.QueryLimits{Timeout: time.Hour},
+			"runaway", runawayQuery, "one", `SELECT 1 AS one`)
+		within(t, 30*time.Second, func() {
+			var wg sync.WaitGroup
+			for range api.QueryConcurrency {
+				wg.Go(func() {
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/queries/runaway?n=5", nil)
+					time.AfterFunc(300*time.Millisecond, cancel)
+					if res, err := http.DefaultClient.Do(req); err == nil {
+						res.Body.Close()
+						t.Errorf("an answer %d to a client that left", res.StatusCode)
+					}
+				})
+			}
+			wg.Wait()
+			quick(t, base)
+		})
+	})
 }

@@ -98,7 +98,9 @@ func (q *Query) Params() []string { return append([]string{}, q.params...) }
 
 // PrepareQuery checks that text is one read-only statement (a SELECT,
 // VALUES or WITH ... SELECT, which only reads: SQLite's authorizer
-// refuses anything else while compiling it on a read connection), that
+// refuses anything else while compiling it on a read connection, and
+// the first leave SQLite asks must be to select, which a write never
+// asks first, even when its table does not exist yet), that
 // its parameters are named (:name, @name or $name; not ?), and that its
 // result columns have distinct names. An error wraps ErrQueryRefused, or
 // is SQLite's own (a syntax error). When the statement names a table or
@@ -149,6 +151,12 @@ func (s *Store) readOnlyColumns(ctx context.Context, text string) ([]string, err
 	defer conn.Close()
 	var denied string
 	var cols []string
+	// asked is the first operation SQLite asked leave for: a SELECT (or
+	// VALUES) asks leave to select before it looks up any table, while an
+	// INSERT, UPDATE or DELETE looks its table up first, and when that is
+	// not there asks nothing at all.
+	var asked sqlite.AuthorizerActionCode
+	seen := false
 	err = conn.Raw(func(dc any) error {
 		r, ok := dc.(sqlite.AuthorizerRegisterer)
 		ci, ok2 := dc.(interface {
@@ -158,6 +166,9 @@ func (s *Store) readOnlyColumns(ctx context.Context, text string) ([]string, err
 			return errors.New("the SQLite driver has no authorizer")
 		}
 		if err := r.RegisterAuthorizer(func(a sqlite.AuthorizerActionCode, arg1, arg2, _, _ string) sqlite.AuthorizerReturnCode {
+			if !seen {
+				asked, seen = a, true
+			}
 			if why := notReadOnly(a, arg1, arg2); why != "" {
 				denied = why
 				return sqlite.AuthorizerDeny
@@ -180,6 +191,15 @@ func (s *Store) readOnlyColumns(ctx context.Context, text string) ([]string, err
 	switch {
 	case denied != "":
 		return nil, fmt.Errorf("%w: %s: a query may only read", ErrQueryRefused, denied)
+	case (!seen || asked != sqlite.AuthSelect) && (err == nil || !syntaxError(err)):
+		// What it does is not a SELECT, whether the tables it names
+		// exist or not. (A statement SQLite cannot parse asks nothing
+		// either: its own error says why.)
+		why := "it compiles"
+		if err != nil {
+			why = sqliteText(err)
+		}
+		return nil, fmt.Errorf("%w: SQLite does not compile it as a SELECT (%s): a query may only read", ErrQueryRefused, why)
 	case err != nil && missingObject(err):
 		return nil, fmt.Errorf("%w (%v)", ErrQueryNotReady, sqliteText(err))
 	case err != nil:
@@ -225,6 +245,14 @@ func notReadOnly(a sqlite.AuthorizerActionCode, arg1, arg2 string) string {
 func missingObject(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "no such table") || strings.Contains(msg, "no such column")
+}
+
+// syntaxError reports whether err is SQLite failing to parse a
+// statement, before it compiles any of it.
+func syntaxError(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "syntax error") || strings.Contains(msg, "incomplete input") ||
+		strings.Contains(msg, "unrecognized token")
 }
 
 // sqliteText is err's message without the driver's prefix and code.
@@ -359,6 +387,11 @@ func (q *Query) run(ctx context.Context, s *Store, args []driver.NamedValue, lim
 			if err != nil {
 				return err
 			}
+			stop, err := interruptOnEnd(ctx, dc)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return readRows(ctx, st, args, names, lim, &res)
 		})
 		return res, err

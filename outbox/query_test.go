@@ -189,22 +189,27 @@ func TestStore_PrepareQuery(t *testing.T) {
 	t.Run("Refused", func(t *testing.T) {
 		for text, want := range map[string]string{
 			`INSERT INTO ledger_balances VALUES ('l', 'x', 1, 1)`: "starts with INSERT",
-			`DELETE FROM outbox`:                                                  "starts with DELETE",
-			`WITH x AS (SELECT 1) DELETE FROM dead_letters`:                       "writes dead_letters",
-			`WITH x AS (SELECT 1) INSERT INTO ledger_balances SELECT 'l','a',1,1`: "writes ledger_balances",
-			`PRAGMA writable_schema = 1`:                                          "starts with PRAGMA",
-			`SELECT 1 AS a; DELETE FROM outbox`:                                   "more than one statement",
-			`SELECT 1 AS a; SELECT 2 AS b`:                                        "more than one statement",
-			`SELECT balance FROM ledger_balances WHERE account = ?`:               "positional parameter",
-			`SELECT :1 AS a`:                                                      "a name starts with a letter",
-			`ATTACH 'x.db' AS x`:                                                  "starts with ATTACH",
-			`SELECT load_extension('x') AS a`:                                     "load_extension",
-			`SELECT account, account FROM ledger_balances`:                        `two result columns are named "account"`,
-			`SELECT 'unterminated`:                                                "unterminated '",
-			``:                                                                    "no statement",
-			`-- only a comment`:                                                   "no statement",
-			`SELEC 1`:                                                             "starts with SELEC",
-			`SELECT 1 AS a FROM`:                                                  "incomplete input",
+			`DELETE FROM outbox`:                                                                      "starts with DELETE",
+			`WITH x AS (SELECT 1) DELETE FROM dead_letters`:                                           "WITH ... DELETE: a query is a SELECT",
+			`WITH x AS (SELECT 1) INSERT INTO ledger_balances SELECT 'l','a',1,1`:                     "WITH ... INSERT: a query is a SELECT",
+			`WITH x AS (SELECT 1) DELETE FROM balances`:                                               "WITH ... DELETE: a query is a SELECT",
+			`WITH x AS (SELECT 1) UPDATE nothing SET a = 1`:                                           "WITH ... UPDATE: a query is a SELECT",
+			`WITH x AS (SELECT 1) REPLACE INTO nothing VALUES (1)`:                                    "WITH ... REPLACE: a query is a SELECT",
+			`WITH "select" AS (SELECT 1), y(a) AS MATERIALIZED (SELECT 2) /* SELECT */ DELETE FROM t`: "WITH ... DELETE",
+			`with recursive replace(a) as (select 1) insert into t select a from replace`:             "WITH ... INSERT",
+			`PRAGMA writable_schema = 1`:                                                              "starts with PRAGMA",
+			`SELECT 1 AS a; DELETE FROM outbox`:                                                       "more than one statement",
+			`SELECT 1 AS a; SELECT 2 AS b`:                                                            "more than one statement",
+			`SELECT balance FROM ledger_balances WHERE account = ?`:                                   "positional parameter",
+			`SELECT :1 AS a`:                               "a name starts with a letter",
+			`ATTACH 'x.db' AS x`:                           "starts with ATTACH",
+			`SELECT load_extension('x') AS a`:              "load_extension",
+			`SELECT account, account FROM ledger_balances`: `two result columns are named "account"`,
+			`SELECT 'unterminated`:                         "unterminated '",
+			``:                                             "no statement",
+			`-- only a comment`:                            "no statement",
+			`SELEC 1`:                                      "starts with SELEC",
+			`SELECT 1 AS a FROM`:                           "incomplete input",
 			`SELECT account FROM ledger_balances WHERE feed IN (SELECT feed FROM x)`: "no such table: x",
 		} {
 			q, err := s.PrepareQuery(ctx, "q", text)
@@ -244,18 +249,34 @@ func TestStore_PrepareQuery(t *testing.T) {
 		}
 	})
 
-	t.Run("NotReadyThenRefused", func(t *testing.T) {
-		q, err := s.PrepareQuery(ctx, "sneaky", `WITH x AS (SELECT 1) DELETE FROM sneaky`)
-		if !errors.Is(err, outbox.ErrQueryNotReady) {
-			t.Fatalf("prepare: %v", err)
-		}
+	// A write is refused by what it does, whether the table it names
+	// exists yet or not, with the same words before and after.
+	t.Run("RefusedWhateverTheTables", func(t *testing.T) {
+		const text = `WITH x AS (SELECT 1) DELETE FROM sneaky`
+		_, before := s.PrepareQuery(ctx, "sneaky", text)
 		commit(t, s, `CREATE TABLE sneaky (a)`, `INSERT INTO sneaky VALUES (1)`)
-		if _, err := s.Query(ctx, q, nil, outbox.DefaultQueryLimits()); !errors.Is(err, outbox.ErrQueryRefused) {
-			t.Fatalf("run: %v, want ErrQueryRefused", err)
+		_, after := s.PrepareQuery(ctx, "sneaky", text)
+		want := "query sneaky: refused: WITH ... DELETE: a query is a SELECT, VALUES or WITH ... SELECT"
+		if !errors.Is(before, outbox.ErrQueryRefused) || before.Error() != want || after == nil || after.Error() != want {
+			t.Fatalf("before the table: %v; after: %v; want %q", before, after, want)
 		}
 		var n int
 		if err := outbox.ReadPoolOf(s).Get(&n, `SELECT count(*) FROM sneaky`); err != nil || n != 1 {
 			t.Fatalf("sneaky holds %d rows (%v), want 1", n, err)
+		}
+	})
+
+	t.Run("WithSelect", func(t *testing.T) {
+		for text, want := range map[string]string{
+			`WITH replace AS (SELECT 1 AS a) SELECT a FROM replace`:                                                 `{"a":1}`,
+			`WITH x(a) AS MATERIALIZED (SELECT 2), "delete" AS (SELECT 3) SELECT a FROM x`:                          `{"a":2}`,
+			`WITH x AS (SELECT 1 AS a) VALUES ((SELECT a FROM x))`:                                                  `{"column1":1}`,
+			`WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3) SELECT sum(x) AS s FROM c`: `{"s":6}`,
+		} {
+			res, err := s.Query(ctx, prepare(t, s, text), nil, outbox.DefaultQueryLimits())
+			if err != nil || rowsText(res) != want+" truncated=" {
+				t.Errorf("%q: %s, %v; want %s", text, rowsText(res), err, want)
+			}
 		}
 	})
 }
@@ -449,3 +470,102 @@ func TestStore_QueryConns(t *testing.T) {
 		}
 	})
 }
+
+// runaway is a query whose first row is quick and whose second never
+// comes: x < :n compares an integer with text (the parameter is bound as
+// text), which holds for every x, so the recursion never ends while the
+// outer WHERE finds nothing past x = 1.
+const runaway = `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < :n)
+SELECT x FROM c WHERE x = 1 OR x = 0`
+
+// queryWithin runs q and fails the test when it has not returned within
+// d: a statement that is never interrupted would hold the test for ever.
+func queryWithin(t *testing.T, d time.Duration, ctx context.Context, s *outbox.Store, q *outbox.Query,
+	params map[string][]string, lim outbox.QueryLimits) (outbox.QueryResult, error, time.Duration) {
+	t.Helper()
+	type answer struct {
+		res outbox.QueryResult
+		err error
+	}
+	start := time.Now()
+	done := make(chan answer, 1)
+	go func() {
+		res, err := s.Query(ctx, q, params, lim)
+		done <- answer{res, err}
+	}()
+	select {
+	case a := <-done:
+		return a.res, a.err, time.Since(start)
+	case <-time.After(d):
+		t.Fatalf("the query still runs after %v", d)
+		return outbox.QueryResult{}, nil, 0
+	}
+}
+
+// TestStore_QueryRunawayLaterRow: the time limit binds every row, not
+// only the first: a statement whose later row never comes is interrupted
+// at its limit, as is one whose caller's context ends (its client gone);
+// every query connection then answers at once, QueryConns at a time.
+func TestStore_QueryRunawayLaterRow(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t)
+	q := prepare(t, s, runaway)
+	one := prepare(t, s, `SELECT 1 AS one`)
+	n := map[string][]string{"n": {"5"}}
+
+	t.Run("TimeLimit", func(t *testing.T) {
+		lim := outbox.DefaultQueryLimits()
+		lim.Timeout = 200 * time.Millisecond
+		var wg sync.WaitGroup
+		errs := make(chan error, QueryConns)
+		for range QueryConns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err, took := queryWithin(t, 30*time.Second, ctx, s, q, n, lim)
+				if !errors.Is(err, outbox.ErrQueryTimeout) {
+					err = fmt.Errorf("after %v: %v, want ErrQueryTimeout", took, err)
+				} else {
+					err = nil
+				}
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("ContextEnds", func(t *testing.T) {
+		lim := outbox.DefaultQueryLimits()
+		lim.Timeout = time.Hour
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(200*time.Millisecond, cancel)
+		_, err, took := queryWithin(t, 30*time.Second, cctx, s, q, n, lim)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("after %v: %v, want context.Canceled", took, err)
+		}
+	})
+
+	// Every connection is free and sound again: QueryConns quick queries
+	// at once each answer.
+	var wg sync.WaitGroup
+	for range 2 * QueryConns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err, _ := queryWithin(t, 30*time.Second, ctx, s, one, nil, outbox.DefaultQueryLimits())
+			if err != nil || rowsText(res) != `{"one":1} truncated=` {
+				t.Errorf("after the runaways: %s, %v", rowsText(res), err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// QueryConns is outbox.QueryConns, short.
+const QueryConns = outbox.QueryConns

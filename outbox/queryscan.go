@@ -9,12 +9,19 @@ import (
 
 // scanQuery reads text as SQLite's tokenizer would, as far as a query's
 // check needs: it must be one statement (a ';' may only end it), start
-// with SELECT, VALUES or WITH, and name its parameters (:name, @name,
-// $name; a '?' is refused, since HTTP parameters are named). It returns
-// the parameters' names, in the order they first appear.
+// with SELECT, VALUES or WITH (and then its main statement, the first
+// verb outside the common table expressions' parentheses, must be SELECT
+// or VALUES: WITH x AS (...) DELETE ... writes), and name its parameters
+// (:name, @name, $name; a '?' is refused, since HTTP parameters are
+// named). It returns the parameters' names, in the order they first
+// appear.
 func scanQuery(text string) ([]string, error) {
 	var params []string
 	first, ended := "", false
+	// After WITH: the parentheses' depth, the main verb once seen, and
+	// whether the last word was REPLACE (a verb only before INTO: it may
+	// also name a common table expression).
+	depth, verb, replace := 0, "", false
 	for i := 0; i < len(text); {
 		c := text[i]
 		n, err := skipToken(text[i:])
@@ -52,19 +59,40 @@ func scanQuery(text string) ([]string, error) {
 			for j < len(text) && (isNameChar(text[j]) || text[j] == '$') { // a$b is one name
 				j++
 			}
+			word := strings.ToUpper(text[i:j])
 			if first == "" {
-				first = strings.ToUpper(text[i:j])
+				first = word
+			} else if first == "WITH" && depth == 0 && verb == "" {
+				switch {
+				case replace && word == "INTO":
+					verb = "REPLACE"
+				case word == "SELECT" || word == "VALUES" || word == "INSERT" || word == "UPDATE" || word == "DELETE":
+					verb = word
+				}
+				replace = word == "REPLACE"
 			}
 			i = j
 		default:
 			if first == "" {
 				first = string(c)
 			}
+			switch c {
+			case '(':
+				depth++
+			case ')':
+				depth--
+			}
+			replace = false
 			i++
 		}
 	}
 	switch first {
-	case "SELECT", "VALUES", "WITH":
+	case "WITH":
+		if verb != "" && verb != "SELECT" && verb != "VALUES" {
+			return nil, fmt.Errorf("WITH ... %s: a query is a SELECT, VALUES or WITH ... SELECT", verb)
+		}
+		return params, nil
+	case "SELECT", "VALUES":
 		return params, nil
 	case "":
 		return nil, errors.New("no statement")

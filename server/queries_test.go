@@ -48,7 +48,8 @@ func TestMain_Queries(t *testing.T) {
 func TestCommand_QueryErrors(t *testing.T) {
 	for _, tc := range []struct{ name, query, want string }{
 		{"Write", `DELETE FROM outbox`, "queries.q: refused: starts with DELETE"},
-		{"WriteInWith", `WITH x AS (SELECT 1) DELETE FROM dead_letters`, "queries.q: refused: writes dead_letters: a query may only read"},
+		{"WriteInWith", `WITH x AS (SELECT 1) DELETE FROM dead_letters`, "queries.q: refused: WITH ... DELETE: a query is a SELECT, VALUES or WITH ... SELECT"},
+		{"WriteInWithNoTable", `WITH x AS (SELECT 1) DELETE FROM balances`, "queries.q: refused: WITH ... DELETE: a query is a SELECT, VALUES or WITH ... SELECT"},
 		{"Positional", `SELECT balance FROM ledger_balances WHERE account = ?`, "queries.q: refused: a positional parameter"},
 		{"Two", `SELECT 1 AS a; SELECT 2 AS b`, "queries.q: refused: more than one statement"},
 		{"Syntax", `SELECT balance FROM ledger_balances WHERE`, "queries.q: incomplete input"},
@@ -68,7 +69,7 @@ func TestCommand_QueryErrors(t *testing.T) {
 			if code != ExitConfig || len(lines) != 1 || !strings.HasPrefix(lines[0], "server: "+tc.want) {
 				t.Fatalf("exit %d, stderr %q; want exit 2 and one line starting %q", code, errOut.String(), "server: "+tc.want)
 			}
-			if tc.name == "Syntax" || tc.name == "SameName" || tc.name == "WriteInWith" {
+			if tc.name == "Syntax" || tc.name == "SameName" {
 				return // found by SQLite, on the opened database: not claimed
 			}
 			if _, err := os.Stat(db); !os.IsNotExist(err) {

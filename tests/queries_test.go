@@ -135,22 +135,41 @@ func querySnapshot(t *testing.T, api string) (snapshot, bool) {
 }
 
 // TestQueries_BadConfiguration: a query that writes is refused at start,
-// one line and exit code 2, before the database is touched.
+// one line and exit code 2, before the database is touched, whether it
+// starts with its verb or hides it after WITH, and whether the table it
+// writes exists yet or not (balances does not); the same database then
+// starts with the query put right.
 func TestQueries_BadConfiguration(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "outboxd.yaml")
-	if err := os.WriteFile(cfg, []byte("queries:\n  wipe: DELETE FROM outbox\n"), 0o644); err != nil {
+	db := filepath.Join(dir, "outboxd.db")
+	for query, want := range map[string]string{
+		"DELETE FROM outbox":                        "server: queries.wipe: refused: starts with DELETE: a query is a SELECT, VALUES or WITH ... SELECT (see server -h)\n",
+		"WITH x AS (SELECT 1) DELETE FROM balances": "server: queries.wipe: refused: WITH ... DELETE: a query is a SELECT, VALUES or WITH ... SELECT (see server -h)\n",
+	} {
+		if err := os.WriteFile(cfg, []byte("queries:\n  wipe: "+query+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(serverBin, "--config", cfg, "--db", db, "--relay", "none")
+		out, _ := cmd.CombinedOutput()
+		if cmd.ProcessState.ExitCode() != 2 || string(out) != want {
+			t.Fatalf("%s: exit %d, %q; want 2, %q", query, cmd.ProcessState.ExitCode(), out, want)
+		}
+		if _, err := os.Stat(db); !os.IsNotExist(err) {
+			t.Fatalf("%s: the refused start made %s (%v)", query, db, err)
+		}
+	}
+	if err := os.WriteFile(cfg, []byte("queries:\n  wipe: SELECT count(*) AS n FROM outbox\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	db := filepath.Join(dir, "outboxd.db")
-	cmd := exec.Command(serverBin, "--config", cfg, "--db", db, "--relay", "none")
-	out, _ := cmd.CombinedOutput()
-	want := "server: queries.wipe: refused: starts with DELETE: a query is a SELECT, VALUES or WITH ... SELECT (see server -h)\n"
-	if cmd.ProcessState.ExitCode() != 2 || string(out) != want {
-		t.Fatalf("exit %d, %q; want 2, %q", cmd.ProcessState.ExitCode(), out, want)
+	api := "127.0.0.1:" + freePort(t)
+	p := start(t, nil, "--config", cfg, "--db", db, "--relay", "none", "--http", api)
+	wait(t, 30*time.Second, func() error { return httpOK("http://" + api + "/readyz") })
+	if code, body := httpGet(t, "http://"+api+"/queries/wipe"); code != 200 || body != `{"query":"wipe","columns":["n"],"rows":[{"n":0}]}`+"\n" {
+		t.Fatalf("the query put right: %d %s", code, body)
 	}
-	if _, err := os.Stat(db); !os.IsNotExist(err) {
-		t.Fatalf("the refused start made %s (%v)", db, err)
+	if code := p.stop(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
 	}
 }
 
@@ -206,5 +225,133 @@ func TestQueries_TimeoutsKeepServing(t *testing.T) {
 	}
 	if code := p.stop(t, 30*time.Second); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+}
+
+// cpuSeconds is the process's user and system CPU time so far.
+func cpuSeconds(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fields after the command's name (which may hold spaces) in
+	// parentheses; utime and stime are the 14th and 15th of the line.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	var utime, stime float64
+	fmt.Sscan(f[11], &utime)
+	fmt.Sscan(f[12], &stime)
+	return (utime + stime) / 100 // clock ticks: 100 a second on Linux
+}
+
+// TestQueries_RunawayLaterRow runs, against the server binary, queries
+// whose first row is quick and whose second never comes (x < :n compares
+// an integer with text: always true), as many as run at once: under the
+// time limit each answers 504; with a long limit, clients that disconnect
+// end theirs. After each round a quick query answers 200 (not 503 busy),
+// /readyz is 200 with no query running, and the server burns no CPU
+// (a statement left running would take a core).
+func TestQueries_RunawayLaterRow(t *testing.T) {
+	const runaway = `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < :n) SELECT x FROM c WHERE x = 1 OR x = 0`
+	for _, tc := range []struct {
+		name, timeout string
+		leave         bool
+	}{{"TimeLimit", "300ms", false}, {"ClientsLeave", "1h", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := filepath.Join(dir, "outboxd.yaml")
+			yaml := "queries:\n  runaway: \"" + runaway + "\"\n  one: \"SELECT 1 AS one\"\n"
+			if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			api := "127.0.0.1:" + freePort(t)
+			p := start(t, nil, "--config", cfg, "--db", filepath.Join(dir, "outboxd.db"), "--http", api, "--relay", "none",
+				"--query-timeout", tc.timeout)
+			base := "http://" + api
+			wait(t, 30*time.Second, func() error { return httpOK(base + "/healthz") })
+			const atOnce = 3 // api.QueryConcurrency
+			for round := range 3 {
+				answers := make(chan string, atOnce)
+				for range atOnce {
+					go func() {
+						client := &http.Client{}
+						if tc.leave {
+							client.Timeout = 500 * time.Millisecond // the client gives up and disconnects
+						}
+						res, err := client.Get(base + "/queries/runaway?n=5")
+						if err != nil {
+							answers <- "gone"
+							return
+						}
+						defer res.Body.Close()
+						b, _ := io.ReadAll(res.Body)
+						answers <- fmt.Sprintf("%d %s", res.StatusCode, b)
+					}()
+				}
+				want := `504 {"error":{"code":"query_timeout","message":"query runaway: ran past its time limit (300ms)"}}` + "\n"
+				if tc.leave {
+					want = "gone"
+				}
+				for range atOnce {
+					select {
+					case got := <-answers:
+						if got != want {
+							t.Fatalf("round %d: %q, want %q", round, got, want)
+						}
+					case <-time.After(60 * time.Second):
+						t.Fatalf("round %d: a runaway query still runs after 60s", round)
+					}
+				}
+				// The quick query waits for a turn no longer than the limit:
+				// with every turn held for ever it would be 503 (or, under
+				// the 1h limit, no answer for an hour).
+				done := make(chan string, 1)
+				go func() {
+					res, err := http.Get(base + "/queries/one")
+					if err != nil {
+						done <- err.Error()
+						return
+					}
+					defer res.Body.Close()
+					b, _ := io.ReadAll(res.Body)
+					done <- fmt.Sprintf("%d %s", res.StatusCode, b)
+				}()
+				select {
+				case got := <-done:
+					if want := `200 {"query":"one","columns":["one"],"rows":[{"one":1}]}` + "\n"; got != want {
+						t.Fatalf("round %d: one: %q, want %q", round, got, want)
+					}
+				case <-time.After(60 * time.Second):
+					t.Fatalf("round %d: a quick query waits for a turn after 60s", round)
+				}
+				wait(t, 30*time.Second, func() error {
+					var rd struct {
+						Ready  bool
+						Checks []struct {
+							Name, Message string
+							OK            bool
+						}
+					}
+					if err := getJSON(base+"/readyz", &rd); err != nil || !rd.Ready {
+						return fmt.Errorf("/readyz: %+v, %v", rd, err)
+					}
+					for _, c := range rd.Checks {
+						if c.Name == "queries" && c.OK && c.Message == "0 of 3 running" {
+							return nil
+						}
+					}
+					return fmt.Errorf("/readyz: %+v, want queries ok and 0 of 3 running", rd.Checks)
+				})
+				// No statement is left stepping: the server is idle.
+				before := cpuSeconds(t, p.cmd.Process.Pid)
+				time.Sleep(time.Second) // a span to measure CPU over, not a wait for a condition
+				if used := cpuSeconds(t, p.cmd.Process.Pid) - before; used > 0.5 {
+					t.Fatalf("round %d: the server used %.2fs of CPU in the idle second after the queries ended", round, used)
+				}
+			}
+			if code := p.stop(t, 30*time.Second); code != 0 {
+				t.Fatalf("exit code %d after SIGTERM, want 0", code)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -108,6 +109,9 @@ func CommandSignals(args []string, stdout, stderr io.Writer, sigs <-chan os.Sign
 		logger.Warn(w)
 	}
 	warnUnknownEnv(logger, os.Environ())
+	if len(cfg.Feeds) == 0 {
+		logger.Warn("no feeds: the server runs and reads nothing; give one, e.g. " + noFeedExample())
+	}
 	sd.arm(logger, cfg.Grace)
 	TuneGC()
 	if limit := TuneMemory(len(cfg.Feeds)); limit > 0 {
@@ -193,6 +197,20 @@ func TuneMemory(feeds int) int64 {
 	debug.SetMemoryLimit(limit)
 	return limit
 }
+
+// noFeedExample is the command the no-feed warning suggests.
+func noFeedExample() string {
+	return programName + " --feed ledger=file:./ledger.csv --processor ledger=ledger (or a feeds: section in the file of --config)"
+}
+
+// programName is the program's own name, the base of os.Args[0], as help
+// and errors say it (a program built on package server has its own).
+var programName = func() string {
+	if len(os.Args) == 0 || os.Args[0] == "" {
+		return "outboxd"
+	}
+	return filepath.Base(os.Args[0])
+}()
 
 // badUsage prints err on one line and returns ExitConfig.
 func badUsage(stderr io.Writer, err error) int {

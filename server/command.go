@@ -88,6 +88,14 @@ func CommandSignals(args []string, stdout, stderr io.Writer, sigs <-chan os.Sign
 		case "version", "--version", "-version":
 			fmt.Fprintln(stdout, Version())
 			return 0
+		case "help":
+			usage(stdout)
+			return ExitOK
+		case "bench":
+			return badUsage(stderr, errors.New("bench: this program has no bench; the outboxd binary (cmd/server) does"))
+		}
+		if !strings.HasPrefix(args[0], "-") {
+			return badUsage(stderr, unknownCommand(args[0]))
 		}
 	}
 	cfg, err := ParseConfig(args, os.Getenv, opts...)
@@ -127,7 +135,7 @@ func exitCode(err error, logger *slog.Logger, stderr io.Writer) int {
 	case err == nil:
 		return ExitOK
 	case errors.As(err, &ce):
-		fmt.Fprintf(stderr, "server: %s\n", oneLine(ce.Error()))
+		fmt.Fprintf(stderr, "%s: %s\n", programName, oneLine(ce.Error()))
 		return ExitConfig
 	case errors.Is(err, outbox.ErrMoved):
 		logger.Error("the database file was deleted or replaced under the server: stopping; everything it committed "+
@@ -214,7 +222,7 @@ var programName = func() string {
 
 // badUsage prints err on one line and returns ExitConfig.
 func badUsage(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "server: %s (see server -h)\n", oneLine(err.Error()))
+	fmt.Fprintf(stderr, "%s: %s (see %s -h)\n", programName, oneLine(err.Error()), programName)
 	return ExitConfig
 }
 

@@ -409,7 +409,7 @@ func (l list) Set(s string) error {
 // the help, the README's table and `server config`. Back-quoted words in
 // the help name the flag's value.
 func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet {
-	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs := flag.NewFlagSet(programName, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	perFeedFlag := func(name, key, def, usage string) {
 		fs.Var(perFeed{cfg: c, flag: name, key: key, def: def, given: given}, name, usage)
@@ -627,37 +627,6 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string, src *origins) error 
 // envName is the environment variable of a flag.
 func envName(flagName string) string {
 	return "OUTBOXD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// usage prints every flag.
-func usage(w io.Writer) {
-	c := DefaultConfig()
-	var p string
-	fs := flagSet(&c, &p, &givenSettings{})
-	fs.SetOutput(w)
-	fmt.Fprintf(w, `outboxd: applies at-least-once feeds to state in SQLite exactly once, and
-publishes their outputs to Kafka exactly once.
-
-Usage:
-  server [flags]                      run the service
-  server consume --topic T [--from-beginning] [--until-end] [--format json]
-                                      print a topic's records (read_committed)
-  server produce --topic T [--key-field N | --json] < FILE
-                                      put a record per line on a topic
-  server config [flags]               print the effective configuration as YAML (for --config)
-  server status [--json]              a running server's health, feeds, relay and losses (its API: --url)
-  server dead-letters list|show|requeue|discard FEED ...   read and resolve dead letters (-h)
-  server losses list|ack FEED [--reason WHY]               a feed's losses; acknowledge them
-  server topics [describe TOPIC]      the Kafka topics, offsets and the lag of the groups reading them
-  server --version                    the build: module version, revision, Go
-  server bench [--lines N] [--json]   measure this machine: ingest, relay, latency (bench -h)
-
-Every flag can also be set as OUTBOXD_<NAME> (e.g. OUTBOXD_BATCH_MAX=500;
-repeatable flags take comma-separated values) or in the YAML file of --config.
-
-Flags:
-`)
-	fs.PrintDefaults()
 }
 
 // topics are the Kafka topics the feed named name writes: its outputs,

@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -49,3 +51,53 @@ func TestStart_NoFeed(t *testing.T) {
 		t.Fatalf("the no-feed warning comes after the start-up line:\n%s", log)
 	}
 }
+
+// TestCLI_OwnName: the binary's help and errors use the name it was run
+// under; bench's help is in the style of the others; a mistyped command
+// or flag is one line naming the closest one, exit code 2.
+func TestCLI_OwnName(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "outboxd")
+	if err := os.Symlink(serverBin, bin); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (int, string, string) {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd.Run()
+		return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"consme"}, `outboxd: unknown command "consme" (the closest is consume) (see outboxd -h)`},
+		{[]string{"--bach-max", "5"}, `outboxd: unknown flag --bach-max (the closest is --batch-max) (see outboxd -h)`},
+		{[]string{"consume", "--topik", "x"}, `outboxd consume: unknown flag --topik (the closest is --topic) (see outboxd consume -h)`},
+		{[]string{"bench", "--line", "3"}, `outboxd bench: unknown flag --line (the closest is --lines) (see outboxd bench -h)`},
+	} {
+		code, out, errOut := run(tc.args...)
+		if code != exitConfig || out != "" || errOut != tc.want+"\n" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+	code, out, _ := run("-h")
+	if code != 0 || !strings.Contains(out, "\n  outboxd consume --topic TOPIC") || !strings.Contains(out, "\n  Example: outboxd --feed ") {
+		t.Fatalf("-h: exit %d:\n%s", code, out)
+	}
+	code, out, _ = run("bench", "-h")
+	if code != 0 || !strings.HasPrefix(out, "Usage: outboxd bench [flags]\n") || !strings.Contains(out, "\n  --lines N\n") ||
+		!strings.Contains(out, "\nExamples:\n  outboxd bench") {
+		t.Fatalf("bench -h: exit %d:\n%s", code, out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if goPlaceholderRE.MatchString(l) {
+			t.Errorf("bench -h: flag line %q", l)
+		}
+	}
+}
+
+// goPlaceholderRE matches a help's flag line showing the flag package's
+// type name instead of a value's name.
+var goPlaceholderRE = regexp.MustCompile(`^\s+-?-\S+ (string|int|int64|uint|uint64|float|duration|value)$`)

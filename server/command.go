@@ -220,8 +220,16 @@ var programName = func() string {
 	return filepath.Base(os.Args[0])
 }()
 
-// badUsage prints err on one line and returns ExitConfig.
+// badUsage prints err on one line (each of ConfigErrors on one of its
+// own) and returns ExitConfig.
 func badUsage(stderr io.Writer, err error) int {
+	var ce ConfigErrors
+	if errors.As(err, &ce) {
+		for _, e := range ce[:len(ce)-1] {
+			fmt.Fprintf(stderr, "%s: %s\n", programName, oneLine(e.Error()))
+		}
+		err = ce[len(ce)-1]
+	}
 	fmt.Fprintf(stderr, "%s: %s (see %s -h)\n", programName, oneLine(err.Error()), programName)
 	return ExitConfig
 }

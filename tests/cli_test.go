@@ -101,3 +101,70 @@ func TestCLI_OwnName(t *testing.T) {
 // goPlaceholderRE matches a help's flag line showing the flag package's
 // type name instead of a value's name.
 var goPlaceholderRE = regexp.MustCompile(`^\s+-?-\S+ (string|int|int64|uint|uint64|float|duration|value)$`)
+
+// TestStart_LogLevels: a first start says at INFO that it runs and that it
+// claimed a database no server had, with no warning for a state query
+// whose table the processor creates as its feed starts; a shutdown says it
+// stopped; a second start claims the database from an older server.
+func TestStart_LogLevels(t *testing.T) {
+	dir := t.TempDir()
+	db, input := filepath.Join(dir, "data", "outboxd.db"), filepath.Join(dir, "ledger.csv")
+	writeFile(t, input, "acct-1,10\nacct-2,5\n")
+	conf := filepath.Join(dir, "outboxd.yaml")
+	// A SQL processor whose setup creates the table the query reads.
+	writeFile(t, conf, `processors:
+  balances:
+    kind: sql
+    input: csv
+    columns: [account, amount]
+    text: [account]
+    setup: |
+      CREATE TABLE IF NOT EXISTS balances (account TEXT PRIMARY KEY, balance INTEGER NOT NULL) STRICT;
+    apply: |
+      INSERT INTO balances VALUES (:account, :amount)
+        ON CONFLICT(account) DO UPDATE SET balance = balance + excluded.balance;
+queries:
+  balance: SELECT account, balance FROM balances WHERE account = :account
+`)
+	args := []string{"--config", conf, "--db", db, "--http", "127.0.0.1:0", "--dev-broker-addr", "127.0.0.1:0",
+		"--feed", "ledger=file:" + input, "--processor", "ledger=balances"}
+	run := func() string {
+		t.Helper()
+		p := start(t, nil, args...)
+		waitPosition(t, db, "ledger", int64(len("acct-1,10\nacct-2,5\n")))
+		if code := p.stop(t, 60*time.Second); code != 0 {
+			t.Fatalf("exit code %d", code)
+		}
+		return p.log.String()
+	}
+	log := run()
+	check := func(msg, level string) string {
+		t.Helper()
+		l := logLine(log, msg)
+		if l == "" || levelOf(l) != level {
+			t.Fatalf("no %s line %q in:\n%s", level, msg, log)
+		}
+		return l
+	}
+	check("outboxd running", "INFO")
+	check("database claimed: the first server on it", "INFO")
+	check("a state query reads a table its processor creates when its feed starts", "INFO")
+	if strings.Contains(log, "fenced") {
+		t.Fatalf("a first start speaks of fencing:\n%s", log)
+	}
+	for _, l := range strings.Split(log, "\n") {
+		if levelOf(l) == "WARN" && strings.Contains(l, "query") {
+			t.Fatalf("a first start warns of a state query: %s", l)
+		}
+	}
+	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
+	if last := lines[len(lines)-1]; logLine(last, "outboxd stopped") == "" || levelOf(last) != "INFO" {
+		t.Fatalf("the last line %q does not say at INFO that outboxd stopped", last)
+	}
+	log = run()
+	check("database claimed: an older server on it, if one still runs, is fenced at its next commit", "INFO")
+	if strings.Contains(log, "state query") {
+		t.Fatalf("a second start speaks of the state query, whose table exists:\n%s", log)
+	}
+	check("outboxd stopped", "INFO")
+}

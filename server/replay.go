@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/forward"
@@ -164,6 +165,8 @@ func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*repl
 	if err != nil {
 		return nil, err
 	}
+	_, serr := os.Stat(out)
+	existed := o.DB != "" && serr == nil
 	defer cleanup()
 	rep.Database = out
 	store, restored, err := recording.OpenTarget(ctx, set, out, o.From)
@@ -174,6 +177,9 @@ func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*repl
 	rep.Restored = restored
 	rep.Replay, err = recording.Replay(ctx, recording.ReplayConfig{Set: set, Store: store, Processor: proc,
 		ProcessorName: rep.Processor.Name, Logger: logger, KeepPlaces: o.Diff != ""})
+	if err != nil && existed && errors.Is(err, recording.ErrBadSet) {
+		return nil, existingTarget(ctx, store, set, out, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -185,6 +191,29 @@ func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*repl
 		return nil, err
 	}
 	return rep, nil
+}
+
+// existingTarget is the error of a replay into a database --db that
+// exists already, standing where the recordings do not start (err): most
+// often a replay of the same recordings, made before.
+func existingTarget(ctx context.Context, store *outbox.Store, set *recording.Set, out string, err error) error {
+	cps, rerr := store.ReadPositions(ctx, set.Header().Feed)
+	if rerr != nil {
+		return err
+	}
+	at := make([]string, len(cps))
+	atEnd := len(cps) == len(set.End())
+	for i, cp := range cps {
+		at[i] = fmt.Sprintf("partition %d at %d", cp.Partition, cp.Position)
+		end, ok := set.End()[cp.Partition]
+		atEnd = atEnd && ok && end.Epoch == cp.Epoch && end.Position == cp.Position
+	}
+	where := fmt.Sprintf("standing at %s, where these recordings do not start", strings.Join(at, ", "))
+	if atEnd {
+		where = fmt.Sprintf("a replay that stands at the end of these recordings (%s: %s)", set.Header().Feed, strings.Join(at, ", "))
+	}
+	return fmt.Errorf("--db %s exists already, %s: give --db a path that does not exist (or remove %s) to replay them again, "+
+		"or name only the recordings after it to go on from it", out, where, out)
 }
 
 func (rep *replayReport) diff(ctx context.Context, store *outbox.Store, feed, path string) error {

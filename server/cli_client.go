@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -25,7 +24,7 @@ import (
 const EnvToken = "OUTBOXD_TOKEN"
 
 // cliName is the program's name, for the API commands' messages.
-func cliName() string { return filepath.Base(os.Args[0]) }
+func cliName() string { return programName }
 
 // apiFlags are the flags every API command takes.
 type apiFlags struct {
@@ -62,9 +61,8 @@ func parseAPICommand(fs *flag.FlagSet, args []string, synopsis string, want []st
 	for {
 		err := fs.Parse(args)
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fmt.Fprintf(stdout, "Usage: %s %s\n", cliName(), synopsis)
-			fs.PrintDefaults()
+			name, _, _ := strings.Cut(fs.Name(), " ")
+			helpOf(stdout, name, synopsis, fs)
 			return nil, ExitOK, true
 		}
 		if err != nil {

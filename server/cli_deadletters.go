@@ -31,7 +31,7 @@ const deadLettersSynopsis = `dead-letters list FEED [--reason R] [--open] [--lim
 func deadLettersCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			fmt.Fprintf(stdout, "Usage: %s %s\n", cliName(), deadLettersSynopsis)
+			helpOf(stdout, "dead-letters", deadLettersSynopsis, apiFlagSet())
 			return ExitOK
 		}
 		return apiUsage(stderr, "dead-letters", fmt.Errorf("want list, show, requeue or discard (see %s dead-letters -h)", cliName()))
@@ -62,7 +62,7 @@ func deadLettersCommand(ctx context.Context, args []string, stdout, stderr io.Wr
 		fs.StringVar(&o.note, "note", "", "why (required; recorded with the dead letter)")
 		optional = 1
 	default:
-		return apiUsage(stderr, "dead-letters", fmt.Errorf("%q: want list, show, requeue or discard", sub))
+		return apiUsage(stderr, "dead-letters", fmt.Errorf("%q: want list, show, requeue or discard%s", sub, closestOf(sub, "list", "show", "requeue", "discard")))
 	}
 	pos, code, done := parseAPICommand(fs, args, deadLettersSynopsis, want, optional, stdout, stderr)
 	if done {

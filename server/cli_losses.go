@@ -20,21 +20,21 @@ const lossesSynopsis = `losses list FEED
 func lossesCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			fmt.Fprintf(stdout, "Usage: %s %s\n", cliName(), lossesSynopsis)
+			helpOf(stdout, "losses", lossesSynopsis, apiFlagSet())
 			return ExitOK
 		}
 		return apiUsage(stderr, "losses", fmt.Errorf("want list or ack (see %s losses -h)", cliName()))
 	}
 	sub, args := args[0], args[1:]
 	if sub != "list" && sub != "ack" {
-		return apiUsage(stderr, "losses", fmt.Errorf("%q: want list or ack", sub))
+		return apiUsage(stderr, "losses", fmt.Errorf("%q: want list or ack%s", sub, closestOf(sub, "list", "ack")))
 	}
 	fs := flag.NewFlagSet("losses "+sub, flag.ContinueOnError)
 	var af apiFlags
 	af.register(fs, true)
 	reason := ""
 	if sub == "ack" {
-		fs.StringVar(&reason, "reason", "", "why the losses are acknowledged (required; recorded with them)")
+		fs.StringVar(&reason, "reason", "", "why (`WHY`) the losses are acknowledged (required; recorded with them)")
 	}
 	pos, code, done := parseAPICommand(fs, args, lossesSynopsis, []string{"FEED"}, 0, stdout, stderr)
 	if done {

@@ -18,7 +18,7 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	var af apiFlags
 	af.register(fs, true)
-	if _, code, done := parseAPICommand(fs, args, "status [--json] [--url URL] [--token T]", nil, 0, stdout, stderr); done {
+	if _, code, done := parseAPICommand(fs, args, "status [--json] [--url URL] [--token TOKEN]", nil, 0, stdout, stderr); done {
 		return code
 	}
 	c, err := af.client(os.Getenv)

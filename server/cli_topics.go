@@ -31,7 +31,7 @@ func topicsCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		sub, args = args[0], args[1:]
 	}
 	if sub != "list" && sub != "describe" {
-		return apiUsage(stderr, "topics", fmt.Errorf("%q: want list or describe", sub))
+		return apiUsage(stderr, "topics", fmt.Errorf("%q: want list or describe%s", sub, closestOf(sub, "list", "describe")))
 	}
 	fs := flag.NewFlagSet("topics "+sub, flag.ContinueOnError)
 	var af apiFlags

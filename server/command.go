@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -87,6 +88,14 @@ func CommandSignals(args []string, stdout, stderr io.Writer, sigs <-chan os.Sign
 		case "version", "--version", "-version":
 			fmt.Fprintln(stdout, Version())
 			return 0
+		case "help":
+			usage(stdout)
+			return ExitOK
+		case "bench":
+			return badUsage(stderr, errors.New("bench: this program has no bench; the outboxd binary (cmd/server) does"))
+		}
+		if !strings.HasPrefix(args[0], "-") {
+			return badUsage(stderr, unknownCommand(args[0]))
 		}
 	}
 	cfg, err := ParseConfig(args, os.Getenv, opts...)
@@ -108,6 +117,9 @@ func CommandSignals(args []string, stdout, stderr io.Writer, sigs <-chan os.Sign
 		logger.Warn(w)
 	}
 	warnUnknownEnv(logger, os.Environ())
+	if len(cfg.Feeds) == 0 {
+		logger.Warn("no feeds: the server runs and reads nothing; give one, e.g. " + noFeedExample())
+	}
 	sd.arm(logger, cfg.Grace)
 	TuneGC()
 	if limit := TuneMemory(len(cfg.Feeds)); limit > 0 {
@@ -123,7 +135,7 @@ func exitCode(err error, logger *slog.Logger, stderr io.Writer) int {
 	case err == nil:
 		return ExitOK
 	case errors.As(err, &ce):
-		fmt.Fprintf(stderr, "server: %s\n", oneLine(ce.Error()))
+		fmt.Fprintf(stderr, "%s: %s\n", programName, oneLine(ce.Error()))
 		return ExitConfig
 	case errors.Is(err, outbox.ErrMoved):
 		logger.Error("the database file was deleted or replaced under the server: stopping; everything it committed "+
@@ -194,9 +206,31 @@ func TuneMemory(feeds int) int64 {
 	return limit
 }
 
-// badUsage prints err on one line and returns ExitConfig.
+// noFeedExample is the command the no-feed warning suggests.
+func noFeedExample() string {
+	return programName + " --feed ledger=file:./ledger.csv --processor ledger=ledger (or a feeds: section in the file of --config)"
+}
+
+// programName is the program's own name, the base of os.Args[0], as help
+// and errors say it (a program built on package server has its own).
+var programName = func() string {
+	if len(os.Args) == 0 || os.Args[0] == "" {
+		return "outboxd"
+	}
+	return filepath.Base(os.Args[0])
+}()
+
+// badUsage prints err on one line (each of ConfigErrors on one of its
+// own) and returns ExitConfig.
 func badUsage(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "server: %s (see server -h)\n", oneLine(err.Error()))
+	var ce ConfigErrors
+	if errors.As(err, &ce) {
+		for _, e := range ce[:len(ce)-1] {
+			fmt.Fprintf(stderr, "%s: %s\n", programName, oneLine(e.Error()))
+		}
+		err = ce[len(ce)-1]
+	}
+	fmt.Fprintf(stderr, "%s: %s (see %s -h)\n", programName, oneLine(err.Error()), programName)
 	return ExitConfig
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -199,62 +200,164 @@ func (c *Config) fillDefaults() {
 	}
 }
 
-// Validate reports the first invalid setting, naming it as a flag.
+// Validate reports every invalid setting (ConfigErrors when more than
+// one), naming each as a flag, and, for a value set in the --config
+// file, its line there.
 func (c *Config) Validate() error {
+	var errs []error
+	add := func(err error) {
+		var ce ConfigErrors
+		switch {
+		case errors.As(err, &ce):
+			errs = append(errs, ce...) // located already
+		case err != nil:
+			errs = append(errs, c.located(err))
+		}
+	}
 	if c.DB == "" {
-		return errors.New("--db: a path is required")
+		add(errors.New("--db: a path is required"))
 	}
 	if c.Synchronous != outbox.SyncFull && c.Synchronous != outbox.SyncNormal {
-		return fmt.Errorf("--synchronous: %q is not one of full, normal", c.Synchronous)
+		add(fmt.Errorf("--synchronous: %q is not one of full, normal", c.Synchronous))
 	}
 	if c.BatchMax < 1 {
-		return fmt.Errorf("--batch-max: %d, want at least 1", c.BatchMax)
+		add(fmt.Errorf("--batch-max: %d, want at least 1", c.BatchMax))
 	}
 	if c.BatchBytes < 1 {
-		return fmt.Errorf("--batch-bytes: %d, want at least 1", c.BatchBytes)
+		add(fmt.Errorf("--batch-bytes: %d, want at least 1", c.BatchBytes))
 	}
 	if c.BatchWait < 0 {
-		return fmt.Errorf("--batch-wait: %v is negative", c.BatchWait)
+		add(fmt.Errorf("--batch-wait: %v is negative", c.BatchWait))
 	}
 	if c.MaxLine < 1 {
-		return fmt.Errorf("--max-line: %d, want at least 1", c.MaxLine)
+		add(fmt.Errorf("--max-line: %d, want at least 1", c.MaxLine))
 	}
 	if c.MaxMessageBytes < outbox.MinMessageBytes || c.MaxMessageBytes > relay.MaxMessageBytesLimit {
-		return fmt.Errorf("--max-message-bytes: %d, want %d to %d", c.MaxMessageBytes, outbox.MinMessageBytes, relay.MaxMessageBytesLimit)
+		add(fmt.Errorf("--max-message-bytes: %d, want %d to %d", c.MaxMessageBytes, outbox.MinMessageBytes, relay.MaxMessageBytesLimit))
 	}
 	if c.Grace <= orders.DefaultWorkDeadline {
-		return fmt.Errorf("--shutdown-grace: %v, want more than a record's work deadline (%v), so a shutdown never cuts one in half",
-			c.Grace, orders.DefaultWorkDeadline)
+		add(fmt.Errorf("--shutdown-grace: %v, want more than a record's work deadline (%v), so a shutdown never cuts one in half",
+			c.Grace, orders.DefaultWorkDeadline))
 	}
 	if c.RetryDelay <= 0 || c.RetryAttempts < 1 {
-		return fmt.Errorf("--retry-delay %v, --retry-attempts %d: want a positive delay and at least 1 attempt", c.RetryDelay, c.RetryAttempts)
+		add(fmt.Errorf("--retry-delay %v, --retry-attempts %d: want a positive delay and at least 1 attempt", c.RetryDelay, c.RetryAttempts))
 	}
-	if err := checkAddr("--http", c.HTTP, true); err != nil {
-		return err
-	}
+	add(checkAddr("--http", c.HTTP, true))
 	for _, b := range c.Brokers {
 		if err := checkAddr("--brokers", b, false); err != nil {
-			return err
+			add(err)
+			break
 		}
 	}
-	if err := checkAddr("--dev-broker-addr", c.DevBroker.Addr, true); err != nil {
-		return err
-	}
-	if err := c.validateProcessors(); err != nil {
-		return err
-	}
+	add(checkAddr("--dev-broker-addr", c.DevBroker.Addr, true))
+	add(c.validateProcessors())
 	for _, name := range c.FeedNames() {
-		if err := c.Feeds[name].validate(name, c); err != nil {
-			return err
+		add(c.Feeds[name].validate(name, c))
+	}
+	add(c.validateProduction())
+	add(c.Query.validate())
+	add(c.Relay.Validate())
+	return joinConfigErrors(errs...)
+}
+
+// flagRE finds the flag a validation error names first: "--batch-max",
+// or a feed's "--processor NAME=" (or "feed NAME").
+var flagRE = regexp.MustCompile(`^(?:--([a-z-]+)(?: ([A-Za-z0-9._-]+)=)?|feed ([A-Za-z0-9._-]+)\b)`)
+
+// located adds to err, a validation error naming a flag, the file and
+// line of the --config value it is about, when the file set it.
+func (c *Config) located(err error) error {
+	m := flagRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return c.locatedSection(err)
+	}
+	key := ""
+	switch {
+	case m[3] != "": // feed NAME: the feed's entry
+		key = feedsKey + "." + m[3] + ".source"
+	case m[1] != "":
+		key = flagKey(m[1])
+		if m[2] != "" {
+			key = strings.Replace(key, nameHolder, m[2], 1)
 		}
 	}
-	if err := c.validateProduction(); err != nil {
+	path, line, ok := fileOrigin(c.Origin(key))
+	if !ok {
 		return err
 	}
-	if err := c.Query.validate(); err != nil {
+	if rest, ok := strings.CutPrefix(err.Error(), m[0]); ok && m[1] != "" {
+		if _, value, ok := strings.Cut(rest, ": "); ok || m[2] == "" {
+			if m[2] == "" {
+				value = strings.TrimPrefix(rest, ": ")
+			}
+			return &FileError{Path: path, Line: line, Key: key, Msg: value}
+		}
+	}
+	return &FileError{Path: path, Line: line, Msg: err.Error()}
+}
+
+// sectionRE finds the section entry a validation error names first
+// ("processors.balances: ...").
+var sectionRE = regexp.MustCompile(`^([a-zA-Z]+\.[A-Za-z0-9._-]+?): `)
+
+// fieldRE finds the field of a section a validation error names first
+// ("relay: mode: ...").
+var fieldRE = regexp.MustCompile(`^([a-zA-Z]+): ([a-zA-Z]+): `)
+
+// locatedSection adds to err, naming an entry of a section of the file,
+// the file and the first line the entry set.
+func (c *Config) locatedSection(err error) error {
+	if m := fieldRE.FindStringSubmatch(err.Error()); m != nil {
+		if p, l, ok := fileOrigin(c.Origin(m[1] + "." + m[2])); ok {
+			return &FileError{Path: p, Line: l, Key: m[1] + "." + m[2], Msg: strings.TrimPrefix(err.Error(), m[0])}
+		}
+	}
+	m := sectionRE.FindStringSubmatch(err.Error())
+	if m == nil {
 		return err
 	}
-	return c.Relay.Validate()
+	rest := strings.TrimPrefix(err.Error(), m[0])
+	field := rest[:len(rest)-len(strings.TrimLeft(rest, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"))]
+	if p, l, ok := fileOrigin(c.Origin(m[1] + "." + field)); ok && field != "" {
+		return &FileError{Path: p, Line: l, Msg: err.Error()} // the line of the field it is about
+	}
+	path, line := "", 0
+	for k, o := range c.origins {
+		if k != m[1] && !strings.HasPrefix(k, m[1]+".") {
+			continue
+		}
+		if p, l, ok := fileOrigin(o); ok && (line == 0 || l < line) {
+			path, line = p, l
+		}
+	}
+	if line == 0 {
+		return err
+	}
+	return &FileError{Path: path, Line: line, Msg: err.Error()}
+}
+
+// flagKey is the YAML key path the service's flag name sets ("" for none).
+func flagKey(name string) string {
+	c := DefaultConfig()
+	var p string
+	fs := flagSet(&c, &p, &givenSettings{})
+	if l := bindings(&c, fs)[name]; l != nil {
+		return l.key
+	}
+	return ""
+}
+
+// fileOrigin splits an origin "FILE:LINE" (Config.Origin).
+func fileOrigin(o string) (string, int, bool) {
+	i := strings.LastIndexByte(o, ':')
+	if i <= 0 {
+		return "", 0, false
+	}
+	line, err := strconv.Atoi(o[i+1:])
+	if err != nil || strings.HasPrefix(o, "--") || strings.HasPrefix(o, "OUTBOXD_") {
+		return "", 0, false
+	}
+	return o[:i], line, true
 }
 
 // checkAddr checks addr is HOST:PORT with a port number (0, for a
@@ -274,43 +377,47 @@ func checkAddr(flagName, addr string, zeroPort bool) error {
 	return nil
 }
 
+// validate reports every invalid setting of the feed (ConfigErrors when
+// more than one).
 func (f *FeedConfig) validate(name string, c *Config) error {
 	if !validName(name) {
 		return fmt.Errorf("feed %q: a name is letters, digits, '.', '_' and '-'", name)
 	}
+	var errs []error
+	add := func(err error) { errs = append(errs, c.located(err)) }
 	kind, target, ok := strings.Cut(f.Source, ":")
 	switch {
 	case f.Source == "":
-		return fmt.Errorf("feed %s: no source: give --feed %s=file:PATH or kafka:TOPIC", name, name)
+		add(fmt.Errorf("feed %s: no source: give --feed %s=file:PATH or kafka:TOPIC", name, name))
 	case !ok || target == "":
-		return fmt.Errorf("--feed %s=%s: want file:PATH or kafka:TOPIC", name, f.Source)
+		add(fmt.Errorf("--feed %s=%s: want file:PATH or kafka:TOPIC", name, f.Source))
 	case kind != "file" && kind != "kafka":
-		return fmt.Errorf("--feed %s=%s: unknown feed kind %q (want file or kafka)", name, f.Source, kind)
+		add(fmt.Errorf("--feed %s=%s: unknown feed kind %q (want file or kafka)", name, f.Source, kind))
 	case f.Processor == orders.Name && kind != "kafka":
-		return fmt.Errorf("--processor %s=orders: the orders processor reads a Kafka feed (--feed %s=kafka:TOPIC)", name, name)
+		add(fmt.Errorf("--processor %s=orders: the orders processor reads a Kafka feed (--feed %s=kafka:TOPIC)", name, name))
 	}
 	if !c.declaredProcessor(f.Processor) && c.processors().check(f.Processor) != nil {
-		return fmt.Errorf("--processor %s=%s: unknown processor %q (registered: %s)", name, f.Processor, f.Processor, c.processorNames())
+		add(fmt.Errorf("--processor %s=%s: unknown processor %q (registered: %s)", name, f.Processor, f.Processor, c.processorNames()))
 	}
 	switch f.OnFailure {
 	case ingest.OnFailureDeadLetter, ingest.OnFailureStop:
 	default:
-		return fmt.Errorf("--on-failure %s=%s: want dead-letter or stop", name, f.OnFailure)
+		add(fmt.Errorf("--on-failure %s=%s: want dead-letter or stop", name, f.OnFailure))
 	}
 	switch f.OnCompletionFailure {
 	case ingest.OnCompletionStop, ingest.OnCompletionSkip:
 	default:
-		return fmt.Errorf("--on-completion-failure %s=%s: want stop or skip", name, f.OnCompletionFailure)
+		add(fmt.Errorf("--on-completion-failure %s=%s: want stop or skip", name, f.OnCompletionFailure))
 	}
 	if f.KeyField < 0 {
-		return fmt.Errorf("--key-field %s=%d: want 0 (no key) or a 1-based field", name, f.KeyField)
+		add(fmt.Errorf("--key-field %s=%d: want 0 (no key) or a 1-based field", name, f.KeyField))
 	}
 	switch f.OnProcessorChange {
 	case "", processorChangeRestart, processorChangeKeep:
 	default:
-		return fmt.Errorf("--on-processor-change %s=%s: want restart or keep", name, f.OnProcessorChange)
+		add(fmt.Errorf("--on-processor-change %s=%s: want restart or keep", name, f.OnProcessorChange))
 	}
-	return nil
+	return joinConfigErrors(errs...)
 }
 
 func validName(s string) bool {
@@ -412,7 +519,7 @@ func (l list) Set(s string) error {
 // the help, the README's table and `server config`. Back-quoted words in
 // the help name the flag's value.
 func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet {
-	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs := flag.NewFlagSet(programName, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	perFeedFlag := func(name, key, def, usage string) {
 		fs.Var(perFeed{cfg: c, flag: name, key: key, def: def, given: given}, name, usage)
@@ -486,31 +593,39 @@ func ParseConfig(args []string, getenv func(string) string, opts ...Option) (Con
 	fs := flagSet(&c, &configPath, &given)
 	src := trackOrigins(&c, fs)
 	configPath = findConfigPath(args, getenv)
+	// The file's mistakes are all reported, with those of the values
+	// checked after it; the file's syntax, the environment and the command
+	// line stop the parse at their first.
+	var fileErr error
 	if configPath != "" {
 		if err := loadYAML(configPath, &c); err != nil {
-			return c, err
+			var fe *FileError
+			if errors.As(err, &fe) && fe.syntax || !errors.As(err, &fe) {
+				return c, err
+			}
+			fileErr = err
 		}
 	}
 	given.begin("the environment")
 	if err := applyEnv(fs, getenv, src); err != nil {
-		return c, err
+		return c, joinConfigErrors(fileErr, err)
 	}
 	given.begin("the command line")
 	src.fromEnv = false
 	if err := fs.Parse(args); err != nil {
-		return c, flagError(fs, err)
+		return c, joinConfigErrors(fileErr, flagError(fs, err))
 	}
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return c, joinConfigErrors(fileErr, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
 	c.fillDefaults()
 	tok, err := api.LoadAdminToken(c.AdminTokenFile, getenv)
 	if err != nil {
-		return c, err
+		return c, joinConfigErrors(fileErr, err)
 	}
 	c.AdminToken = tok
-	if err := c.Validate(); err != nil {
-		return c, err
+	if err := joinConfigErrors(fileErr, c.Validate()); err != nil {
+		return c, byLine(err)
 	}
 	return c, c.resolveProduction(getenv)
 }
@@ -633,37 +748,6 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string, src *origins) error 
 // envName is the environment variable of a flag.
 func envName(flagName string) string {
 	return "OUTBOXD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// usage prints every flag.
-func usage(w io.Writer) {
-	c := DefaultConfig()
-	var p string
-	fs := flagSet(&c, &p, &givenSettings{})
-	fs.SetOutput(w)
-	fmt.Fprintf(w, `outboxd: applies at-least-once feeds to state in SQLite exactly once, and
-publishes their outputs to Kafka exactly once.
-
-Usage:
-  server [flags]                      run the service
-  server consume --topic T [--from-beginning] [--until-end] [--format json]
-                                      print a topic's records (read_committed)
-  server produce --topic T [--key-field N | --json] < FILE
-                                      put a record per line on a topic
-  server config [flags]               print the effective configuration as YAML (for --config)
-  server status [--json]              a running server's health, feeds, relay and losses (its API: --url)
-  server dead-letters list|show|requeue|discard FEED ...   read and resolve dead letters (-h)
-  server losses list|ack FEED [--reason WHY]               a feed's losses; acknowledge them
-  server topics [describe TOPIC]      the Kafka topics, offsets and the lag of the groups reading them
-  server --version                    the build: module version, revision, Go
-  server bench [--lines N] [--json]   measure this machine: ingest, relay, latency (bench -h)
-
-Every flag can also be set as OUTBOXD_<NAME> (e.g. OUTBOXD_BATCH_MAX=500;
-repeatable flags take comma-separated values) or in the YAML file of --config.
-
-Flags:
-`)
-	fs.PrintDefaults()
 }
 
 // topics are the Kafka topics the feed named name writes: its outputs,

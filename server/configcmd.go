@@ -27,27 +27,26 @@ var secretKey = regexp.MustCompile(`(?i)(password|secret|token)$`)
 func configCommand(args []string, stdout, stderr io.Writer, opts ...Option) int {
 	cfg, err := ParseConfig(args, os.Getenv, opts...)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(stdout, "Usage: server config [the server's flags]\n\nPrints the configuration the server would run with "+
-			"(flags, OUTBOXD_* variables, the --config file and defaults merged) as YAML that --config reads back, "+
-			"each value's comment saying where it came from.")
+		helpOf(stdout, "config", "config [the server's flags]", nil)
+		printFlagGroups(stdout)
 		return ExitOK
 	}
 	if err != nil {
 		return badUsage(stderr, err)
 	}
 	for _, w := range cfg.Warnings() {
-		fmt.Fprintf(stderr, "server: warning: %s\n", w)
+		fmt.Fprintf(stderr, "%s: warning: %s\n", programName, w)
 	}
 	for _, u := range UnknownEnvs(os.Environ()) {
 		if u.CommandLineOnly {
-			fmt.Fprintf(stderr, "server: warning: %s ignored: its flag is read from the command line only\n", u.Name)
+			fmt.Fprintf(stderr, "%s: warning: %s ignored: its flag is read from the command line only\n", programName, u.Name)
 		} else {
-			fmt.Fprintf(stderr, "server: warning: unknown environment variable %s ignored (the closest is %s)\n", u.Name, u.Closest)
+			fmt.Fprintf(stderr, "%s: warning: unknown environment variable %s ignored (the closest is %s)\n", programName, u.Name, u.Closest)
 		}
 	}
 	b, err := RenderConfig(cfg, os.Getenv(api.EnvAdminToken) != "")
 	if err != nil {
-		fmt.Fprintf(stderr, "server: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", programName, err)
 		return ExitFailed
 	}
 	stdout.Write(b)

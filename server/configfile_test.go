@@ -38,7 +38,15 @@ func TestParseConfig_FileErrors(t *testing.T) {
 		{"UnknownInSection", "relay:\n  batchs: 5\n", "line 2: unknown key relay.batchs (the closest known key is relay.batch)"},
 		{"UnknownInFeed", "feeds:\n  l:\n    source: file:/a\n    procesor: ledger\n", "line 4: unknown key feeds.l.procesor (the closest known key is feeds.l.processor)"},
 		{"KeyTwice", "db: a.db\nhttp: :1\ndb: b.db\n", "line 3: db: given twice (first on line 1)"},
-		{"Syntax", "db: a\n  b: c\n", "line 2: mapping values are not allowed in this context"},
+		{"BadIndent", "db: x.db\nfeeds:\n  ledger:\n    source: file:a\n   processor: ledger\n",
+			"line 5: indented by 3 spaces, which matches no key above it (indented by 0, 2, 4) (did not find expected key)"},
+		{"BadIndentOutdented", "db: x.db\nrelay:\n  mode: none\n batch: 5\n",
+			"line 4: indented by 1 spaces, which matches no key above it (indented by 0, 2) (did not find expected key)"},
+		{"TabIndent", "db: x.db\nhttp: a\nfeeds:\n  ledger:\n\tsource: file:a\n",
+			"line 5: a tab in the indentation (YAML indents with spaces) (found character that cannot start any token)"},
+		{"IndentUnderAValue", "db: x.db\nrelay:\n  mode: none\n  batch: 5\n    wait: 5ms\n",
+			"line 5: indented by 4 spaces, deeper than the key above it (2), which holds a value (mapping values are not allowed in this context)"},
+		{"Syntax", "db: a\n  b: c\n", "line 2: indented by 2 spaces, deeper than the key above it (0), which holds a value (mapping values are not allowed in this context)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeYAML(t, tc.yaml)
@@ -48,6 +56,22 @@ func TestParseConfig_FileErrors(t *testing.T) {
 			}
 		})
 	}
+	t.Run("EveryMistake", func(t *testing.T) {
+		path := writeYAML(t, "db: x.db\nbatchMaxx: 5\nrelay:\n  wait: soon\n  mode: fast\nbatchBytes: 0\nfeeds:\n  l:\n    source: file:/a\n    procesor: ledger\n")
+		var out, errOut bytes.Buffer
+		if code := Command([]string{"--config", path}, &out, &errOut); code != ExitConfig {
+			t.Fatalf("exit code %d, want %d", code, ExitConfig)
+		}
+		p := "server: --config " + path + ": "
+		want := p + "line 2: unknown key batchMaxx (the closest known key is batchMax)\n" +
+			p + `line 4: relay.wait: "soon": want a duration such as 500ms, 5s, 2m or 24h` + "\n" +
+			p + `line 5: relay.mode: "fast" is not one of exactly-once, at-least-once` + "\n" +
+			p + "line 6: batchBytes: 0, want at least 1\n" +
+			p + "line 10: unknown key feeds.l.procesor (the closest known key is feeds.l.processor) (see server -h)\n"
+		if errOut.String() != want {
+			t.Fatalf("stderr\n%s\nwant\n%s", errOut.String(), want)
+		}
+	})
 	t.Run("ExitCode", func(t *testing.T) {
 		path := writeYAML(t, "relay:\n  mod: exactly-once\n")
 		var out, errOut bytes.Buffer

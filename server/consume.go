@@ -23,35 +23,35 @@ func consumeCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	o := devkafka.ConsumeOptions{Brokers: toolBrokers}
-	fs.Var(list{&o.Brokers}, "brokers", "Kafka brokers, comma-separated")
-	fs.StringVar(&o.Topic, "topic", "", "the topic to read (required)")
+	fs.Var(list{&o.Brokers}, "brokers", "Kafka brokers, a comma-separated `LIST` of HOST:PORT")
+	fs.StringVar(&o.Topic, "topic", "", "the `TOPIC` to read (required)")
 	fs.BoolVar(&o.FromBeginning, "from-beginning", false, "read from the start of each partition (default: only new records)")
 	fs.BoolVar(&o.UntilEnd, "until-end", false, "stop once caught up with the topic's end at the moment of the call, and print the count on stderr")
-	fs.StringVar(&o.Format, "format", devkafka.FormatText, "text (partition, offset, key, value, headers; tab-separated) or json (one object per record)")
-	timeout := fs.Duration("timeout", 0, "stop after this long (0: no limit)")
-	fs.DurationVar(&o.ConnectTimeout, "connect-timeout", devkafka.DefaultConnectTimeout, "fail when no broker answers within this long")
+	fs.StringVar(&o.Format, "format", devkafka.FormatText, "output `FORMAT`: text (partition, offset, key, value, headers; tab-separated) or json (one object per record)")
+	timeout := fs.Duration("timeout", 0, "stop after this long (`D`; 0: no limit)")
+	fs.DurationVar(&o.ConnectTimeout, "connect-timeout", devkafka.DefaultConnectTimeout, "fail when no broker answers within this long (`D`)")
 	var tk toolKafka
 	tk.register(fs, &o.Brokers)
-	if code, done := parseTool(fs, &tk, args, "consume", "server consume --topic T [--brokers B] [--from-beginning] [--until-end] [--format text|json] [--timeout D] [--kafka-* ...]", stdout, stderr); done {
+	if code, done := parseTool(fs, &tk, args, "consume", "consume --topic TOPIC [--brokers LIST] [--from-beginning] [--until-end] [--format text|json] [--timeout D] [--kafka-* ...]", stdout, stderr); done {
 		return code
 	}
 	if o.Topic == "" {
-		return badUsage(stderr, errors.New("consume: --topic is required"))
+		return commandUsage(stderr, "consume", errors.New("--topic is required"))
 	}
 	if o.Format != devkafka.FormatText && o.Format != devkafka.FormatJSON {
-		return badUsage(stderr, fmt.Errorf("consume: --format %q: want text or json", o.Format))
+		return commandUsage(stderr, "consume", fmt.Errorf("--format %q: want text or json", o.Format))
 	}
 	ctx, stop := withTimeout(ctx, *timeout)
 	defer stop()
 	opts, err := tk.clientOpts(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "server consume: %v\n", err)
+		fmt.Fprintf(stderr, "%s consume: %v\n", programName, err)
 		return 1
 	}
 	o.ClientOpts = opts
 	n, err := devkafka.Consume(ctx, o, stdout)
 	if err != nil {
-		fmt.Fprintf(stderr, "server consume: %v\n", err)
+		fmt.Fprintf(stderr, "%s consume: %v\n", programName, err)
 		return 1
 	}
 	if o.UntilEnd {
@@ -66,33 +66,33 @@ func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	o := devkafka.ProduceOptions{Brokers: toolBrokers}
-	fs.Var(list{&o.Brokers}, "brokers", "Kafka brokers, comma-separated")
-	fs.StringVar(&o.Topic, "topic", "", "the topic to write (required; the dev broker creates it)")
-	fs.IntVar(&o.KeyField, "key-field", 0, "key each record by the line's N-th comma-separated field (1-based; 0: no key)")
+	fs.Var(list{&o.Brokers}, "brokers", "Kafka brokers, a comma-separated `LIST` of HOST:PORT")
+	fs.StringVar(&o.Topic, "topic", "", "the `TOPIC` to write (required; the dev broker creates it)")
+	fs.IntVar(&o.KeyField, "key-field", 0, "key each record by the line's `N`-th comma-separated field (1-based; 0: no key)")
 	fs.BoolVar(&o.JSON, "json", false, `each line is {"key": "...", "value": <string or JSON>, "headers": {"k": "v"}}`)
-	fs.IntVar(&o.MaxLine, "max-line", devkafka.DefaultMaxLine, "longest line in bytes")
-	fs.DurationVar(&o.ConnectTimeout, "connect-timeout", devkafka.DefaultConnectTimeout, "fail when no broker answers within this long")
+	fs.IntVar(&o.MaxLine, "max-line", devkafka.DefaultMaxLine, "longest line in bytes (`N`)")
+	fs.DurationVar(&o.ConnectTimeout, "connect-timeout", devkafka.DefaultConnectTimeout, "fail when no broker answers within this long (`D`)")
 	var tk toolKafka
 	tk.register(fs, &o.Brokers)
-	if code, done := parseTool(fs, &tk, args, "produce", "server produce --topic T [--brokers B] [--key-field N | --json] [--kafka-* ...] < FILE", stdout, stderr); done {
+	if code, done := parseTool(fs, &tk, args, "produce", "produce --topic TOPIC [--brokers LIST] [--key-field N | --json] [--kafka-* ...] < FILE", stdout, stderr); done {
 		return code
 	}
 	if o.Topic == "" {
-		return badUsage(stderr, errors.New("produce: --topic is required"))
+		return commandUsage(stderr, "produce", errors.New("--topic is required"))
 	}
 	if o.KeyField < 0 || (o.JSON && o.KeyField > 0) {
-		return badUsage(stderr, errors.New("produce: --key-field is a 1-based field number, and not given with --json"))
+		return commandUsage(stderr, "produce", errors.New("--key-field is a 1-based field number, and not given with --json"))
 	}
 	opts, err := tk.clientOpts(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "server produce: %v\n", err)
+		fmt.Fprintf(stderr, "%s produce: %v\n", programName, err)
 		return 1
 	}
 	o.ClientOpts = opts
 	n, err := devkafka.Produce(ctx, o, stdin)
 	fmt.Fprintf(stderr, "%d records produced to %s\n", n, o.Topic)
 	if err != nil {
-		fmt.Fprintf(stderr, "server produce: %v\n", err)
+		fmt.Fprintf(stderr, "%s produce: %v\n", programName, err)
 		return 1
 	}
 	return 0
@@ -104,17 +104,15 @@ func parseTool(fs *flag.FlagSet, tk *toolKafka, args []string, name, synopsis st
 	err := tk.parse(fs, args, os.Getenv)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		fs.SetOutput(stdout)
-		fmt.Fprintln(stdout, "Usage: "+synopsis)
-		fs.PrintDefaults()
+		helpOf(stdout, name, synopsis, fs)
 		return 0, true
 	case err != nil:
-		return badUsage(stderr, fmt.Errorf("%s: %w", name, err)), true
+		return commandUsage(stderr, name, flagError(fs, err)), true
 	case fs.NArg() > 0:
-		return badUsage(stderr, fmt.Errorf("%s: unexpected argument %q", name, fs.Arg(0))), true
+		return commandUsage(stderr, name, fmt.Errorf("unexpected argument %q", fs.Arg(0))), true
 	}
 	if err := tk.resolve(os.Getenv); err != nil {
-		return badUsage(stderr, fmt.Errorf("%s: %w", name, err)), true
+		return commandUsage(stderr, name, err), true
 	}
 	return 0, false
 }

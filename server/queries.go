@@ -80,21 +80,36 @@ func (q QueryConfig) validate() error {
 // before the database is claimed: a query SQLite refuses (a syntax error,
 // a write, two columns of one name) is a *ConfigError. One reading a
 // table the database does not hold yet (a processor creates it when its
-// feed starts) is served, answering 503 until the table exists; a
-// warning says so.
+// feed starts) is served, answering 503 until the table exists: said at
+// INFO on a first start (no feed has a position yet, so no processor has
+// made its tables), as a warning otherwise (a name mistyped, say).
 func (m *Main) loadQueries(ctx context.Context) error {
 	for _, name := range m.Config.Query.names() {
 		q, err := m.Store.PrepareQuery(ctx, name, m.Config.Query.Queries[name])
 		switch {
-		case errors.Is(err, outbox.ErrQueryNotReady):
-			m.Logger.Warn("a state query reads what the database does not hold yet: it answers 503 until it does",
+		case errors.Is(err, outbox.ErrQueryNotReady) && !m.anyFeedStarted(ctx):
+			m.Logger.Info("a state query reads a table its processor creates when its feed starts: it answers 503 until then",
 				"query", name, "err", err)
+		case errors.Is(err, outbox.ErrQueryNotReady):
+			m.Logger.Warn("a state query reads what the database does not hold, although its feeds ran before: "+
+				"it answers 503 until the database does", "query", name, "err", err)
 		case err != nil:
 			return configErr("queries.%s: %w", name, unwrapName(err, name))
 		}
 		m.queries = append(m.queries, q)
 	}
 	return nil
+}
+
+// anyFeedStarted says whether a configured feed has a stored position: a
+// feed that ran before, whose processor has set up its tables.
+func (m *Main) anyFeedStarted(ctx context.Context) bool {
+	for _, name := range m.Config.FeedNames() {
+		if cps, err := m.Store.ReadPositions(ctx, name); err != nil || len(cps) > 0 {
+			return true // unreadable: warn, as for a feed that ran
+		}
+	}
+	return false
 }
 
 // unwrapName drops the store's "query NAME: " prefix, which the key path

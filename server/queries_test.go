@@ -59,17 +59,23 @@ func TestCommand_QueryErrors(t *testing.T) {
 			_, db, args := ledgerSetup(t)
 			yaml := "queries:\n  q: '" + strings.ReplaceAll(tc.query, "'", "''") + "'\n"
 			var out, errOut bytes.Buffer
-			code := Command(append(args, "--config", writeYAML(t, yaml)), &out, &errOut)
+			path := writeYAML(t, yaml)
+			code := Command(append(args, "--config", path), &out, &errOut)
 			var lines []string // the error, apart from the log's warnings (the relay is off)
 			for _, l := range strings.Split(strings.TrimRight(errOut.String(), "\n"), "\n") {
 				if !strings.Contains(l, "level=WARN") {
 					lines = append(lines, l)
 				}
 			}
-			if code != ExitConfig || len(lines) != 1 || !strings.HasPrefix(lines[0], "server: "+tc.want) {
-				t.Fatalf("exit %d, stderr %q; want exit 2 and one line starting %q", code, errOut.String(), "server: "+tc.want)
+			sqlite := tc.name == "Syntax" || tc.name == "SameName"
+			want := "server: --config " + path + ": line 2: " + tc.want // found as the file is read: its line
+			if sqlite {
+				want = "server: " + tc.want
 			}
-			if tc.name == "Syntax" || tc.name == "SameName" {
+			if code != ExitConfig || len(lines) != 1 || !strings.HasPrefix(lines[0], want) {
+				t.Fatalf("exit %d, stderr %q; want exit 2 and one line starting %q", code, errOut.String(), want)
+			}
+			if sqlite {
 				return // found by SQLite, on the opened database: not claimed
 			}
 			if _, err := os.Stat(db); !os.IsNotExist(err) {

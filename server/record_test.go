@@ -134,6 +134,20 @@ func TestMain_Recording(t *testing.T) {
 			t.Fatalf("exit %d, report %+v, diff %+v", code, rep, rep.Diff)
 		}
 	})
+	t.Run("IntoAnExistingReplay", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "out.db")
+		if _, code := replayJSON(t, dir, "--db", out); code != ReplayIdentical {
+			t.Fatalf("first replay: exit %d", code)
+		}
+		var stdout, stderr bytes.Buffer
+		code := replayCommand(context.Background(), []string{dir, "--db", out}, &stdout, &stderr)
+		want := "server replay: --db " + out + " exists already, a replay that stands at the end of these recordings " +
+			"(l: partition 0 at 30): give --db a path that does not exist (or remove " + out + ") to replay them again, " +
+			"or name only the recordings after it to go on from it\n"
+		if code != ReplayFailed || stderr.String() != want || stdout.Len() != 0 {
+			t.Fatalf("exit %d, stdout %q, stderr\n%q\nwant\n%q", code, stdout.String(), stderr.String(), want)
+		}
+	})
 	t.Run("BadRecording", func(t *testing.T) {
 		paths, _ := filepath.Glob(filepath.Join(dir, "*.rec"))
 		data, err := os.ReadFile(paths[0])

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/forward"
@@ -30,7 +31,7 @@ const (
 	ReplayFailed = 2
 )
 
-const replaySynopsis = "server replay RECORDING... [--processor P] [--db OUT] [--from DB] [--diff DB] [--json]"
+const replaySynopsis = "replay RECORDING... [--processor P] [--db OUT] [--from DB] [--diff DB] [--json]"
 
 // replayOptions are the replay command's flags.
 type replayOptions struct {
@@ -61,14 +62,14 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 	}
 	rep, err := runReplay(ctx, o, logger)
 	if err != nil {
-		fmt.Fprintf(stderr, "server replay: %s\n", oneLine(err.Error()))
+		fmt.Fprintf(stderr, "%s replay: %s\n", programName, oneLine(err.Error()))
 		return ReplayFailed
 	}
 	if o.JSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
-			fmt.Fprintf(stderr, "server replay: %v\n", err)
+			fmt.Fprintf(stderr, "%s replay: %v\n", programName, err)
 			return ReplayFailed
 		}
 	} else {
@@ -86,25 +87,23 @@ func parseReplay(args []string, stdout, stderr io.Writer) (replayOptions, int, b
 	var o replayOptions
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.Processor, "processor", "", "the processor to replay with: forward, ledger or orders (default: the recorded one)")
-	fs.StringVar(&o.DB, "db", "", "the database to replay into: made from the first recording's snapshot when missing, "+
+	fs.StringVar(&o.Processor, "processor", "", "the processor (`P`) to replay with: forward, ledger or orders (default: the recorded one)")
+	fs.StringVar(&o.DB, "db", "", "the database (`OUT`) to replay into: made from the first recording's snapshot when missing, "+
 		"taken as it is when it exists (a replay of the recordings before); default: a temporary one")
-	fs.StringVar(&o.From, "from", "", "start from a copy of this database (yours, or the live one: it is only read) "+
+	fs.StringVar(&o.From, "from", "", "start from a copy of this database (`DB`; yours, or the live one: it is only read) "+
 		"rather than the recording's snapshot; --db must not exist")
-	fs.StringVar(&o.Diff, "diff", "", "compare the outputs and state with this database (the live one, or another replay's)")
+	fs.StringVar(&o.Diff, "diff", "", "compare the outputs and state with this database (`DB`: the live one, or another replay's)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object")
 	fs.BoolVar(&o.Verbose, "verbose", false, "show the replay loop's warnings on stderr")
 	for {
 		err := fs.Parse(args)
 		switch {
 		case errors.Is(err, flag.ErrHelp):
-			fs.SetOutput(stdout)
-			fmt.Fprintln(stdout, "Usage: "+replaySynopsis)
-			fs.PrintDefaults()
+			helpOf(stdout, "replay", replaySynopsis, fs)
 			fmt.Fprintln(stdout, "\nExit codes: 0 replayed (identical, with --diff), 1 divergent, 2 a bad recording or a replay that could not be made.")
 			return o, 0, true
 		case err != nil:
-			return o, badUsage(stderr, fmt.Errorf("replay: %w", err)), true
+			return o, commandUsage(stderr, "replay", flagError(fs, err)), true
 		}
 		if fs.NArg() == 0 {
 			break
@@ -113,12 +112,12 @@ func parseReplay(args []string, stdout, stderr io.Writer) (replayOptions, int, b
 		args = fs.Args()[1:]
 	}
 	if len(o.Paths) == 0 {
-		return o, badUsage(stderr, errors.New("replay: name a recording (a .rec file, or a directory of them): "+replaySynopsis)), true
+		return o, commandUsage(stderr, "replay", errors.New("name a recording (a .rec file, or a directory of them)")), true
 	}
 	switch o.Processor {
 	case "", forward.Name, ledger.Name, orders.Name:
 	default:
-		return o, badUsage(stderr, fmt.Errorf("replay: --processor %s: unknown processor (want forward, ledger or orders)", o.Processor)), true
+		return o, commandUsage(stderr, "replay", fmt.Errorf("--processor %s: unknown processor (want forward, ledger or orders)", o.Processor)), true
 	}
 	return o, 0, false
 }
@@ -166,6 +165,8 @@ func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*repl
 	if err != nil {
 		return nil, err
 	}
+	_, serr := os.Stat(out)
+	existed := o.DB != "" && serr == nil
 	defer cleanup()
 	rep.Database = out
 	store, restored, err := recording.OpenTarget(ctx, set, out, o.From)
@@ -176,6 +177,9 @@ func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*repl
 	rep.Restored = restored
 	rep.Replay, err = recording.Replay(ctx, recording.ReplayConfig{Set: set, Store: store, Processor: proc,
 		ProcessorName: rep.Processor.Name, Logger: logger, KeepPlaces: o.Diff != ""})
+	if err != nil && existed && errors.Is(err, recording.ErrBadSet) {
+		return nil, existingTarget(ctx, store, set, out, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -187,6 +191,29 @@ func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*repl
 		return nil, err
 	}
 	return rep, nil
+}
+
+// existingTarget is the error of a replay into a database --db that
+// exists already, standing where the recordings do not start (err): most
+// often a replay of the same recordings, made before.
+func existingTarget(ctx context.Context, store *outbox.Store, set *recording.Set, out string, err error) error {
+	cps, rerr := store.ReadPositions(ctx, set.Header().Feed)
+	if rerr != nil {
+		return err
+	}
+	at := make([]string, len(cps))
+	atEnd := len(cps) == len(set.End())
+	for i, cp := range cps {
+		at[i] = fmt.Sprintf("partition %d at %d", cp.Partition, cp.Position)
+		end, ok := set.End()[cp.Partition]
+		atEnd = atEnd && ok && end.Epoch == cp.Epoch && end.Position == cp.Position
+	}
+	where := fmt.Sprintf("standing at %s, where these recordings do not start", strings.Join(at, ", "))
+	if atEnd {
+		where = fmt.Sprintf("a replay that stands at the end of these recordings (%s: %s)", set.Header().Feed, strings.Join(at, ", "))
+	}
+	return fmt.Errorf("--db %s exists already, %s: give --db a path that does not exist (or remove %s) to replay them again, "+
+		"or name only the recordings after it to go on from it", out, where, out)
 }
 
 func (rep *replayReport) diff(ctx context.Context, store *outbox.Store, feed, path string) error {

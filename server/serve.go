@@ -92,6 +92,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		if cerr := m.close(); err == nil {
 			err = cerr
 		}
+		if err == nil && m.Store != nil && m.Store.Claimed() {
+			m.Logger.Info("outboxd stopped", "db", m.Config.DB)
+		}
 	}()
 	if err := m.open(ctx); err != nil {
 		return err
@@ -203,7 +206,12 @@ func (m *Main) open(ctx context.Context) error {
 		return err
 	}
 	m.setStarting("")
-	m.Logger.Info("database claimed: an older server on it is fenced at its next commit", "db", m.Config.DB, "generation", gen)
+	if gen == 1 {
+		m.Logger.Info("database claimed: the first server on it", "db", m.Config.DB, "generation", gen)
+	} else {
+		m.Logger.Info("database claimed: an older server on it, if one still runs, is fenced at its next commit",
+			"db", m.Config.DB, "generation", gen)
+	}
 	return m.recordProcessors(steps, plans)
 }
 

@@ -40,7 +40,7 @@ func watchSignals(sigs <-chan os.Signal, stderr io.Writer) *shutdown {
 		}
 		select {
 		case s := <-sigs:
-			fmt.Fprintf(stderr, "server: second signal (%v): exiting at once\n", s)
+			fmt.Fprintf(stderr, "%s: second signal (%v): exiting at once\n", programName, s)
 			os.Exit(128 + signalNumber(s))
 		case <-sd.done:
 		}

@@ -69,28 +69,28 @@ func TestParseConfig_Processors(t *testing.T) {
 		file             bool
 	}{
 		{name: "UnknownKey", file: true, yaml: "processors:\n  p:\n    kind: sql\n    colums: [a]\n",
-			want: "line 4: unknown key processors.p.colums (the closest known key is processors.p.columns)"},
+			want: "line 3: processors.p: input: missing, want one of csv, json, raw\n--config PATH: line 4: unknown key processors.p.colums (the closest known key is processors.p.columns)"},
 		{name: "ColumnsNotAList", file: true, yaml: "processors:\n  p:\n    kind: sql\n    columns: {a: 1}\n",
-			want: "line 4: processors.p.columns: want a list of values (or one comma-separated value), not a mapping"},
+			want: "line 3: processors.p: input: missing, want one of csv, json, raw\n--config PATH: line 4: processors.p.columns: want a list of values (or one comma-separated value), not a mapping"},
 		{name: "DefinedTwice", file: true, yaml: "processors:\n  p:\n    kind: sql\n  p:\n    kind: sql\n",
-			want: "line 4: processors.p: given twice (first on line 2)"},
-		{name: "BuiltinName", yaml: "processors:\n  ledger:\n    kind: sql\n    input: raw\n    apply: DELETE FROM t\n",
-			want: "processors.ledger: the name is the registered processor ledger's; give it another"},
-		{name: "NoKind", yaml: "processors:\n  p:\n    input: raw\n    apply: DELETE FROM t\n",
-			want: `processors.p: kind "", want "sql"`},
-		{name: "NoInput", yaml: "processors:\n  p:\n    kind: sql\n    apply: DELETE FROM t\n",
-			want: "processors.p: input: missing, want one of csv, json, raw"},
-		{name: "UnknownParameter", yaml: "processors:\n  p:\n    kind: sql\n    input: csv\n    columns: [a]\n    apply: DELETE FROM t WHERE x = :b\n",
-			want: "processors.p: apply (DELETE FROM t WHERE x = :b): unknown parameter :b (known: :feed, :partition, :topic, :epoch, :position, :sequence, :attempt, :key, :value, :headers, :a)"},
-		{name: "UnknownProcessor", yaml: "processors:\n  p:\n    kind: sql\n    input: raw\n    apply: DELETE FROM t\nfeeds:\n  f: {source: file:/a, processor: q}\n",
-			want: `--processor f=q: unknown processor "q" (registered: forward, ledger, orders, p)`},
+			want: "line 3: processors.p: input: missing, want one of csv, json, raw\n--config PATH: line 4: processors.p: given twice (first on line 2)"},
+		{name: "BuiltinName", file: true, yaml: "processors:\n  ledger:\n    kind: sql\n    input: raw\n    apply: DELETE FROM t\n",
+			want: "line 3: processors.ledger: the name is the registered processor ledger's; give it another"},
+		{name: "NoKind", file: true, yaml: "processors:\n  p:\n    input: raw\n    apply: DELETE FROM t\n",
+			want: `line 3: processors.p: kind "", want "sql"`},
+		{name: "NoInput", file: true, yaml: "processors:\n  p:\n    kind: sql\n    apply: DELETE FROM t\n",
+			want: "line 3: processors.p: input: missing, want one of csv, json, raw"},
+		{name: "UnknownParameter", file: true, yaml: "processors:\n  p:\n    kind: sql\n    input: csv\n    columns: [a]\n    apply: DELETE FROM t WHERE x = :b\n",
+			want: "line 6: processors.p: apply (DELETE FROM t WHERE x = :b): unknown parameter :b (known: :feed, :partition, :topic, :epoch, :position, :sequence, :attempt, :key, :value, :headers, :a)"},
+		{name: "UnknownProcessor", file: true, yaml: "processors:\n  p:\n    kind: sql\n    input: raw\n    apply: DELETE FROM t\nfeeds:\n  f: {source: file:/a, processor: q}\n",
+			want: `line 7: feeds.f.processor: unknown processor "q" (registered: forward, ledger, orders, p)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeYAML(t, tc.yaml)
 			_, err := ParseConfig([]string{"--config", path}, env(nil))
 			want := tc.want
 			if tc.file {
-				want = "--config " + path + ": " + tc.want
+				want = "--config " + path + ": " + strings.ReplaceAll(tc.want, "PATH", path)
 			}
 			if err == nil || err.Error() != want {
 				t.Fatalf("err = %v\nwant  %s", err, want)
@@ -148,7 +148,7 @@ func TestCommand_SQLProcessorMistakes(t *testing.T) {
 	for _, tc := range []struct{ name, from, to, want string }{
 		// Found as the configuration is read: the file alone shows it.
 		{"UnknownParameter", "'position', :position", "'position', :offset",
-			"server: processors.balances: emit (SELECT :account AS key, json_object('account', : ...): unknown parameter :offset (known: :feed, "},
+			"server: --config PATH: line 14: processors.balances: emit (SELECT :account AS key, json_object('account', : ...): unknown parameter :offset (known: :feed, "},
 		{"BadSQL", "ON CONFLICT(account)", "ON CONFLICT(acount)",
 			"apply (INSERT INTO balances VALUES (:account, :amount) ...): no such column: acount"},
 		{"EmitLacksValue", ") AS value", ") AS val",
@@ -179,7 +179,7 @@ func TestCommand_SQLProcessorMistakes(t *testing.T) {
 				t.Fatalf("exit code %d, want %d; stderr:\n%s", code, ExitConfig, errOut.String())
 			}
 			lines := strings.Split(strings.TrimSuffix(errOut.String(), "\n"), "\n")
-			want := tc.want
+			want := strings.Replace(tc.want, "PATH", path, 1)
 			if !strings.HasPrefix(want, "server: ") {
 				want = "server: feed payments: processors.balances: " + want
 			}

@@ -11,13 +11,14 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// logSummary writes the one line that says what runs: the feeds with
-// their sources, processors and topics, the database, the relay and its
-// brokers, and the HTTP address. It is a warning, saying why, when the
-// dev broker or synchronous=normal is in use. Then it warns of each file
-// feed whose file is in the database's directory.
+// logSummary writes the one line that says what runs, at INFO: the feeds
+// with their sources, processors and topics, the database, the relay and
+// its brokers, and the HTTP address. A warning follows when
+// synchronous=normal is in use (the dev broker warned when it started).
+// Then it warns of each file feed whose file is in the database's
+// directory.
 func (m *Main) logSummary(ctx context.Context) {
-	level, attrs := summary(m.Config, m.Broker != nil, m.URL())
+	attrs := summary(m.Config, m.Broker != nil, m.URL())
 	if len(m.Config.Brokers) > 0 {
 		attrs = append(attrs, slog.String("kafka_security", m.Config.Kafka.Settings.Describe()))
 	}
@@ -25,7 +26,10 @@ func (m *Main) logSummary(ctx context.Context) {
 		attrs = append(attrs, slog.Int64("max_backlog_bytes", m.backlog.Bytes), slog.Int64("max_backlog_rows", m.backlog.Rows),
 			slog.String("backlog_bound", m.backlogHow))
 	}
-	m.Logger.LogAttrs(ctx, level, "outboxd running", attrs...)
+	m.Logger.LogAttrs(ctx, slog.LevelInfo, "outboxd running", attrs...)
+	if m.Config.Synchronous == outbox.SyncNormal {
+		m.Logger.Warn("synchronous=normal: a commit survives a process crash, not a power loss", "db", m.Config.DB)
+	}
 	for _, name := range slices.Sorted(maps.Keys(m.Config.Feeds)) {
 		if kind, target, _ := strings.Cut(m.Config.Feeds[name].Source, ":"); kind == "file" {
 			m.warnSharedDir(name, target)
@@ -33,8 +37,8 @@ func (m *Main) logSummary(ctx context.Context) {
 	}
 }
 
-// summary is the start-up line's level and attributes for cfg.
-func summary(cfg Config, devBroker bool, url string) (slog.Level, []slog.Attr) {
+// summary is the start-up line's attributes for cfg.
+func summary(cfg Config, devBroker bool, url string) []slog.Attr {
 	feeds := make([]string, 0, len(cfg.Feeds))
 	for _, name := range cfg.FeedNames() {
 		f := cfg.Feeds[name]
@@ -44,7 +48,7 @@ func summary(cfg Config, devBroker bool, url string) (slog.Level, []slog.Attr) {
 	if devBroker {
 		brokers = "dev broker " + cfg.DevBroker.Addr
 	}
-	attrs := []slog.Attr{
+	return []slog.Attr{
 		slog.String("feeds", strings.Join(feeds, "; ")),
 		slog.String("db", cfg.DB),
 		slog.String("synchronous", cfg.Synchronous),
@@ -52,15 +56,4 @@ func summary(cfg Config, devBroker bool, url string) (slog.Level, []slog.Attr) {
 		slog.String("brokers", brokers),
 		slog.String("http", url),
 	}
-	var warnings []string
-	if devBroker {
-		warnings = append(warnings, "the in-process dev broker is for trying outboxd out, not for production: give --brokers")
-	}
-	if cfg.Synchronous == outbox.SyncNormal {
-		warnings = append(warnings, "synchronous=normal: a commit survives a process crash, not a power loss")
-	}
-	if len(warnings) == 0 {
-		return slog.LevelInfo, attrs
-	}
-	return slog.LevelWarn, append(attrs, slog.String("warning", strings.Join(warnings, "; ")))
 }

@@ -29,7 +29,7 @@ type toolKafka struct {
 // command's --brokers.
 func (k *toolKafka) register(fs *flag.FlagSet, brokers *[]string) {
 	k.brokers = brokers
-	fs.StringVar(&k.configPath, "config", "", "the server's YAML configuration: its brokers and kafka settings")
+	fs.StringVar(&k.configPath, "config", "", "the server's YAML configuration `FILE`: its brokers and kafka settings")
 	k.kafka.flags(fs)
 }
 

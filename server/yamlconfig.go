@@ -1,9 +1,14 @@
 package server
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"os"
 	"reflect"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -16,6 +21,8 @@ type FileError struct {
 	Line int
 	Key  string // "" when the mistake is not one key's (a syntax error)
 	Msg  string
+
+	syntax bool // the file is no YAML: nothing of it was read
 }
 
 // Error reads "--config FILE: line N: KEY: what is wrong".
@@ -32,9 +39,69 @@ func (e *FileError) Error() string {
 	return b.String()
 }
 
+// ConfigErrors are all the mistakes found in a configuration, each on a
+// line of its own (a file's by line).
+type ConfigErrors []error
+
+// Error is one mistake a line.
+func (e ConfigErrors) Error() string {
+	lines := make([]string, len(e))
+	for i, err := range e {
+		lines[i] = oneLine(err.Error())
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap gives errors.Is and errors.As the mistakes.
+func (e ConfigErrors) Unwrap() []error { return e }
+
+// joinConfigErrors is nil for no error, the error itself for one, and
+// ConfigErrors (flattened) for more.
+func joinConfigErrors(errs ...error) error {
+	var all ConfigErrors
+	for _, err := range errs {
+		var ce ConfigErrors
+		switch {
+		case err == nil:
+		case errors.As(err, &ce):
+			all = append(all, ce...)
+		default:
+			all = append(all, err)
+		}
+	}
+	switch len(all) {
+	case 0:
+		return nil
+	case 1:
+		return all[0]
+	}
+	return all
+}
+
+// byLine sorts the mistakes of ConfigErrors by their line in the file,
+// those of no line last.
+func byLine(err error) error {
+	ce, ok := err.(ConfigErrors)
+	if !ok {
+		return err
+	}
+	line := func(e error) int {
+		var fe *FileError
+		if errors.As(e, &fe) && fe.Line > 0 {
+			return fe.Line
+		}
+		return math.MaxInt
+	}
+	sorted := slices.Clone(ce)
+	sort.SliceStable(sorted, func(i, j int) bool { return line(sorted[i]) < line(sorted[j]) })
+	return sorted
+}
+
 // loadYAML reads the file at path into c, key by key: every key must be
 // one of Config's, every value of its key's type. It records where each
 // value came from in c.origins; a deprecated key is read and warned of.
+// It reads on past a mistake, and returns every one (ConfigErrors), in
+// the order of their lines.
 func loadYAML(path string, c *Config) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -43,13 +110,95 @@ func loadYAML(path string, c *Config) error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		line, msg := yamlLine(err.Error())
-		return &FileError{Path: path, Line: line, Msg: msg}
+		if bad, why := badIndent(b, line); bad > 0 {
+			line, msg = bad, why+" ("+msg+")"
+		}
+		return &FileError{Path: path, Line: line, Msg: msg, syntax: true}
 	}
 	if len(doc.Content) == 0 {
 		return nil // an empty file sets nothing
 	}
 	d := &fileDecoder{path: path, c: c}
-	return d.decode(doc.Content[0], reflect.ValueOf(c).Elem(), "")
+	d.note(d.decode(doc.Content[0], reflect.ValueOf(c).Elem(), ""))
+	sort.SliceStable(d.errs, func(i, j int) bool { return d.errs[i].Line < d.errs[j].Line })
+	errs := make([]error, len(d.errs))
+	for i, e := range d.errs {
+		errs[i] = e
+	}
+	return joinConfigErrors(errs...)
+}
+
+// badIndent finds, from line from (1-based) on, the first line of b whose
+// indentation the YAML parser cannot place: a tab in it, or a key
+// indented to no level of the keys above it, or deeper under a key that
+// holds a value. yaml.v3 reports such a mistake at the line of the
+// mapping it breaks, not at the line itself. It returns 0 when it finds
+// none.
+func badIndent(b []byte, from int) (int, string) {
+	type level struct {
+		indent int
+		opens  bool // the line ends with ':' (or is a list item): deeper lines belong to it
+	}
+	var stack []level
+	block := -1 // the indentation of a key whose block scalar (| or >) is being read
+	for i, raw := range strings.Split(string(b), "\n") {
+		n := i + 1
+		text := strings.TrimRight(raw, " \r")
+		trimmed := strings.TrimLeft(text, " ")
+		indent := len(text) - len(trimmed)
+		if trimmed == "" {
+			continue
+		}
+		if block >= 0 {
+			if indent > block {
+				continue
+			}
+			block = -1
+		}
+		if strings.HasPrefix(trimmed, "#") || strings.HasPrefix(trimmed, "---") || strings.HasPrefix(trimmed, "...") {
+			continue
+		}
+		if strings.HasPrefix(trimmed, "\t") {
+			if n >= from {
+				return n, "a tab in the indentation (YAML indents with spaces)"
+			}
+			continue
+		}
+		var above []string // the levels open above the line
+		for _, l := range stack {
+			above = append(above, strconv.Itoa(l.indent))
+		}
+		popped := false
+		for len(stack) > 0 && stack[len(stack)-1].indent > indent {
+			stack, popped = stack[:len(stack)-1], true
+		}
+		if len(stack) > 0 {
+			top := stack[len(stack)-1]
+			switch {
+			case top.indent == indent:
+				stack = stack[:len(stack)-1] // a sibling: it takes the level's place
+			case popped && n >= from:
+				return n, fmt.Sprintf("indented by %d spaces, which matches no key above it (indented by %s)",
+					indent, strings.Join(above, ", "))
+			case !top.opens && n >= from:
+				return n, fmt.Sprintf("indented by %d spaces, deeper than the key above it (%d), which holds a value", indent, top.indent)
+			}
+		}
+		body := strings.TrimSpace(strings.SplitN(trimmed, " #", 2)[0])
+		if item, ok := strings.CutPrefix(body, "- "); ok || body == "-" {
+			stack = append(stack, level{indent: indent, opens: true})
+			if item = strings.TrimLeft(item, " "); item != "" {
+				stack = append(stack, level{indent: indent + len(body) - len(item), opens: strings.HasSuffix(item, ":")})
+			}
+			continue
+		}
+		opensBlock := strings.HasSuffix(body, ":")
+		if strings.HasSuffix(body, "|") || strings.HasSuffix(body, ">") || strings.HasSuffix(body, "|-") || strings.HasSuffix(body, ">-") {
+			block = indent
+		}
+		stack = append(stack, level{indent: indent, opens: opensBlock})
+	}
+	return 0, ""
 }
 
 // yamlLine splits yaml.v3's "yaml: line N: msg" into N and msg.
@@ -67,10 +216,23 @@ func yamlLine(s string) (int, string) {
 type fileDecoder struct {
 	path string
 	c    *Config
+	errs []*FileError // the mistakes found so far
 }
 
 func (d *fileDecoder) fail(n *yaml.Node, key, format string, args ...any) error {
 	return &FileError{Path: d.path, Line: n.Line, Key: key, Msg: fmt.Sprintf(format, args...)}
+}
+
+// note keeps err, a mistake, and reads on.
+func (d *fileDecoder) note(err error) {
+	var fe *FileError
+	switch {
+	case err == nil:
+	case errors.As(err, &fe):
+		d.errs = append(d.errs, fe)
+	default:
+		d.errs = append(d.errs, &FileError{Path: d.path, Msg: err.Error()})
+	}
 }
 
 // decode sets v, found at key (a dotted path), from n.
@@ -161,15 +323,15 @@ func (d *fileDecoder) pairs(n *yaml.Node, key string, want string, fn func(k str
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		kn, vn := n.Content[i], n.Content[i+1]
 		if kn.Kind != yaml.ScalarNode {
-			return d.fail(kn, key, "a key must be a name, not %s", kindName(kn))
+			d.note(d.fail(kn, key, "a key must be a name, not %s", kindName(kn)))
+			continue
 		}
 		if line, dup := seen[kn.Value]; dup {
-			return d.fail(kn, join(key, kn.Value), "given twice (first on line %d)", line)
+			d.note(d.fail(kn, join(key, kn.Value), "given twice (first on line %d)", line))
+			continue
 		}
 		seen[kn.Value] = kn.Line
-		if err := fn(kn.Value, kn, vn); err != nil {
-			return err
-		}
+		d.note(fn(kn.Value, kn, vn)) // a mistake in one entry: the others are read still
 	}
 	return nil
 }
@@ -256,7 +418,8 @@ func (d *fileDecoder) listItems(n *yaml.Node, v reflect.Value, key string) error
 	for i, it := range n.Content {
 		e := reflect.New(v.Type().Elem()).Elem()
 		if err := d.decode(it, e, fmt.Sprintf("%s[%d]", key, i)); err != nil {
-			return err
+			d.note(err)
+			continue
 		}
 		out = reflect.Append(out, e)
 	}

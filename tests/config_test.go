@@ -19,6 +19,8 @@ func TestConfig_FileMistakes(t *testing.T) {
 		{"UnknownKey", "db: " + db + "\nrelay:\n  mode: none\n  batchs: 5\n",
 			"line 4: unknown key relay.batchs (the closest known key is relay.batch)"},
 		{"BadValue", "db: " + db + "\nbatchWait: soon\n", `line 2: batchWait: "soon": want a duration such as 500ms, 5s, 2m or 24h`},
+		{"BadIndent", "db: " + db + "\nfeeds:\n  ledger:\n    source: file:./ledger.csv\n   processor: ledger\n",
+			"line 5: indented by 3 spaces, which matches no key above it (indented by 0, 2, 4) (did not find expected key)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, tc.name+".yaml")
@@ -34,6 +36,27 @@ func TestConfig_FileMistakes(t *testing.T) {
 				t.Fatalf("a start with a bad file created %s (%v)", filepath.Dir(db), err)
 			}
 		})
+	}
+}
+
+// TestConfig_EveryMistake: a file with several mistakes exits 2 with a
+// line for each, in the order of the file, each with its line number.
+func TestConfig_EveryMistake(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "data", "outboxd.db")
+	path := filepath.Join(dir, "outboxd.yaml")
+	writeFile(t, path, "db: "+db+"\nbatchMax: 0\nfeeds:\n  ledger:\n    source: file:./ledger.csv\n    processor: nope\n    onFailure: ignore\nrelay:\n  batchs: 5\n")
+	p, _ := launch(t, nil, "", nil, "--config", path, "--http", "127.0.0.1:0")
+	if code := waitExit(t, p, 30*time.Second); code != exitConfig {
+		t.Fatalf("exit code %d, want %d", code, exitConfig)
+	}
+	pre := "server: --config " + path + ": "
+	want := pre + "line 2: batchMax: 0, want at least 1\n" +
+		pre + `line 6: feeds.ledger.processor: unknown processor "nope" (registered: forward, ledger, orders)` + "\n" +
+		pre + "line 7: feeds.ledger.onFailure: want dead-letter or stop\n" +
+		pre + "line 9: unknown key relay.batchs (the closest known key is relay.batch) (see server -h)\n"
+	if got := p.log.String(); got != want {
+		t.Fatalf("stderr\n%s\nwant\n%s", got, want)
 	}
 }
 

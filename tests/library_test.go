@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,44 +40,78 @@ func readmeProgram(t *testing.T) string {
 	return code + "\n"
 }
 
-// buildReadmeProgram writes README's program into a fresh module that
-// takes outboxd from this repository, and builds it.
+// readmeBuildCommands are the shell commands of README's block that builds
+// the program against a local checkout: the first sh block after the
+// program, one command a line.
+func readmeBuildCommands(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(b), "\n### Your own processor\n")
+	_, after, ok := strings.Cut(section, "\n```go\n")
+	if !ok {
+		t.Fatal("README's own processor section has no Go code block")
+	}
+	_, block, ok := strings.Cut(after, "\n```sh\n")
+	if !ok {
+		t.Fatal("README's own processor section has no sh block after the program")
+	}
+	block, _, ok = strings.Cut(block, "\n```\n")
+	if !ok {
+		t.Fatal("README's sh block does not end")
+	}
+	cmds := strings.Split(block, "\n")
+	if len(cmds) != 4 || !strings.Contains(block, "go mod edit -replace github.com/outboxd/outboxd=../outboxd") ||
+		!strings.HasSuffix(block, "go build -o words .") {
+		t.Fatalf("README's build block is not go mod init, go mod edit -replace ..=../outboxd, go mod tidy, go build -o words .:\n%s", block)
+	}
+	return cmds
+}
+
+// buildReadmeProgram does what README says: with this checkout as
+// ../outboxd and README's program as main.go in a new directory words, it
+// runs README's build commands one by one, as written, and returns the
+// program they built.
 func buildReadmeProgram(t *testing.T) string {
 	t.Helper()
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
-	if err != nil {
+	top := t.TempDir()
+	if err := os.Symlink(root, filepath.Join(top, "outboxd")); err != nil {
 		t.Fatal(err)
 	}
-	files := map[string]string{
-		"main.go": readmeProgram(t),
-		"go.mod": "module example.com/words\n\ngo 1.26.0\n\nrequire github.com/outboxd/outboxd v0.0.0\n\n" +
-			"replace github.com/outboxd/outboxd => " + root + "\n",
-		"go.sum": string(sum),
+	dir := filepath.Join(top, "words")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(readmeProgram(t)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOFLAGS=") })
+	for _, line := range readmeBuildCommands(t) {
+		cmd := exec.CommandContext(ctx, "sh", "-c", line)
+		cmd.Dir = dir
+		cmd.Env = append(env, "GOWORK=off") // a user's module, not a workspace
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("README's %q: %v\n%s", line, err, out)
 		}
 	}
-	bin := filepath.Join(dir, "words")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
-	build.Dir = dir
-	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build of README's program: %v\n%s", err, out)
+	for _, f := range []string{"go.mod", "go.sum", "words"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Fatalf("after README's commands: %v", err)
+		}
 	}
-	return bin
+	return filepath.Join(dir, "words")
 }
 
-// TestLibrary_ReadmeProgram builds README's own-processor program as a
-// user would, in a module of its own, runs it over a file with the dev
+// TestLibrary_ReadmeProgram builds README's own-processor program as
+// README says, in a module of its own, runs it over a file with the dev
 // broker, and reads what it published with its own consume subcommand.
 func TestLibrary_ReadmeProgram(t *testing.T) {
 	bin := buildReadmeProgram(t)

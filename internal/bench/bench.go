@@ -83,13 +83,13 @@ func defaultBenchOptions() benchOptions {
 func benchFlagSet(o *benchOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Int64Var(&o.Lines, "lines", o.Lines, "lines of the generated ledger file (each phase handles them all)")
-	fs.StringVar(&o.Processor, "processor", o.Processor, "the processor the engine phases run: ledger, forward or orders (orders: --accounts open orders, --lines events on a Kafka topic; the ingest phase only)")
-	fs.IntVar(&o.Accounts, "accounts", o.Accounts, "distinct accounts (Kafka keys) in the generated file")
-	fs.IntVar(&o.LineBytes, "line-bytes", o.LineBytes, "pad each line to this many bytes, newline included (0: no padding)")
-	fs.StringVar(&o.LineFill, "line-fill", o.LineFill, "what pads the lines: spaces (which compress to nearly nothing) or random (a space, then letters and digits that LZ4 cannot compress; --processor forward)")
-	fs.StringVar(&o.Sweep, "sweep", o.Sweep, "accounts: measure raw_sqlite and ingest at each of --sweep-sizes accounts, the state written before each")
-	fs.Func("sweep-sizes", "comma-separated account counts of a sweep (default 1000,10000,100000,1000000,10000000)", func(v string) error {
+	fs.Int64Var(&o.Lines, "lines", o.Lines, "`N` lines of the generated ledger file (each phase handles them all)")
+	fs.StringVar(&o.Processor, "processor", o.Processor, "the processor (`P`) the engine phases run: ledger, forward or orders (orders: --accounts open orders, --lines events on a Kafka topic; the ingest phase only)")
+	fs.IntVar(&o.Accounts, "accounts", o.Accounts, "`N` distinct accounts (Kafka keys) in the generated file")
+	fs.IntVar(&o.LineBytes, "line-bytes", o.LineBytes, "pad each line to `N` bytes, newline included (0: no padding)")
+	fs.StringVar(&o.LineFill, "line-fill", o.LineFill, "what pads the lines (`FILL`): spaces (which compress to nearly nothing) or random (a space, then letters and digits that LZ4 cannot compress; --processor forward)")
+	fs.StringVar(&o.Sweep, "sweep", o.Sweep, "`KIND`, accounts: measure raw_sqlite and ingest at each of --sweep-sizes accounts, the state written before each")
+	fs.Func("sweep-sizes", "comma-separated account counts (`LIST`) of a sweep (default 1000,10000,100000,1000000,10000000)", func(v string) error {
 		o.SweepSizes = nil
 		for _, f := range strings.Split(v, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -100,10 +100,10 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 		}
 		return nil
 	})
-	fs.StringVar(&o.Chart, "chart", o.Chart, "with --sweep, write the curve as an SVG chart to this file")
-	fs.IntVar(&o.Rate, "rate", o.Rate, "offered load of the latency phase, in lines/s (0: skip the phase)")
-	fs.DurationVar(&o.LatencyDuration, "latency-duration", o.LatencyDuration, "how long the latency phase appends lines")
-	fs.Func("brokers", "Kafka brokers, comma-separated (none: a dev broker in a child process)", func(v string) error {
+	fs.StringVar(&o.Chart, "chart", o.Chart, "with --sweep, write the curve as an SVG chart to `FILE`")
+	fs.IntVar(&o.Rate, "rate", o.Rate, "offered load of the latency phase, `N` lines/s (0: skip the phase)")
+	fs.DurationVar(&o.LatencyDuration, "latency-duration", o.LatencyDuration, "how long (`D`) the latency phase appends lines")
+	fs.Func("brokers", "Kafka brokers, a comma-separated `LIST` (none: a dev broker in a child process)", func(v string) error {
 		o.Brokers = nil
 		for _, b := range strings.Split(v, ",") {
 			if b = strings.TrimSpace(b); b != "" {
@@ -113,18 +113,18 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 		return nil
 	})
 	fs.BoolVar(&o.JSON, "json", o.JSON, "print one JSON object instead of a table")
-	fs.StringVar(&o.Synchronous, "synchronous", o.Synchronous, "SQLite synchronous mode: full or normal")
-	fs.IntVar(&o.BatchMax, "batch-max", o.BatchMax, "items per ingest transaction (and per raw_sqlite transaction)")
-	fs.DurationVar(&o.BatchWait, "batch-wait", o.BatchWait, "close an ingest batch this long after its first item")
-	fs.IntVar(&o.RelayBatch, "relay-batch", o.RelayBatch, "rows per Kafka transaction (and per raw_produce transaction)")
-	fs.DurationVar(&o.RelayWait, "relay-wait", o.RelayWait, "how long a short relay batch waits for more rows")
-	fs.StringVar(&o.Dir, "dir", o.Dir, "directory (on the disk to measure) for the files and databases (default: the system temp dir)")
+	fs.StringVar(&o.Synchronous, "synchronous", o.Synchronous, "SQLite synchronous `MODE`: full or normal")
+	fs.IntVar(&o.BatchMax, "batch-max", o.BatchMax, "`N` items per ingest transaction (and per raw_sqlite transaction)")
+	fs.DurationVar(&o.BatchWait, "batch-wait", o.BatchWait, "close an ingest batch `D` after its first item")
+	fs.IntVar(&o.RelayBatch, "relay-batch", o.RelayBatch, "`N` rows per Kafka transaction (and per raw_produce transaction)")
+	fs.DurationVar(&o.RelayWait, "relay-wait", o.RelayWait, "how long (`D`) a short relay batch waits for more rows")
+	fs.StringVar(&o.Dir, "dir", o.Dir, "`DIR` (on the disk to measure) for the files and databases (default: the system temp dir)")
 	fs.BoolVar(&o.Keep, "keep", o.Keep, "keep the files, databases and topics")
 	fs.BoolVar(&o.Verify, "verify", o.Verify, "check every output arrived exactly once and the balances (exit 1 otherwise)")
 	fs.BoolVar(&o.Verbose, "verbose", o.Verbose, "show the engine's logs on stderr")
-	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest any one phase may take")
+	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest (`D`) any one phase may take")
 	fs.BoolVar(&o.Record, "record", o.Record, "also measure ingest with the feed recorded (ingest_recorded) and server replay of that recording, checked identical to the recorded run (replay)")
-	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of each phase to FILE.<phase>, for go tool pprof, and of the server child of an engine phase (and of the replay command) to FILE.<phase>.server")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of each phase to `FILE`.<phase>, for go tool pprof, and of the server child of an engine phase (and of the replay command) to FILE.<phase>.server")
 	return fs
 }
 
@@ -133,7 +133,7 @@ func parseBenchFlags(args []string) (benchOptions, error) {
 	o := defaultBenchOptions()
 	fs := benchFlagSet(&o)
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		return o, server.FlagError(fs, err)
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -213,7 +213,7 @@ func Command(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "server bench: %s (see server bench -h)\n", strings.ReplaceAll(err.Error(), "\n", "; "))
+		fmt.Fprintf(stderr, "%[1]s bench: %[2]s (see %[1]s bench -h)\n", server.ProgramName(), strings.ReplaceAll(err.Error(), "\n", "; "))
 		return 2
 	}
 	o.GOGC = server.TuneGC()
@@ -240,28 +240,18 @@ func benchLogger(o benchOptions, stderr io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// benchUsage prints the bench's help.
+// benchUsage prints the bench's help, in the style of the server's.
 func benchUsage(w io.Writer) {
 	o := defaultBenchOptions()
 	fs := benchFlagSet(&o)
-	fs.SetOutput(w)
-	fmt.Fprint(w, `Usage: server bench [flags]
-
-Measures, on this machine and disk, in one run: the floors (the file feed
-read with no store, a commit per batch), the ceilings (a plain SQLite loop
-writing exactly the engine's rows through the store's DSN and statements,
-raw_sqlite; the relay's producer sending its records, raw_produce; the
-two at once, each batch's records sent once it is committed, raw_pipeline,
-the end-to-end ceiling) and the naive three-statements-per-line loop; then the server itself, in a child
-process: file -> SQLite (ingest), its relay draining that outbox (relay),
-file -> Kafka (end_to_end), and the append-to-visible latency at a fixed
-load, with the CPU time and memory of each. --record adds ingest with
-the feed recorded (ingest_recorded) and server replay of that recording,
-diffed against its run (replay). --sweep accounts measures
-raw_sqlite and ingest at growing state sizes instead. Progress goes to
-stderr, results to stdout.
-
-Flags:
-`)
-	fs.PrintDefaults()
+	server.CommandHelp(w, "bench [flags]", `Measures, on this machine and disk, in one run: the floors (the file feed `+
+		`read with no store, a commit per batch), the ceilings (a plain SQLite loop writing exactly the engine's rows `+
+		`through the store's DSN and statements, raw_sqlite; the relay's producer sending its records, raw_produce; the `+
+		`two at once, each batch's records sent once it is committed, raw_pipeline, the end-to-end ceiling) and the naive `+
+		`three-statements-per-line loop; then the server itself, in a child process: file -> SQLite (ingest), its relay `+
+		`draining that outbox (relay), file -> Kafka (end_to_end), and the append-to-visible latency at a fixed load, `+
+		`with the CPU time and memory of each. --record adds ingest with the feed recorded (ingest_recorded) and `+
+		`replay of that recording, diffed against its run (replay). --sweep accounts measures raw_sqlite and ingest `+
+		`at growing state sizes instead. Progress goes to stderr, results to stdout.`,
+		fs, "bench", "bench --lines 1000000 --json > bench.json", "bench --sweep accounts --chart sweep.svg")
 }

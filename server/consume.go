@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/internal/devkafka"
 )
@@ -16,30 +20,68 @@ import (
 // broker's default address.
 var toolBrokers = []string{devkafka.DefaultAddr}
 
+// toolConnectTimeout is the default --connect-timeout of consume and
+// produce.
+const toolConnectTimeout = 5 * time.Second
+
+// toolMaxLine is the default --max-line of produce: Kafka's default
+// largest message.
+const toolMaxLine = 1 << 20
+
 // consumeCommand prints a topic's committed records: until ctx is done (a
-// signal), or with --until-end until it has read what the topic held at the
-// call.
+// signal), -c records, or with --until-end until it has read what the
+// topic held at the call.
 func consumeCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	o := devkafka.ConsumeOptions{Brokers: toolBrokers}
+	o := consumeOptions{Brokers: toolBrokers, Offset: "end", Partition: -1}
 	fs.Var(list{&o.Brokers}, "brokers", "Kafka brokers, a comma-separated `LIST` of HOST:PORT")
 	fs.StringVar(&o.Topic, "topic", "", "the `TOPIC` to read (required)")
-	fs.BoolVar(&o.FromBeginning, "from-beginning", false, "read from the start of each partition (default: only new records)")
+	alias(fs, "t", "topic")
+	fs.StringVar(&o.Offset, "offset", o.Offset, "where each partition is read from (`OFFSET`): beginning, end (only new records), "+
+		"N (offset N) or -N (the last N offsets before the end; transaction markers take offsets too)")
+	alias(fs, "o", "offset")
+	fromBeginning := fs.Bool("from-beginning", false, "read from the start of each partition (-o beginning)")
+	fs.IntVar(&o.Partition, "partition", o.Partition, "read only partition `N` (default: every partition)")
+	alias(fs, "p", "partition")
+	fs.Int64Var(&o.Count, "count", 0, "stop after `N` records (0: no limit), and print the count on stderr")
+	alias(fs, "c", "count")
 	fs.BoolVar(&o.UntilEnd, "until-end", false, "stop once caught up with the topic's end at the moment of the call, and print the count on stderr")
-	fs.StringVar(&o.Format, "format", devkafka.FormatText, "output `FORMAT`: text (partition, offset, key, value, headers; tab-separated) or json (one object per record)")
+	alias(fs, "e", "until-end")
+	fs.StringVar(&o.Format, "format", consumeText, "output `FORMAT`: text (partition, offset, key, value, headers; tab-separated) "+
+		"or json (one object per record, with its timestamp)")
+	fs.StringVar(&o.FormatString, "format-string", "", "print each record as `FMT`, like kcat -f: %t topic, %p partition, %o offset, "+
+		"%k key, %s value, %h headers (KEY=VALUE separated by spaces, quoted when they hold spaces), %T timestamp in ms, "+
+		"%K and %S key and value lengths, \\n \\t escapes")
+	alias(fs, "f", "format-string")
 	timeout := fs.Duration("timeout", 0, "stop after this long (`D`; 0: no limit)")
-	fs.DurationVar(&o.ConnectTimeout, "connect-timeout", devkafka.DefaultConnectTimeout, "fail when no broker answers within this long (`D`)")
+	fs.DurationVar(&o.ConnectTimeout, "connect-timeout", toolConnectTimeout, "fail when no broker answers within this long (`D`)")
 	var tk toolKafka
 	tk.register(fs, &o.Brokers)
-	if code, done := parseTool(fs, &tk, args, "consume", "consume --topic TOPIC [--brokers LIST] [--from-beginning] [--until-end] [--format text|json] [--timeout D] [--kafka-* ...]", stdout, stderr); done {
+	if code, done := parseTool(fs, &tk, args, "consume", "consume --topic TOPIC [-o beginning|end|N|-N] [-p N] [-c N] [-e] [--format text|json | -f FMT] [--brokers LIST] [--kafka-* ...]", stdout, stderr); done {
 		return code
 	}
-	if o.Topic == "" {
-		return commandUsage(stderr, "consume", errors.New("--topic is required"))
+	if *fromBeginning && !given(fs, "offset", "o") {
+		o.Offset = "beginning"
 	}
-	if o.Format != devkafka.FormatText && o.Format != devkafka.FormatJSON {
+	switch _, err := parseOffset(o.Offset); {
+	case o.Topic == "":
+		return commandUsage(stderr, "consume", errors.New("--topic is required"))
+	case err != nil:
+		return commandUsage(stderr, "consume", err)
+	case *fromBeginning && o.Offset != "beginning":
+		return commandUsage(stderr, "consume", fmt.Errorf("--from-beginning and -o %s: give one", o.Offset))
+	case o.Format != consumeText && o.Format != consumeJSON:
 		return commandUsage(stderr, "consume", fmt.Errorf("--format %q: want text or json", o.Format))
+	case o.FormatString != "" && given(fs, "format"):
+		return commandUsage(stderr, "consume", errors.New("--format and -f: give one"))
+	case o.Count < 0:
+		return commandUsage(stderr, "consume", fmt.Errorf("-c %d: want 0 (no limit) or more", o.Count))
+	case o.Partition < -1:
+		return commandUsage(stderr, "consume", fmt.Errorf("-p %d: want a partition, 0 or more", o.Partition))
+	}
+	if err := checkFormatString(o.FormatString); err != nil {
+		return commandUsage(stderr, "consume", err)
 	}
 	ctx, stop := withTimeout(ctx, *timeout)
 	defer stop()
@@ -49,15 +91,29 @@ func consumeCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		return 1
 	}
 	o.ClientOpts = opts
-	n, err := devkafka.Consume(ctx, o, stdout)
+	n, err := consumeTopic(ctx, o, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s consume: %v\n", programName, err)
 		return 1
 	}
-	if o.UntilEnd {
+	if o.UntilEnd || o.Count > 0 {
 		fmt.Fprintf(stderr, "%d records\n", n)
 	}
 	return 0
+}
+
+// headerList is a repeatable -H KEY=VALUE.
+type headerList struct{ p *[]kgo.RecordHeader }
+
+func (h headerList) String() string { return "" }
+
+func (h headerList) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q: want KEY=VALUE", s)
+	}
+	*h.p = append(*h.p, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	return nil
 }
 
 // produceCommand puts a record per line of stdin on a topic, until ctx is
@@ -65,23 +121,42 @@ func consumeCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	o := devkafka.ProduceOptions{Brokers: toolBrokers}
+	o := produceOptions{Brokers: toolBrokers, Partition: unset}
 	fs.Var(list{&o.Brokers}, "brokers", "Kafka brokers, a comma-separated `LIST` of HOST:PORT")
 	fs.StringVar(&o.Topic, "topic", "", "the `TOPIC` to write (required; the dev broker creates it)")
+	alias(fs, "t", "topic")
+	fs.IntVar(&o.Partition, "partition", o.Partition, "put every record on partition `N` (default: by the key's hash)")
+	alias(fs, "p", "partition")
+	fs.Var(headerList{&o.Headers}, "header", "add the header `KEY=VALUE` to every record (repeatable)")
+	alias(fs, "H", "header")
 	fs.IntVar(&o.KeyField, "key-field", 0, "key each record by the line's `N`-th comma-separated field (1-based; 0: no key)")
-	fs.BoolVar(&o.JSON, "json", false, `each line is {"key": "...", "value": <string or JSON>, "headers": {"k": "v"}}`)
-	fs.IntVar(&o.MaxLine, "max-line", devkafka.DefaultMaxLine, "longest line in bytes (`N`)")
-	fs.DurationVar(&o.ConnectTimeout, "connect-timeout", devkafka.DefaultConnectTimeout, "fail when no broker answers within this long (`D`)")
+	fs.StringVar(&o.KeyJSON, "key-json", "", "each line is a JSON object: key its record by the object's `FIELD` "+
+		"(a dotted path such as order.id; a string as is, another value as its JSON), the line being the value")
+	fs.BoolVar(&o.JSON, "json", false, `each line is {"key": "...", "value": <string or JSON>, "headers": {"k": "v"}, "partition": N} (each but value optional)`)
+	fs.IntVar(&o.MaxLine, "max-line", toolMaxLine, "longest line in bytes (`N`)")
+	fs.DurationVar(&o.ConnectTimeout, "connect-timeout", toolConnectTimeout, "fail when no broker answers within this long (`D`)")
 	var tk toolKafka
 	tk.register(fs, &o.Brokers)
-	if code, done := parseTool(fs, &tk, args, "produce", "produce --topic TOPIC [--brokers LIST] [--key-field N | --json] [--kafka-* ...] < FILE", stdout, stderr); done {
+	if code, done := parseTool(fs, &tk, args, "produce", "produce --topic TOPIC [-p N] [-H KEY=VALUE]... [--key-field N | --key-json FIELD | --json] [--brokers LIST] [--kafka-* ...] < FILE", stdout, stderr); done {
 		return code
 	}
-	if o.Topic == "" {
-		return commandUsage(stderr, "produce", errors.New("--topic is required"))
+	keys := 0
+	for _, set := range []bool{o.KeyField != 0, o.KeyJSON != "", o.JSON} {
+		if set {
+			keys++
+		}
 	}
-	if o.KeyField < 0 || (o.JSON && o.KeyField > 0) {
-		return commandUsage(stderr, "produce", errors.New("--key-field is a 1-based field number, and not given with --json"))
+	switch {
+	case o.Topic == "":
+		return commandUsage(stderr, "produce", errors.New("--topic is required"))
+	case o.KeyField < 0:
+		return commandUsage(stderr, "produce", errors.New("--key-field is a 1-based field number"))
+	case keys > 1:
+		return commandUsage(stderr, "produce", errors.New("--key-field, --key-json and --json: give one"))
+	case o.Partition < unset:
+		return commandUsage(stderr, "produce", fmt.Errorf("-p %d: want a partition, 0 or more", o.Partition))
+	case o.MaxLine < 1:
+		return commandUsage(stderr, "produce", fmt.Errorf("--max-line %d: want at least 1", o.MaxLine))
 	}
 	opts, err := tk.clientOpts(ctx)
 	if err != nil {
@@ -89,13 +164,30 @@ func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		return 1
 	}
 	o.ClientOpts = opts
-	n, err := devkafka.Produce(ctx, o, stdin)
+	n, err := produceLines(ctx, o, stdin)
 	fmt.Fprintf(stderr, "%d records produced to %s\n", n, o.Topic)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s produce: %v\n", programName, err)
 		return 1
 	}
 	return 0
+}
+
+// alias adds to fs the short name of the flag long, for the same value;
+// the help shows them together ("-o, --offset OFFSET").
+func alias(fs *flag.FlagSet, short, long string) {
+	f := fs.Lookup(long)
+	fs.Var(f.Value, short, aliasMark+long)
+}
+
+// aliasMark starts the usage of an alias, followed by its flag's name.
+const aliasMark = "\x00alias of "
+
+// given says whether any of the flags names was set.
+func given(fs *flag.FlagSet, names ...string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || slices.Contains(names, f.Name) })
+	return set
 }
 
 // parseTool parses a tool subcommand's flags. done says the command must

@@ -55,12 +55,21 @@ func PrintFlags(w io.Writer, fs *flag.FlagSet, names ...string) {
 	if len(names) == 0 {
 		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 	}
+	aliases := map[string]string{} // flag -> its short name
+	fs.VisitAll(func(f *flag.Flag) {
+		if long, ok := strings.CutPrefix(f.Usage, aliasMark); ok {
+			aliases[long] = f.Name
+		}
+	})
 	for _, n := range names {
 		f := fs.Lookup(n)
-		if f == nil {
+		if f == nil || strings.HasPrefix(f.Usage, aliasMark) {
 			continue
 		}
 		head, text := flagHead(f)
+		if short, ok := aliases[n]; ok {
+			head = "-" + short + ", " + head
+		}
 		fmt.Fprintf(w, "  %s\n%s", head, wrap(text, "      ", helpWidth))
 	}
 }
@@ -141,8 +150,8 @@ func FlagError(fs *flag.FlagSet, err error) error { return flagError(fs, err) }
 // commands are the program's subcommands, each with its usage line in the
 // main help.
 var commands = []struct{ name, synopsis, about string }{
-	{"consume", "consume --topic TOPIC [--from-beginning] [--until-end] [--format json]", "print a topic's committed records"},
-	{"produce", "produce --topic TOPIC [--key-field N | --json] < FILE", "put a record per line of the input on a topic"},
+	{"consume", "consume --topic TOPIC [-o beginning|end|N|-N] [-p N] [-c N] [-e] [-f FMT]", "print a topic's committed records, like kcat -C"},
+	{"produce", "produce --topic TOPIC [-p N] [-H KEY=VALUE] [--key-json FIELD | --json] < FILE", "put a record per line of the input on a topic, like kcat -P"},
 	{"config", "config [flags]", "print the configuration the flags make, as YAML for --config"},
 	{"replay", "replay RECORDING... [--db OUT] [--diff DB]", "apply recorded feeds again, and compare with a database"},
 	{"status", "status [--json]", "a running server's verdict, feeds, relay and losses"},
@@ -160,15 +169,19 @@ var commandHelp = map[string]struct {
 	examples []string
 }{
 	"consume": {"Prints the committed records of a topic (read with read_committed), one a line: " +
-		"partition, offset, key, value and headers, tab-separated, or one JSON object each with --format json. " +
-		"It follows the topic until interrupted, or with --until-end stops at the end the topic had when it started " +
-		"and prints the count on stderr.",
-		[]string{"consume --topic ledger.out --from-beginning --until-end",
-			"consume --brokers kafka-1:9092 --topic ledger.dlq --from-beginning --format json"}},
+		"partition, offset, key, value and headers, tab-separated (headers as KEY=VALUE separated by spaces, " +
+		"quoted when they hold spaces), or one JSON object each with --format json, or as -f says. " +
+		"It follows the topic until interrupted, or stops after -c records, or with -e (--until-end) at the end " +
+		"the topic had when it started; then it prints the count on stderr.",
+		[]string{"consume --topic ledger.out -o beginning -e",
+			"consume --topic ledger.out -p 0 -o -10 -c 10",
+			`consume --topic ledger.dlq -o beginning -e -f '%p:%o %k %h\n'`,
+			"consume --brokers kafka-1:9092 --topic ledger.out -o 1200 --format json"}},
 	"produce": {"Puts a record per line of its input on a topic (the dev broker creates the topic on first use), " +
 		"and prints the count on stderr.",
 		[]string{"produce --topic ledger.in < ledger.csv",
-			`produce --topic orders.events --json <<< '{"key":"o-1","value":{"type":"placed"}}'`}},
+			"produce --topic orders.events --key-json order.id -H source=import < orders.jsonl",
+			`produce --topic orders.events -p 2 --json <<< '{"key":"o-1","value":{"type":"placed"}}'`}},
 	"config": {"Prints the configuration the server would run with (flags, OUTBOXD_* variables, the --config file " +
 		"and defaults merged) as YAML that --config reads back, each value's comment saying where it came from. " +
 		"It takes the server's flags, grouped as in " + "the main help.",

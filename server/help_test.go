@@ -44,6 +44,9 @@ func TestUsage_EveryFlagOnce(t *testing.T) {
 // package's type name instead of a value's name.
 var goPlaceholder = regexp.MustCompile(`^\s+-?-\S+ (string|int|int64|uint|uint64|float|duration|value)$`)
 
+// shortLong matches a flag's line of a help: --name, or -n, --name.
+var shortLong = regexp.MustCompile(`^  (-[a-zA-Z], )?--[a-z]`)
+
 // TestHelp_EveryCommand: the main help lists every subcommand under the
 // program's name, and each subcommand's -h prints, in the same style, its
 // usage line, its flags as --name VALUE (no Go type placeholders) and an
@@ -57,7 +60,8 @@ func TestHelp_EveryCommand(t *testing.T) {
 	for _, want := range []string{
 		"Usage:",
 		"  server [flags]",
-		"  server consume --topic TOPIC [--from-beginning] [--until-end] [--format json]",
+		"  server consume --topic TOPIC [-o beginning|end|N|-N] [-p N] [-c N] [-e] [-f FMT]",
+		"  server produce --topic TOPIC [-p N] [-H KEY=VALUE] [--key-json FIELD | --json] < FILE",
 		"  server replay RECORDING... [--db OUT] [--diff DB]",
 		"  server status [--json]",
 		"  server dead-letters list|show|requeue|discard FEED ...",
@@ -106,10 +110,14 @@ func TestHelp_EveryCommand(t *testing.T) {
 			t.Errorf("%v: no flags:\n%s", args, out)
 		}
 		for _, l := range strings.Split(out, "\n") {
-			if goPlaceholder.MatchString(l) || strings.HasPrefix(l, "  -") && !strings.HasPrefix(l, "  --") {
+			if goPlaceholder.MatchString(l) || strings.HasPrefix(l, "  -") && !shortLong.MatchString(l) {
 				t.Errorf("%v: flag line %q", args, l)
 			}
 		}
+	}
+	// A flag's short name is on its line.
+	if _, out, _ := command(t, "consume", "-h"); !strings.Contains(out, "\n  -o, --offset OFFSET\n") || strings.Contains(out, "alias") {
+		t.Errorf("consume -h:\n%s", out)
 	}
 	// config takes the service's flags: its help lists them, grouped.
 	_, out, _ := command(t, "config", "-h")

@@ -1,10 +1,12 @@
 package tests
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -167,4 +169,60 @@ queries:
 		t.Fatalf("a second start speaks of the state query, whose table exists:\n%s", log)
 	}
 	check("outboxd stopped", "INFO")
+}
+
+// TestCLI_ConsumeProduce runs consume and produce against a running
+// server's dev broker: the server's outputs read back as JSON with their
+// timestamps and as a format string, records put on a chosen partition
+// with a header holding a space, read back from that partition.
+func TestCLI_ConsumeProduce(t *testing.T) {
+	dir := t.TempDir()
+	db, input := filepath.Join(dir, "data", "outboxd.db"), filepath.Join(dir, "ledger.csv")
+	writeFile(t, input, "acct-1,10\nacct-2,5\n")
+	broker := "127.0.0.1:" + freePort(t)
+	p := start(t, nil, "--db", db, "--http", "127.0.0.1:0", "--dev-broker-addr", broker,
+		"--feed", "ledger=file:"+input, "--processor", "ledger=ledger")
+	waitRelayed(t, db, 2)
+	run := func(stdin string, args ...string) (string, string) {
+		t.Helper()
+		cmd := exec.Command(serverBin, append(args, "--brokers", broker)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%v: %v: %s", args, err, errb.String())
+		}
+		return out.String(), errb.String()
+	}
+	out, errOut := run("", "consume", "-t", "ledger.out", "-o", "beginning", "-e", "--format", "json")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if errOut != "2 records\n" || len(lines) != 2 {
+		t.Fatalf("consume ledger.out: %s\n%s", errOut, out)
+	}
+	for _, l := range lines {
+		var r struct{ Key, Timestamp string }
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		if ts, err := time.Parse(time.RFC3339Nano, r.Timestamp); err != nil || time.Since(ts) > 10*time.Minute {
+			t.Fatalf("record %s: timestamp %q (%v)", l, r.Timestamp, err)
+		}
+	}
+	out, _ = run("", "consume", "-t", "ledger.out", "-o", "beginning", "-e", "-f", `%k\n`)
+	if got := strings.Fields(out); len(got) != 2 || !slices.Contains(got, "acct-1") || !slices.Contains(got, "acct-2") {
+		t.Fatalf("keys %q", out)
+	}
+	if _, errOut := run("a,1\nb,2\n", "produce", "-t", "extra", "-p", "2", "-H", "note=a b", "--key-field", "1"); errOut != "2 records produced to extra\n" {
+		t.Fatalf("produce: %s", errOut)
+	}
+	out, _ = run("", "consume", "-t", "extra", "-p", "2", "-o", "beginning", "-e")
+	if want := "2\t0\ta\ta,1\tnote=\"a b\"\n2\t1\tb\tb,2\tnote=\"a b\"\n"; out != want {
+		t.Fatalf("consume extra -p 2:\n%q\nwant\n%q", out, want)
+	}
+	if out, _ := run("", "consume", "-t", "extra", "-p", "2", "-o", "-1", "-c", "1", "-f", `%o %s\n`); out != "1 b,2\n" {
+		t.Fatalf("the last record of partition 2: %q", out)
+	}
+	if code := p.stop(t, 60*time.Second); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
 }

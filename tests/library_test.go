@@ -177,7 +177,8 @@ func TestLibrary_ReadmeProgram(t *testing.T) {
 	// An unknown processor is one line naming the registered ones, exit 2.
 	cmd := exec.Command(bin, "--db", db, "--feed", "words=file:"+words, "--processor", "words=nope")
 	b, _ := cmd.CombinedOutput()
-	want := `server: --processor words=nope: unknown processor "nope" (registered: counter, forward, ledger, orders) (see server -h)` + "\n"
+	// The program's own name, not server's.
+	want := `words: --processor words=nope: unknown processor "nope" (registered: counter, forward, ledger, orders) (see words -h)` + "\n"
 	if cmd.ProcessState.ExitCode() != 2 || string(b) != want {
 		t.Fatalf("unknown processor: exit %d, %q; want 2, %q", cmd.ProcessState.ExitCode(), b, want)
 	}

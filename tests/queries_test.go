@@ -144,8 +144,8 @@ func TestQueries_BadConfiguration(t *testing.T) {
 	cfg := filepath.Join(dir, "outboxd.yaml")
 	db := filepath.Join(dir, "outboxd.db")
 	for query, want := range map[string]string{
-		"DELETE FROM outbox":                        "server: queries.wipe: refused: starts with DELETE: a query is a SELECT, VALUES or WITH ... SELECT (see server -h)\n",
-		"WITH x AS (SELECT 1) DELETE FROM balances": "server: queries.wipe: refused: WITH ... DELETE: a query is a SELECT, VALUES or WITH ... SELECT (see server -h)\n",
+		"DELETE FROM outbox":                        "server: --config " + cfg + ": line 2: queries.wipe: refused: starts with DELETE: a query is a SELECT, VALUES or WITH ... SELECT (see server -h)\n",
+		"WITH x AS (SELECT 1) DELETE FROM balances": "server: --config " + cfg + ": line 2: queries.wipe: refused: WITH ... DELETE: a query is a SELECT, VALUES or WITH ... SELECT (see server -h)\n",
 	} {
 		if err := os.WriteFile(cfg, []byte("queries:\n  wipe: "+query+"\n"), 0o644); err != nil {
 			t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 )
 
 // Bounds of the wait for the watcher's events at a truncation (see
-// settledMods): the events the kernel queued before the look reach the
+// settle): the events the kernel queued before the look reach the
 // feed within settleMax, and once as many as the truncation accounts for
 // have come, settleQuiet without another says the queue is drained.
 const (

@@ -246,6 +246,10 @@ type Feed struct {
 	// (true). Tests rotate there, in the middle of the feed's steps. nil
 	// outside tests.
 	looking func(s *fileSource, fingerprinted bool)
+	// settling, when set, is called as the feed starts to wait for the
+	// write events of a truncation (see settle). Tests write there. nil
+	// outside tests.
+	settling func()
 
 	clock   func() time.Time // the feed's clock, for how long it did not look
 	lookGap time.Duration    // longer without a look: writes may have been missed

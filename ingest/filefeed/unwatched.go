@@ -8,7 +8,7 @@ import (
 )
 
 // Bounds of the wait for the watcher's events at a truncation (see
-// settledMods): the events the kernel queued before the look reach the
+// settle): the events the kernel queued before the look reach the
 // feed within settleMax, and once as many as the truncation accounts for
 // have come, settleQuiet without another says the queue is drained.
 const (
@@ -83,6 +83,9 @@ func (f *Feed) stillNamed(c *fileSource) bool {
 // left full drain to its end, and writes that come meanwhile be counted
 // with the bytes they add.
 func (f *Feed) settle(c *fileSource, since int64) (int64, int64, error) {
+	if f.settling != nil {
+		f.settling()
+	}
 	start := time.Now()
 	stable := start
 	last, size := f.mods.Load(), int64(-1)

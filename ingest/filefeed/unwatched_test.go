@@ -156,6 +156,25 @@ func TestFeed_Unwatched(t *testing.T) {
 		e1 := ff.epoch() + ":t1"
 		ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 2, "x"))
 	})
+	t.Run("FullyReadTruncatedThenWrittenWhileWeighed", func(t *testing.T) {
+		t.Parallel()
+		// A write lands while the feed waits for the truncation's events:
+		// it is weighed with the bytes it adds, not taken for a write
+		// before the truncation.
+		ff := ffNewFile(t)
+		ff.write("a\n")
+		f := ff.open(outbox.Checkpoint{})
+		e := ff.epoch()
+		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		f.mu.Lock()
+		f.settling = func() { ff.write("x\n") }
+		f.mu.Unlock()
+		ff.truncate(0)
+		recs := ffCollect(t, f, 2)
+		e1 := ff.epoch() + ":t1"
+		ffCheckCollected(t, recs, ffEpochRec(e1), ffItem(e1, 2, "x"))
+		ffNoMore(t, f)
+	})
 	t.Run("FullyReadCopyCollectedEmpty", func(t *testing.T) {
 		t.Parallel()
 		ff := ffNewFile(t)

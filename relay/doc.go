@@ -14,10 +14,13 @@
 //     producer is made only while the store still owns the database
 //     (Store.CheckOwner), so a process that lost the claim never fences
 //     the one that won it.
-//  2. It reads its progress record from the compacted progress topic (key =
-//     relay id) with read_committed, to the end: first it waits until no
-//     transaction is open below the high watermark, then it fetches up to
-//     it. It resumes after the larger of that progress and SQLite's.
+//  2. It reads its last committed progress record from the compacted
+//     progress topic (key = relay id): from the end of the partition back,
+//     with read_uncommitted, each of its records taken once its commit
+//     marker follows (step 1 ended every transaction of its id), so it
+//     neither reads the whole partition nor waits for another relay's open
+//     transaction. It resumes after the larger of that progress and
+//     SQLite's.
 //     CheckDatabase, run before the claim, refuses a database that never
 //     published where the progress topic shows an earlier database at the
 //     same path on the same host (ErrNewDatabase).
@@ -31,8 +34,13 @@
 //     Rows and progress commit together or not at all.
 //  5. After the commit the progress is stored in SQLite (at most every
 //     100 ms, off the publishing path: Kafka already has it).
-//  6. Any failure ends the session: the producer is dropped and the relay
-//     starts again at step 1 after a capped exponential backoff. (A
+//  6. A batch a leader refuses as moving or busy, or leaderless, or
+//     unanswered, is sent again with its sequence until
+//     Config.DeliveryTimeout; a busy or moving coordinator is asked again
+//     as long. Any other failure ends the session: the producer is dropped
+//     and the relay starts again at step 1 after a capped exponential
+//     backoff. While a produce is unanswered the transaction is never ended
+//     with the producer's epoch: step 1's InitProducerID ends it. (A
 //     broker refusing records as too large does not: a new producer
 //     fences the refused transaction and the batch goes on in halves, see
 //     "Both modes".) A commit
@@ -56,7 +64,9 @@
 // place headers are kept as outboxd-orig-*). No row stops the others: one
 // whose record is over Config.MaxMessageBytes, or that a broker refuses as
 // too large (the batch is published in halves until it stands alone), is
-// stored as a dead letter of its feed (outbox.ReasonOutputTooLarge), once
+// stored as a dead letter of its feed (outbox.ReasonOutputTooLarge; a
+// record a broker refuses for its timestamp likewise,
+// ReasonOutputInvalidTimestamp), once
 // per row and durably before any transaction that passes it commits, and
 // is not published. Keys are partitioned as the Java
 // client does (murmur2), so a key's rows stay in one partition, in id

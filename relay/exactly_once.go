@@ -15,7 +15,7 @@ import (
 //  1. make a transactional producer: InitProducerID fences any earlier
 //     producer with the transactional id and aborts (or completes) the
 //     transaction it left open;
-//  2. read the progress topic to its end with read_committed, and resume
+//  2. read its last committed progress from the progress topic, and resume
 //     after the larger of Kafka's and SQLite's progress, unless Kafka's
 //     names rows the database does not have;
 //  3. per batch: one transaction holding the rows and a progress record

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
@@ -24,9 +25,34 @@ import (
 // wait is testutil.Wait.
 var wait = testutil.Wait
 
+// kafkaVersionEnv names, when set, the Kafka version whose request
+// versions every test cluster is capped at ("2.8"): the suite run once so
+// shows the relay works with a broker that old.
+const kafkaVersionEnv = "RELAY_TEST_KAFKA"
+
+// cappedVersions returns the request versions of the Kafka version named
+// by kafkaVersionEnv, nil when it is not set.
+func cappedVersions(tb testing.TB) *kversion.Versions {
+	switch v := os.Getenv(kafkaVersionEnv); v {
+	case "":
+		return nil
+	case "2.8":
+		return kversion.V2_8_0()
+	case "3.6":
+		return kversion.V3_6_0()
+	default:
+		tb.Fatalf("%s=%q: want 2.8 or 3.6", kafkaVersionEnv, v)
+		return nil
+	}
+}
+
 func newCluster(tb testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 	tb.Helper()
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+	base := []kfake.Opt{kfake.NumBrokers(1)}
+	if v := cappedVersions(tb); v != nil {
+		base = append(base, kfake.MaxVersions(v))
+	}
+	c, err := kfake.NewCluster(append(base, opts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

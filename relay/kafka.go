@@ -51,6 +51,9 @@ type topicSpec struct {
 	partitions  int32
 	replication int16
 	configs     map[string]*string
+	// fallback, when set, are the configs to create a topic with when
+	// the broker refuses configs as invalid (settings it does not know).
+	fallback map[string]*string
 	// need is what the relay does with the topics ("Write", "Read and
 	// Write"): a refused description of one names it, since each implies
 	// Describe, and granting Describe alone would only move the refusal.
@@ -68,6 +71,21 @@ func (k *kafka) ensureTopics(ctx context.Context, topics []string, create bool, 
 		return &MissingTopicError{Topic: missing[0]}
 	}
 	resps, err := k.adm.CreateTopics(ctx, spec.partitions, spec.replication, spec.configs, missing...)
+	if err == nil && spec.fallback != nil {
+		var refused []string
+		for _, t := range missing {
+			if r, ok := resps[t]; ok && errors.Is(r.Err, kerr.InvalidConfig) {
+				refused = append(refused, t)
+			}
+		}
+		if len(refused) > 0 {
+			var again kadm.CreateTopicResponses
+			again, err = k.adm.CreateTopics(ctx, spec.partitions, spec.replication, spec.fallback, refused...)
+			for t, r := range again {
+				resps[t] = r
+			}
+		}
+	}
 	if err != nil {
 		return k.denied(fmt.Errorf("create topics %v: %w", missing, err),
 			ask("Create", ResourceTopic, missing[0]), ask("Create", ResourceCluster, clusterName))
@@ -103,6 +121,28 @@ func (k *kafka) missingTopics(ctx context.Context, topics []string, need string)
 		}
 	}
 	return missing, nil
+}
+
+// topicConfigs returns the settings of topic as its broker describes them.
+func (k *kafka) topicConfigs(ctx context.Context, topic string) (map[string]string, error) {
+	rcs, err := k.adm.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := rcs.On(topic, nil)
+	if err != nil {
+		return nil, err
+	}
+	if rc.Err != nil {
+		return nil, rc.Err
+	}
+	m := make(map[string]string, len(rc.Configs))
+	for _, c := range rc.Configs {
+		if c.Value != nil {
+			m[c.Key] = *c.Value
+		}
+	}
+	return m, nil
 }
 
 // metadata describes topics, straight from a broker: kadm's cached

@@ -140,6 +140,13 @@ func (p *proxy) cut() {
 	}
 }
 
+// isDown reports whether the proxy is cut.
+func (p *proxy) isDown() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.down
+}
+
 func (p *proxy) restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

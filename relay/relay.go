@@ -53,6 +53,10 @@ type Relay struct {
 	// next one (see publish). Only the Run goroutine touches it.
 	spare *recordSlab
 
+	// progressChecked says the progress topic's settings were checked in
+	// this Run. Only the Run goroutine touches it.
+	progressChecked bool
+
 	// denied is the last refusal logged ("" while allowed). Only the Run
 	// goroutine touches it.
 	denied string
@@ -100,6 +104,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return errors.New("relay: Run is already running")
 	}
 	defer r.running.Store(false)
+	r.progressChecked = false
 	r.st.update(func(s *Status) {
 		s.State, s.Fenced, s.PublishedTotal, s.Transactions, s.Pruned, s.DeadLettered = StateStarting, false, 0, 0, 0, 0
 	})

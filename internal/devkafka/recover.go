@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"log/slog"
 	"maps"
 	"net/url"
@@ -55,28 +56,90 @@ func (b batchHeader) end() int64    { return b.firstOffset + int64(b.lastOffsetD
 // damaged one. valid is the length they take.
 func parseSegment(raw []byte) (bs []batchHeader, valid int) {
 	for pos := 0; pos+batchHeaderSize <= len(raw); {
-		n := int(int32(binary.BigEndian.Uint32(raw[pos+8 : pos+12])))
-		size := 12 + n
-		if n < batchHeaderSize-12 || pos+size > len(raw) {
+		size := batchSize(raw[pos:])
+		if size < batchHeaderSize || pos+size > len(raw) || !batchCRCOK(raw[pos:pos+size]) {
 			break
 		}
-		b := raw[pos : pos+size]
-		if crc32.Checksum(b[21:], castagnoli) != binary.BigEndian.Uint32(b[17:21]) {
-			break
-		}
-		bs = append(bs, batchHeader{
-			firstOffset:     int64(binary.BigEndian.Uint64(b[0:8])),
-			leaderEpoch:     int32(binary.BigEndian.Uint32(b[12:16])),
-			attrs:           int16(binary.BigEndian.Uint16(b[21:23])),
-			lastOffsetDelta: int32(binary.BigEndian.Uint32(b[23:27])),
-			maxTimestamp:    int64(binary.BigEndian.Uint64(b[35:43])),
-			pid:             int64(binary.BigEndian.Uint64(b[43:51])),
-			epoch:           int16(binary.BigEndian.Uint16(b[51:53])),
-		})
+		bs = append(bs, readHeader(raw[pos:]))
 		pos += size
 		valid = pos
 	}
 	return bs, valid
+}
+
+// batchSize is the size of the batch whose header starts h.
+func batchSize(h []byte) int { return 12 + int(int32(binary.BigEndian.Uint32(h[8:12]))) }
+
+func batchCRCOK(b []byte) bool {
+	return crc32.Checksum(b[21:], castagnoli) == binary.BigEndian.Uint32(b[17:21])
+}
+
+func readHeader(h []byte) batchHeader {
+	return batchHeader{
+		firstOffset:     int64(binary.BigEndian.Uint64(h[0:8])),
+		leaderEpoch:     int32(binary.BigEndian.Uint32(h[12:16])),
+		attrs:           int16(binary.BigEndian.Uint16(h[21:23])),
+		lastOffsetDelta: int32(binary.BigEndian.Uint32(h[23:27])),
+		maxTimestamp:    int64(binary.BigEndian.Uint64(h[35:43])),
+		pid:             int64(binary.BigEndian.Uint64(h[43:51])),
+		epoch:           int16(binary.BigEndian.Uint16(h[51:53])),
+	}
+}
+
+// scanChunk is how much of a segment scanSegment reads at a time.
+const scanChunk = 64 << 10
+
+// scanSegment reads the batch headers of the segment file at path, reading
+// only around them (a batch larger than what is left of a chunk is
+// skipped, not read). A crash can tear only the end of a segment, so only
+// the last batch's CRC is checked: a batch cut short, or a last one whose
+// CRC fails, ends the valid part, as it would end kfake's load.
+func scanSegment(path string) (bs []batchHeader, valid int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	size := fi.Size()
+	buf := make([]byte, scanChunk)
+	var chunk []byte // the file's bytes from chunkAt
+	var chunkAt, lastAt int64
+	lastSize := 0
+	for pos := int64(0); pos+batchHeaderSize <= size; {
+		if pos < chunkAt || pos+batchHeaderSize > chunkAt+int64(len(chunk)) {
+			n, err := f.ReadAt(buf, pos)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return nil, 0, err
+			}
+			chunk, chunkAt = buf[:n], pos
+		}
+		h := chunk[pos-chunkAt:]
+		if len(h) < batchHeaderSize {
+			break // the file shrank under us
+		}
+		n := batchSize(h)
+		if n < batchHeaderSize || pos+int64(n) > size {
+			break
+		}
+		bs = append(bs, readHeader(h))
+		lastAt, lastSize = pos, n
+		pos += int64(n)
+		valid = pos
+	}
+	if len(bs) > 0 {
+		last := make([]byte, lastSize)
+		if _, err := f.ReadAt(last, lastAt); err != nil {
+			return nil, 0, err
+		}
+		if !batchCRCOK(last) {
+			bs, valid = bs[:len(bs)-1], lastAt
+		}
+	}
+	return bs, valid, nil
 }
 
 // idxEntry encodes a batch's index entry as kfake does.
@@ -360,15 +423,18 @@ type segment struct {
 func repairSegment(pdir string, base int64, logger *slog.Logger) (segment, error) {
 	datPath := filepath.Join(pdir, fmt.Sprintf("%d.dat", base))
 	idxPath := filepath.Join(pdir, fmt.Sprintf("%d.idx", base))
-	raw, err := os.ReadFile(datPath)
+	fi, err := os.Stat(datPath)
 	if err != nil {
 		return segment{}, err
 	}
-	bs, valid := parseSegment(raw)
+	bs, valid, err := scanSegment(datPath)
+	if err != nil {
+		return segment{}, err
+	}
 	seg := segment{base: base, batches: bs}
-	if valid < len(raw) {
-		logger.Info("dev broker: dropping a torn batch a crash left", "segment", datPath, "bytes", len(raw)-valid)
-		if err := truncateSync(datPath, int64(valid)); err != nil {
+	if valid < fi.Size() {
+		logger.Info("dev broker: dropping a torn batch a crash left", "segment", datPath, "bytes", fi.Size()-valid)
+		if err := truncateSync(datPath, valid); err != nil {
 			return seg, err
 		}
 	}

@@ -228,6 +228,52 @@ func TestRecoverTxns(t *testing.T) {
 		again.txn(t, "t3", true)
 		wantEverywhere(t, committed(t, again.crashCopy(t)), "t1", "t3")
 	})
+	t.Run("IndexEntryLost", func(t *testing.T) {
+		// The crash came between t2's batch and its index entry:
+		// without the entry kfake would take the batch for one outside
+		// any transaction, visible though t2 never committed.
+		tb := startTxnBroker(t)
+		tb.txn(t, "t1", true)
+		tb.begin(t, "t2")
+		dir := tb.crashCopy(t)
+		idx := filepath.Join(dir, "partitions", partitionDirName("out", 0), "0.idx")
+		fi, err := os.Stat(idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(idx, fi.Size()-idxEntrySize); err != nil {
+			t.Fatal(err)
+		}
+		wantEverywhere(t, committed(t, dir), "t1")
+	})
+	t.Run("TornBatch", func(t *testing.T) {
+		tb := startTxnBroker(t)
+		tb.txn(t, "t1", true)
+		tb.txn(t, "t2", true)
+		dir := tb.crashCopy(t)
+		dat := filepath.Join(dir, "partitions", partitionDirName("progress", 0), "0.dat")
+		raw, err := os.ReadFile(dat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := len(raw)
+		// A batch cut short, then (another run) one whole but damaged.
+		n := batchSize(raw) // the first batch's size
+		damaged := slices.Clone(raw[:n])
+		damaged[n-1] ^= 0xff
+		for _, tail := range [][]byte{raw[:n-1], damaged} {
+			if err := os.WriteFile(dat, append(raw[:whole:whole], tail...), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			wantEverywhere(t, committed(t, dir), "t1", "t2")
+			fi, err := os.Stat(dat)
+			if err != nil || fi.Size() < int64(whole) {
+				t.Fatalf("segment of %d bytes after recovery (%v), %d before the tear", fi.Size(), err, whole)
+			}
+			raw, _ = os.ReadFile(dat)
+			whole = len(raw)
+		}
+	})
 	t.Run("RecoveredTwice", func(t *testing.T) {
 		tb := startTxnBroker(t)
 		tb.txn(t, "t1", true)

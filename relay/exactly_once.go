@@ -37,6 +37,7 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 		return false, fmt.Errorf("start transactional producer %s: %w", r.txnID, err)
 	}
 	defer func() { r.dropProducer(ctx, hard, p) }()
+	p.resending = r.st.resending
 	last, err := r.resumeExactlyOnce(ctx)
 	if err != nil {
 		return false, err
@@ -55,6 +56,7 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 		}
 		r.dropProducer(ctx, hard, p)
 		p = np
+		p.resending = r.st.resending
 		return nil
 	}
 	return r.drain(ctx, last, func(rows []outbox.Row) error {

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,6 +123,13 @@ func TestRelay_LeaderFailover(t *testing.T) {
 		return nil, nil, false
 	})
 	ids = append(ids, emit(t, s, "f", keyed("t", 60, 6, 60)...)...)
+	// Meanwhile the status says what the relay retries.
+	wait(t, 10*time.Second, func() error {
+		if st := rr.r.Status(); !strings.Contains(st.LastError, "sending again: produce to t/0") || !st.Connected {
+			return fmt.Errorf("status %+v, want connected and an error saying t/0 is sent again", st)
+		}
+		return nil
+	})
 	rr.waitPublished(t, ids[len(ids)-1])
 	exactlyOnce(t, readCommitted(t, brokers, "t"), ids)
 	mu.Lock()

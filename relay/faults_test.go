@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -183,10 +185,21 @@ func TestRelay_LostProduceResponse(t *testing.T) {
 		}
 		return nil
 	})
+	// While no broker answers, the status says the relay is not
+	// connected and sends again.
+	wait(t, 10*time.Second, func() error {
+		if st := rr.r.Status(); st.Connected || !strings.Contains(st.LastError, "sending again: produce to broker") {
+			return fmt.Errorf("status %+v, want not connected, sending again", st)
+		}
+		return nil
+	})
 	p.restore()
 	rr.waitPublished(t, ids[len(ids)-1])
 	exactlyOnce(t, readCommitted(t, brokers, "t"), ids)
 	exactlyOnce(t, readCommitted(t, brokers, "t", kgo.FetchIsolationLevel(kgo.ReadUncommitted())), ids)
+	if st := rr.r.Status(); !st.Connected || st.LastError != "" {
+		t.Errorf("status %+v after the batch went out, want connected and no error", st)
+	}
 	if n := inits.Load(); n != 1 {
 		t.Errorf("%d InitProducerID requests, want 1: the lost answer ended the session", n)
 	}

@@ -140,6 +140,20 @@ func (t *tracker) failed(state string, err error) {
 	})
 }
 
+// resending records a failure the producer retries within its
+// transaction (a leader or coordinator moving, a broker away): the last
+// error says so until a batch is published, and when no broker answered
+// the relay is not connected meanwhile. It is not counted in Errors: the
+// session goes on.
+func (t *tracker) resending(err error, unanswered bool) {
+	t.update(func(s *Status) {
+		s.LastError, s.LastErrorAt = "sending again: "+err.Error(), t.now()
+		if unanswered {
+			s.Connected = false
+		}
+	})
+}
+
 // published records a committed (or acked) batch of n rows ending at last.
 func (t *tracker) published(last int64, n int) {
 	t.update(func(s *Status) {

@@ -40,8 +40,11 @@ type txnProducer struct {
 	// retriable code, and the retries of a busy or moving coordinator
 	// (Config.DeliveryTimeout).
 	delivery time.Duration
-	pid      int64
-	epoch    int16
+	// resending, when set, is told each failure the producer is about to
+	// retry within its transaction, and whether no broker answered.
+	resending func(err error, unanswered bool)
+	pid       int64
+	epoch     int16
 	// seq is the next sequence of each partition the producer wrote to.
 	seq map[topicPartition]int32
 	// maxBatch bounds a record batch as sarama's producer does: the sum
@@ -205,6 +208,7 @@ func (p *txnProducer) coordinated(ctx context.Context, req func(*sarama.Broker) 
 		if time.Now().Add(wait).After(deadline) {
 			return fmt.Errorf("%w (still after the delivery timeout, %v)", last, p.delivery)
 		}
+		p.resent(last)
 		select {
 		case <-ctx.Done():
 			return errors.Join(last, ctx.Err())
@@ -272,7 +276,7 @@ func (p *txnProducer) txn(ctx context.Context, msgs []*sarama.ProducerMessage) e
 		var sends []sendBatch
 		for _, pb := range p.parts {
 			if round < len(pb.batches) {
-				sends = append(sends, sendBatch{pb.tp, pb.batches[round]})
+				sends = append(sends, sendBatch{tp: pb.tp, batch: pb.batches[round]})
 			}
 		}
 		if len(sends) == 0 {
@@ -488,10 +492,13 @@ func (p *txnProducer) addPartitions(ctx context.Context) error {
 	return nil
 }
 
-// sendBatch is a batch to send and its partition.
+// sendBatch is a batch to send and its partition. maybeWritten says an
+// earlier send of it in this transaction may have been written: it got no
+// answer, or one a broker gives after appending (see checkBlock).
 type sendBatch struct {
-	tp    topicPartition
-	batch *sarama.RecordBatch
+	tp           topicPartition
+	batch        *sarama.RecordBatch
+	maybeWritten bool
 }
 
 // produce sends batches, at most one of a partition, and waits for each
@@ -506,14 +513,15 @@ type sendBatch struct {
 func (p *txnProducer) produce(ctx context.Context, batches []sendBatch) error {
 	deadline := time.Now().Add(p.delivery)
 	wait := p.conf.Producer.Retry.Backoff
-	for try := 0; ; try++ {
-		retry, err := p.produceOnce(batches, try > 0)
+	for {
+		retry, err := p.produceOnce(batches)
 		if err != nil || len(retry) == 0 {
 			return err
 		}
 		if time.Now().Add(wait).After(deadline) {
 			return fmt.Errorf("%w (still after the delivery timeout, %v)", retry[0].err, p.delivery)
 		}
+		p.resent(retry[0].err)
 		topics := map[string]bool{}
 		var names []string
 		for _, r := range retry {
@@ -538,6 +546,13 @@ func (p *txnProducer) produce(ctx context.Context, batches []sendBatch) error {
 	}
 }
 
+// resent tells resending, if set, of err, a failure about to be retried.
+func (p *txnProducer) resent(err error) {
+	if p.resending != nil {
+		p.resending(err, isNetworkError(err) || errors.Is(err, sarama.ErrNotConnected) || errors.Is(err, sarama.ErrOutOfBrokers))
+	}
+}
+
 // produceMaxBackoff bounds the wait between two sends of a batch.
 const produceMaxBackoff = time.Second
 
@@ -548,10 +563,9 @@ type failedBatch struct {
 	err error
 }
 
-// produceOnce sends batches once: it returns those refused with a
-// retriable code, or the first other failure. resend says the batches
-// were sent before (see checkBlock).
-func (p *txnProducer) produceOnce(batches []sendBatch, resend bool) ([]failedBatch, error) {
+// produceOnce sends batches once: it returns those to send again, or the
+// first other failure.
+func (p *txnProducer) produceOnce(batches []sendBatch) ([]failedBatch, error) {
 	type request struct {
 		broker *sarama.Broker
 		req    *sarama.ProduceRequest
@@ -615,15 +629,16 @@ func (p *txnProducer) produceOnce(batches []sendBatch, resend bool) ([]failedBat
 				}
 				// This request's batches and those of the broker's
 				// requests not sent yet.
-				for _, later := range byBroker[brokers[i]][j:] {
+				for k, later := range byBroker[brokers[i]][j:] {
 					for _, b := range later.sent {
+						b.maybeWritten = b.maybeWritten || k == 0
 						outcomes[i].retry = append(outcomes[i].retry, failedBatch{b, err})
 					}
 				}
 				return
 			}
 			for _, b := range rq.sent {
-				retry, err := p.checkBlock(resp, b, resend)
+				retry, err := p.checkBlock(resp, b)
 				if err != nil {
 					outcomes[i].err = err
 					return
@@ -668,8 +683,8 @@ func (p *txnProducer) produceOnce(batches []sendBatch, resend bool) ([]failedBat
 }
 
 // checkBlock reads b's answer in resp: written, to be sent again, or a
-// failure. resend says b was sent before.
-func (p *txnProducer) checkBlock(resp *sarama.ProduceResponse, b sendBatch, resend bool) (*failedBatch, error) {
+// failure.
+func (p *txnProducer) checkBlock(resp *sarama.ProduceResponse, b sendBatch) (*failedBatch, error) {
 	block := resp.GetBlock(b.tp.topic, b.tp.partition)
 	if block == nil {
 		return nil, fmt.Errorf("produce to %s/%d: %w", b.tp.topic, b.tp.partition, sarama.ErrIncompleteResponse)
@@ -677,16 +692,20 @@ func (p *txnProducer) checkBlock(resp *sarama.ProduceResponse, b sendBatch, rese
 	switch code := block.Err; {
 	case code == sarama.ErrNoError:
 		return nil, nil
-	case code == sarama.ErrDuplicateSequenceNumber && resend:
-		// A batch sent again that the broker had written the first
-		// time: it keeps the first.
+	case code == sarama.ErrDuplicateSequenceNumber && b.maybeWritten:
+		// A batch sent again that the broker had written before: it
+		// keeps the first.
 		return nil, nil
 	case code == sarama.ErrDuplicateSequenceNumber:
-		// A batch never sent before cannot be a duplicate: the broker's
-		// view of the producer's sequences is not ours, and taking it as
-		// written would drop its records. The session ends (Ambiguous).
-		return nil, fmt.Errorf("produce to %s/%d: %w on the batch's first send", b.tp.topic, b.tp.partition, code)
+		// A batch never sent, or only refused, before cannot be a
+		// duplicate: the broker's view of the producer's sequences is
+		// not ours, and taking it as written would drop its records. The
+		// session ends (Ambiguous).
+		return nil, fmt.Errorf("produce to %s/%d: %w on a batch not written before", b.tp.topic, b.tp.partition, code)
 	case isRetriableCode(code) && code != sarama.ErrInvalidMessage:
+		// These a broker answers after appending the batch.
+		b.maybeWritten = b.maybeWritten || code == sarama.ErrRequestTimedOut ||
+			code == sarama.ErrNotEnoughReplicasAfterAppend || code == sarama.ErrNetworkException
 		return &failedBatch{b, fmt.Errorf("produce to %s/%d: %w", b.tp.topic, b.tp.partition, code)}, nil
 	default:
 		err := fmt.Errorf("produce to %s/%d: %w", b.tp.topic, b.tp.partition, code)

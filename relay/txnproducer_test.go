@@ -207,31 +207,41 @@ func TestNextSequence(t *testing.T) {
 	}
 }
 
-// TestTxnProducer_DuplicateOnFirstSend: a broker answers a batch's first
-// send DUPLICATE_SEQUENCE_NUMBER without writing it. A batch never sent
-// before cannot be a duplicate: the session ends, the transaction never
-// commits, and the next session publishes its rows once.
+// TestTxnProducer_DuplicateOnFirstSend: a broker answers a batch
+// DUPLICATE_SEQUENCE_NUMBER without writing it, on its first send or on
+// its send after a refusal that wrote nothing (NOT_LEADER_OR_FOLLOWER). A
+// batch not written before cannot be a duplicate: the session ends, the
+// transaction never commits, and the next session publishes its rows once.
 func TestTxnProducer_DuplicateOnFirstSend(t *testing.T) {
-	cl := newCluster(t)
-	brokers := cl.ListenAddrs()
-	s := newStore(t)
-	ids := emit(t, s, "f", keyed("t", 40, 4, 0)...)
-	rr := startRelay(t, s, testConfig(t, brokers))
-	rr.waitPublished(t, ids[len(ids)-1])
-	var refused atomic.Int32
-	cl.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		refused.Add(1)
-		return refusal(req, kerr.DuplicateSequenceNumber.Code), nil, true
-	})
-	// One transaction's rows, and nothing after them that a broker
-	// could find out of sequence.
-	ids = append(ids, emit(t, s, "f", keyed("t", 60, 6, 40)...)...)
-	rr.waitPublished(t, ids[len(ids)-1])
-	exactlyOnce(t, readCommitted(t, brokers, "t"), ids)
-	if n := refused.Load(); n != 1 {
-		t.Errorf("%d produce requests answered DUPLICATE_SEQUENCE_NUMBER, want 1", n)
-	}
-	if st := rr.r.Status(); st.PublishedTotal != 100 {
-		t.Errorf("published %d rows, want 100: %+v", st.PublishedTotal, st)
+	for _, before := range []int16{0, kerr.NotLeaderForPartition.Code} {
+		t.Run(map[int16]string{0: "FirstSend", kerr.NotLeaderForPartition.Code: "AfterNotLeader"}[before], func(t *testing.T) {
+			cl := newCluster(t)
+			brokers := cl.ListenAddrs()
+			s := newStore(t)
+			ids := emit(t, s, "f", keyed("t", 40, 4, 0)...)
+			rr := startRelay(t, s, testConfig(t, brokers))
+			rr.waitPublished(t, ids[len(ids)-1])
+			var answered atomic.Int32
+			cl.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				n := answered.Add(1)
+				if before != 0 && n == 1 {
+					cl.KeepControl()
+					return refusal(req, before), nil, true
+				}
+				cl.DropControl()
+				return refusal(req, kerr.DuplicateSequenceNumber.Code), nil, true
+			})
+			// One transaction's rows, and nothing after them that a broker
+			// could find out of sequence.
+			ids = append(ids, emit(t, s, "f", keyed("t", 60, 6, 40)...)...)
+			rr.waitPublished(t, ids[len(ids)-1])
+			exactlyOnce(t, readCommitted(t, brokers, "t"), ids)
+			if n, want := answered.Load(), int32(1+min(before, 1)); n != want {
+				t.Errorf("%d produce requests answered by the test, want %d", n, want)
+			}
+			if st := rr.r.Status(); st.PublishedTotal != 100 {
+				t.Errorf("published %d rows, want 100: %+v", st.PublishedTotal, st)
+			}
+		})
 	}
 }

@@ -159,7 +159,7 @@ func TestMain_Recording(t *testing.T) {
 		os.WriteFile(bad, data, 0o644)
 		var stdout, stderr bytes.Buffer
 		code := replayCommand(context.Background(), []string{bad}, &stdout, &stderr)
-		if code != ReplayFailed || !strings.Contains(stderr.String(), "unknown recording format version 2") || strings.Count(stderr.String(), "\n") != 1 {
+		if code != ReplayFailed || !strings.Contains(stderr.String(), "unknown recording format version 3") || strings.Count(stderr.String(), "\n") != 1 {
 			t.Fatalf("exit %d, stderr %q", code, stderr.String())
 		}
 	})

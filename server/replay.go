@@ -298,7 +298,7 @@ func (rep *replayReport) print(w io.Writer) {
 		fmt.Fprintf(w, "  decisions: every item's outcome as recorded\n")
 	}
 	for _, t := range s.Torn {
-		fmt.Fprintf(w, "  torn tail: %s: %d bytes from offset %d not read (%s); nothing in them was committed\n", t.File, t.Bytes, t.Offset, t.Why)
+		fmt.Fprintf(w, "  torn tail: %s: %d bytes from offset %d not read: %s\n", t.File, t.Bytes, t.Offset, t.Why)
 	}
 	for _, t := range s.Unconfirmed {
 		fmt.Fprintf(w, "  unconfirmed: %s: %d bytes from offset %d not replayed: %s\n", t.File, t.Bytes, t.Offset, t.Why)

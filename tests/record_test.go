@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -447,3 +448,126 @@ func tornTail(t *testing.T, dir, recDir string, rng *rand.Rand, lines int64, bef
 }
 
 var quietLog = slog.New(slog.DiscardHandler)
+
+// TestRecord_DamageReported records a run of the server in parts, ended
+// by SIGTERM, and damages copies of it as a disk or an operator might:
+// each `server replay` exits 2 with one line naming the file and the byte
+// offset, never a crash's tail replayed around: a middle part's commit
+// record damaged, the final part's last record damaged, the last two
+// parts deleted. The undamaged recording replays whole.
+func TestRecord_DamageReported(t *testing.T) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 23))
+	dir := t.TempDir()
+	input, db, recDir := filepath.Join(dir, "ledger.csv"), filepath.Join(dir, "live.db"), filepath.Join(dir, "rec")
+	l := makeLedger(rng, 60_000)
+	if err := os.WriteFile(input, l.data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, nil, "--db", db, "--feed", "ledger=file:"+input, "--processor", "ledger=ledger", "--relay", "none",
+		"--http", "127.0.0.1:0", "--record", recDir, "--record-max-bytes", "65536")
+	wait(t, 60*time.Second, func() error {
+		f, cps, err := ledgerFeed(db)
+		if err != nil || len(cps) != 1 || cps[0].Position != int64(len(l.data)) {
+			return fmt.Errorf("positions %+v (%+v, %v), want %d", cps, f, err, len(l.data))
+		}
+		return nil
+	})
+	if code := p.stop(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+	paths, _ := filepath.Glob(filepath.Join(recDir, "*.rec"))
+	slices.Sort(paths)
+	if len(paths) < 4 {
+		t.Fatalf("%d parts, want 4 or more", len(paths))
+	}
+	if rep, code := runReplay(t, recDir); code != 0 || rep.Replay.Items != int64(len(l.valid)+len(l.malformed)) {
+		t.Fatalf("the whole recording: exit %d, %+v", code, rep.Replay)
+	}
+	// ends reads a part: where its end record starts, and where its last
+	// commit record does (-1 when it holds no transaction).
+	ends := func(path string) (end, commit int64) {
+		rd, err := recording.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rd.Close()
+		var last recording.Txn
+		for {
+			txn, err := rd.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = txn
+		}
+		end = rd.Tail().EndOffset
+		if last.Number == 0 {
+			return end, -1
+		}
+		var n [10]byte
+		return end, end - int64(2+4+4+1+binary.PutUvarint(n[:], last.Number))
+	}
+	// damaged copies the recording, changing it with f, and wants the
+	// replay of the copy to exit 2 with the one line want(copy's dir).
+	damaged := func(t *testing.T, f func(dir string), want func(dir string) string) {
+		t.Helper()
+		cp := t.TempDir()
+		if err := os.CopyFS(cp, os.DirFS(recDir)); err != nil {
+			t.Fatal(err)
+		}
+		f(cp)
+		cmd := exec.Command(serverBin, "replay", cp)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		cmd.Run()
+		if w := want(cp); cmd.ProcessState.ExitCode() != 2 || stderr.String() != w {
+			t.Fatalf("exit %d, stderr %q, stdout %q\nwant exit 2, %q", cmd.ProcessState.ExitCode(), stderr.String(), stdout.String(), w)
+		}
+	}
+	flip := func(path string, at int64) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[at] ^= 0x5a
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := func(dir, path string) string { return filepath.Join(dir, filepath.Base(path)) }
+	last := len(paths) - 1
+
+	t.Run("MiddleCommitDamaged", func(t *testing.T) {
+		end, commit := ends(paths[1])
+		damaged(t, func(cp string) { flip(in(cp, paths[1]), commit+2+4+4) }, func(cp string) string {
+			return fmt.Sprintf("server replay: recording %s: recording damaged: offset %d: a record whose checksum does not match, "+
+				"yet a whole record follows at offset %d\n", in(cp, paths[1]), commit, end)
+		})
+	})
+	t.Run("FinalLastRecordDamaged", func(t *testing.T) {
+		end, _ := ends(paths[last])
+		st, err := os.Stat(paths[last])
+		if err != nil {
+			t.Fatal(err)
+		}
+		damaged(t, func(cp string) { flip(in(cp, paths[last]), st.Size()-1) }, func(cp string) string {
+			return fmt.Sprintf("server replay: recording %s: recording damaged: offset %d: a record whose checksum does not match: "+
+				"a crash cuts a record short, it does not change one\n", in(cp, paths[last]), end)
+		})
+	})
+	t.Run("LastTwoPartsDeleted", func(t *testing.T) {
+		end, _ := ends(paths[last-2])
+		damaged(t, func(cp string) {
+			for _, p := range paths[last-1:] {
+				if err := os.Remove(in(cp, p)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, func(cp string) string {
+			return fmt.Sprintf("server replay: recordings do not make one replay: %s: offset %d names the part that follows it, %s, "+
+				"which is missing: the run's later parts are gone\n", in(cp, paths[last-2]), end, in(cp, paths[last-1]))
+		})
+	})
+}

@@ -28,8 +28,10 @@ import (
 // two bytes big-endian.
 const Magic = "OUTBOXD-RECORDING\n"
 
-// Version is the format version this package writes and reads.
-const Version = 1
+// Version is the format version this package writes and reads. Version
+// 2 added the frames that end a part: the successor's name, or the run's
+// end.
+const Version = 2
 
 // Frame layout: sync, length of the body (kind byte and payload), CRC-32C
 // (Castagnoli) of the length's four bytes and the body, then the body.
@@ -51,6 +53,11 @@ const (
 	kindLoss    = 'L'
 	kindPrepare = 'P'
 	kindCommit  = 'C'
+	// kindNext ends a part whose run goes on in the next part, naming it;
+	// kindEnd ends the run's last part when the run ended (a killed run
+	// has neither).
+	kindNext = 'N'
+	kindEnd  = 'X'
 )
 
 // MaxItemBytes is the largest item (key, value and headers) a recording

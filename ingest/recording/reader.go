@@ -32,9 +32,24 @@ type Tail struct {
 	// happened. The next recording of the feed tells (see Replay).
 	Unconfirmed *Txn
 	// Torn says why the bytes after the last whole transaction (and after
-	// Unconfirmed) could not be read: a frame cut short, a checksum that
-	// does not match. "" when they could. A crash leaves such a tail.
+	// Unconfirmed) could not be read: a frame cut short. "" when they
+	// could. A crash leaves such a tail; it never leaves a frame whose
+	// bytes are not those written (a checksum that does not match), which
+	// is damage (ErrCorrupt).
 	Torn string
+	// TornOffset is where the bytes Torn is about start: Offset, or,
+	// after Unconfirmed, the end of its prepare record (its commit record
+	// is what was cut).
+	TornOffset int64
+	// Next names the part that follows this one (its file name, NextPart
+	// its number) when the file ends by naming it; Ended is set when the
+	// file ends the run. A file with neither is the last of a run that
+	// stopped without ending it (a kill), or one whose end is lost.
+	// EndOffset is where the frame that says so starts.
+	Next      string
+	NextPart  int
+	Ended     bool
+	EndOffset int64
 }
 
 // Reader reads a recording file. It is not safe for concurrent use.
@@ -54,6 +69,13 @@ type Reader struct {
 	prepared   *Txn   // read up to its prepare frame
 	last       uint64 // the last transaction committed
 	tail       *Tail  // set at the end
+	// closed is set by the frame that ends the part (kindNext or
+	// kindEnd), at closedAt; what it says is kept for the tail.
+	closed   bool
+	closedAt int64
+	nextName string
+	nextPart int
+	ended    bool
 }
 
 // Open opens the recording at path and reads its header. It fails with an
@@ -96,6 +118,8 @@ func (r *Reader) readStart() error {
 		return ErrNotRecording
 	}
 	if v := binary.BigEndian.Uint16(start[len(Magic):]); v != Version {
+		// Version 1 had no frame to end a part: its damage at the end
+		// could not be told from a crash.
 		return fmt.Errorf("%w %d: this outboxd reads version %d", ErrVersion, v, Version)
 	}
 	r.off = int64(len(start))
@@ -129,8 +153,13 @@ func (r *Reader) Tail() Tail {
 }
 
 // frameError is a frame that cannot be read: the torn tail a crash leaves,
-// or damage.
-type frameError struct{ why string }
+// or damage. cut says the file ends inside it; kind is its kind when the
+// file holds that byte, else 0.
+type frameError struct {
+	why  string
+	cut  bool
+	kind byte
+}
 
 func (e *frameError) Error() string { return e.why }
 
@@ -161,7 +190,34 @@ func (r *Reader) Next() (Txn, error) {
 
 // take handles one whole frame; ok says a transaction is complete.
 func (r *Reader) take(at int64, kind byte, body []byte) (Txn, bool, error) {
+	if r.closed {
+		return Txn{}, false, fmt.Errorf("%w: a record after the end of the part at offset %d", ErrBadRecord, r.closedAt)
+	}
 	switch kind {
+	case kindNext, kindEnd:
+		if len(r.pending) > 0 {
+			return Txn{}, false, fmt.Errorf("%w: the part ends inside a transaction", ErrBadRecord)
+		}
+		// A transaction prepared and not committed before the end: its
+		// COMMIT failed, and the loop stopped or the part was closed
+		// after it.
+		r.prepared = nil
+		r.closed, r.closedAt = true, at
+		if kind == kindNext {
+			part, name, err := decodeNext(body)
+			if err != nil || part != r.hdr.Part+1 {
+				return Txn{}, false, fmt.Errorf("%w: part %d names part %d as its successor (%v)", ErrBadRecord, r.hdr.Part, part, err)
+			}
+			r.nextPart, r.nextName = part, name
+			return Txn{}, false, nil
+		}
+		part, _, off, err := decodeEnd(body)
+		if err != nil || part != r.hdr.Part || off != at {
+			return Txn{}, false, fmt.Errorf("%w: the end of part %d at offset %d says part %d at offset %d (%v)",
+				ErrBadRecord, r.hdr.Part, at, part, off, err)
+		}
+		r.ended = true
+		return Txn{}, false, nil
 	case kindItem, kindEpoch, kindLoss:
 		e, err := r.decodeEntry(kind, body)
 		if err != nil {
@@ -224,8 +280,14 @@ func (r *Reader) end(at int64, err error) error {
 			return fmt.Errorf("recording %s: %w: offset %d: %s, yet a whole record follows at offset %d",
 				r.name, ErrCorrupt, at, fe.why, next)
 		}
+		if why := damage(fe, r.closed, r.closedAt); why != "" {
+			return fmt.Errorf("recording %s: %w: offset %d: %s", r.name, ErrCorrupt, at, why)
+		}
 	}
-	t := &Tail{Offset: at, Unconfirmed: r.prepared}
+	t := &Tail{Offset: at, Unconfirmed: r.prepared, Next: r.nextName, NextPart: r.nextPart, Ended: r.ended}
+	if r.closed {
+		t.EndOffset = r.closedAt
+	}
 	switch {
 	case r.prepared != nil:
 		t.Offset = r.prepared.Offset
@@ -235,12 +297,45 @@ func (r *Reader) end(at int64, err error) error {
 	t.Bytes = r.size - t.Offset
 	switch {
 	case fe != nil:
-		t.Torn = fe.why
+		t.Torn, t.TornOffset = fe.why, t.Offset
+		if r.prepared != nil {
+			t.TornOffset = at
+		}
 	case len(r.pending) > 0:
-		t.Torn = fmt.Sprintf("%d records of a transaction that has no prepare record", len(r.pending))
+		t.Torn, t.TornOffset = fmt.Sprintf("%d records of a transaction that has no prepare record", len(r.pending)), t.Offset
 	}
 	r.tail, r.pending, r.prepared = t, nil, nil
 	return io.EOF
+}
+
+// damage says why fe, which ends a file, is not a tail a crash can leave
+// ("" when it is). A crash stops the writer between two writes, or cuts
+// a write short: it never changes bytes written (a frame whose checksum
+// does not match, or that does not start as a frame does), never cuts a
+// part's end (written whole by a write of a few bytes of its own, after
+// the last commit), and writes nothing after a part's end.
+func damage(fe *frameError, closed bool, closedAt int64) string {
+	switch {
+	case closed:
+		return fmt.Sprintf("%s after the end of the part at offset %d", fe.why, closedAt)
+	case !fe.cut:
+		return fe.why + ": a crash cuts a record short, it does not change one"
+	case fe.kind == kindNext || fe.kind == kindEnd:
+		return fmt.Sprintf("a %s record cut short, which is written after the last transaction, whole, by a write of its own: a crash does not cut it",
+			kindName(fe.kind))
+	}
+	return ""
+}
+
+// kindName names a frame kind in messages.
+func kindName(k byte) string {
+	switch k {
+	case kindNext:
+		return "next-part"
+	case kindEnd:
+		return "end-of-run"
+	}
+	return string(k)
 }
 
 // readFrame reads the frame at r.off: its kind and payload (valid until
@@ -253,20 +348,25 @@ func (r *Reader) readFrame() (byte, []byte, error) {
 	case n == 0 && errors.Is(err, io.EOF):
 		return 0, nil, io.EOF
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return 0, nil, &frameError{"a record cut short"}
+		return 0, nil, &frameError{why: "a record cut short", cut: true}
 	case err != nil:
 		return 0, nil, err
 	}
 	if head[0] != sync0 || head[1] != sync1 {
-		return 0, nil, &frameError{"not the start of a record"}
+		return 0, nil, &frameError{why: "not the start of a record"}
 	}
 	length := binary.BigEndian.Uint32(head[:][2:])
 	switch {
 	case length > maxFrame:
-		return 0, nil, &frameError{"not the start of a record"}
+		return 0, nil, &frameError{why: "not the start of a record"}
 	case int64(length) > r.size-r.off-frameHead:
 		// Never allocated: the file cannot hold it.
-		return 0, nil, &frameError{"a record cut short"}
+		fe := &frameError{why: "a record cut short", cut: true}
+		var k [1]byte
+		if _, err := r.ra.ReadAt(k[:], r.off+frameHead); err == nil {
+			fe.kind = k[0]
+		}
+		return 0, nil, fe
 	}
 	if cap(r.body) < int(length) {
 		r.body = make([]byte, length)
@@ -274,16 +374,16 @@ func (r *Reader) readFrame() (byte, []byte, error) {
 	body := r.body[:length]
 	if _, err := io.ReadFull(r.br, body); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return 0, nil, &frameError{"a record cut short"}
+			return 0, nil, &frameError{why: "a record cut short", cut: true}
 		}
 		return 0, nil, err
 	}
 	if frameCRC(body) != binary.BigEndian.Uint32(head[6:]) {
-		return 0, nil, &frameError{"a record whose checksum does not match"}
+		return 0, nil, &frameError{why: "a record whose checksum does not match"}
 	}
 	r.off += frameHead + int64(length)
 	if length == 0 {
-		return 0, nil, &frameError{"an empty record"}
+		return 0, nil, &frameError{why: "an empty record"}
 	}
 	return body[0], body[1:], nil
 }
@@ -335,7 +435,7 @@ func (r *Reader) frameAt(off int64, head []byte) bool {
 		return false
 	}
 	switch body[0] {
-	case kindItem, kindEpoch, kindLoss, kindPrepare, kindCommit:
+	case kindItem, kindEpoch, kindLoss, kindPrepare, kindCommit, kindNext, kindEnd:
 	default:
 		return false
 	}

@@ -266,7 +266,7 @@ func TestReader_Refuses(t *testing.T) {
 		data := bytes.Clone(w.data)
 		binary.BigEndian.PutUint16(data[len(Magic):], Version+1)
 		_, _, err := readAll(data)
-		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "version 2: this outboxd reads version 1") {
+		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "version 3: this outboxd reads version 2") {
 			t.Fatalf("err %v, want ErrVersion naming both versions", err)
 		}
 	})
@@ -404,5 +404,72 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReader_EndOfRun: a run's last part ends with its end record, after
+// which nothing may follow; damage to the last records of a file is
+// damage, with its offset, not the tail a crash leaves: a crash cuts
+// short the write of a transaction's records, it changes no byte and
+// never cuts the end record.
+func TestReader_EndOfRun(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	w := writeRecording(t, rng, 20)
+	last := w.txns[len(w.txns)-1]
+	ended := appendEnd(bytes.Clone(w.data), 1, last.Number, int64(len(w.data)))
+	end := int64(len(w.data))
+	txns, tail, err := readAll(ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameTxns(t, txns, w.txns)
+	if tail != (Tail{Offset: int64(len(ended)), Ended: true, EndOffset: end}) {
+		t.Fatalf("tail %+v", tail)
+	}
+	damaged := func(name string, data []byte, want string) {
+		t.Helper()
+		txns, _, err := readAll(data)
+		if !errors.Is(err, ErrCorrupt) || err.Error() != want {
+			t.Fatalf("%s: %v\nwant %s", name, err, want)
+		}
+		if len(txns) > len(w.txns) {
+			t.Fatalf("%s: %d transactions", name, len(txns))
+		}
+		sameTxns(t, txns, w.txns[:len(txns)])
+	}
+	commit := w.commitEnd[len(w.commitEnd)-1] - int64(frameHead+1+len(binary.AppendUvarint(nil, last.Number)))
+	after := w.commitEnd[len(w.commitEnd)-1] // the end, or a transaction prepared whose COMMIT failed
+	// The last commit damaged, whole records after it.
+	data := bytes.Clone(ended)
+	data[commit+frameHead+1] ^= 0xff
+	damaged("commit", data, fmt.Sprintf("recording test: recording damaged: offset %d: a record whose checksum does not match, yet a whole record follows at offset %d", commit, after))
+	// A run killed, its last commit the file's last record: damaged too.
+	data = bytes.Clone(w.data[:after])
+	data[commit+frameHead+1] ^= 0xff
+	damaged("commit, no end", data, fmt.Sprintf("recording test: recording damaged: offset %d: a record whose checksum does not match: a crash cuts a record short, it does not change one", commit))
+	cutEnd := "recording test: recording damaged: offset %d: a end-of-run record cut short, which is written after the last transaction, whole, by a write of its own: a crash does not cut it"
+	for cut := int64(len(ended)) - 1; cut > end; cut-- {
+		data := ended[:cut]
+		if cut > end+frameHead { // its kind is there to see
+			damaged(fmt.Sprintf("cut at %d", cut), data, fmt.Sprintf(cutEnd, end))
+			continue
+		}
+		// The kind cut off too: a tail as a crash could leave, and every
+		// transaction read.
+		txns, tail, err := readAll(data)
+		if err != nil || len(txns) != len(w.txns) || tail.Torn != "a record cut short" || tail.Offset != end {
+			t.Fatalf("cut at %d: %d transactions, tail %+v, %v", cut, len(txns), tail, err)
+		}
+	}
+	for at := end; at < int64(len(ended)); at++ {
+		data := bytes.Clone(ended)
+		data[at] ^= 0x20
+		if _, _, err := readAll(data); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("byte %d of the end flipped: %v, want ErrCorrupt", at, err)
+		}
+	}
+	more := appendCommit(bytes.Clone(ended), 99)
+	if _, _, err := readAll(more); !errors.Is(err, ErrBadRecord) || !strings.Contains(err.Error(), fmt.Sprintf("a record after the end of the part at offset %d", end)) {
+		t.Fatalf("a record after the end: %v", err)
 	}
 }

@@ -131,20 +131,29 @@ func (r *Recorder) Start(ctx context.Context, from map[int32]outbox.Checkpoint) 
 	r.open(h)
 }
 
-// open creates the file of part h.Part.
+// partName is the file name of part part of the run h records.
+func partName(h Header, part int) string {
+	return fmt.Sprintf("%s-%s-%04d.rec", h.Feed, h.Run, part)
+}
+
+// open creates the file of part h.Part and records into it.
 func (r *Recorder) open(h Header) {
-	path := filepath.Join(r.o.Dir, fmt.Sprintf("%s-%s-%04d.rec", h.Feed, h.Run, h.Part))
-	w, err := Create(path, h)
+	w, err := Create(filepath.Join(r.o.Dir, partName(h, h.Part)), h)
 	if err != nil {
 		r.fail(err)
 		return
 	}
+	r.use(w, h)
+}
+
+// use makes w, the file of part h.Part, the one recorded into.
+func (r *Recorder) use(w *Writer, h Header) {
 	r.w, r.hdr, r.active = w, h, true
 	r.mu.Lock()
-	r.status.Recording, r.status.File, r.status.Files = true, path, h.Part
+	r.status.Recording, r.status.File, r.status.Files = true, w.Path(), h.Part
 	r.status.Bytes = r.bytes + w.Size()
 	r.mu.Unlock()
-	r.log.Info("recording", "file", path, "part", h.Part)
+	r.log.Info("recording", "file", w.Path(), "part", h.Part)
 }
 
 // fail stops the recording for err.
@@ -227,35 +236,47 @@ func (r *Recorder) Committed() {
 	}
 }
 
-// rotate closes the file and opens the next part, starting from the
-// checkpoints just committed.
+// rotate creates the next part, starting from the checkpoints just
+// committed, then ends the file by naming it and closes it. The next part
+// is on disk first: a part that names its successor had it beside it, so
+// a successor missing was removed; a crash between the two leaves a part
+// that ends after its last commit without naming the next, which a
+// reader takes as such.
 func (r *Recorder) rotate() {
 	old := r.w
 	r.w = nil
-	if err := old.Close(); err != nil {
+	h := r.hdr
+	h.Part++
+	h.From, h.Snapshot = checkpointsOf(r.last), ""
+	w, err := Create(filepath.Join(r.o.Dir, partName(h, h.Part)), h)
+	if err != nil {
+		old.f.Close()
+		r.fail(err)
+		return
+	}
+	if err := errors.Join(old.Next(h.Part, partName(h, h.Part)), old.Close()); err != nil {
+		w.f.Close()
 		r.fail(err)
 		return
 	}
 	r.bytes += old.Size()
-	h := r.hdr
-	h.Part++
-	h.From, h.Snapshot = checkpointsOf(r.last), ""
-	r.open(h)
+	r.use(w, h)
 }
 
-// Close syncs and closes the file.
+// Close ends the run's recording with its end frame, then syncs and
+// closes the file.
 func (r *Recorder) Close() {
 	if !r.active {
 		return
 	}
 	w := r.w
 	r.active, r.w = false, nil
-	if err := w.Close(); err != nil {
+	if err := errors.Join(w.End(r.hdr.Part), w.Close()); err != nil {
 		r.fail(err)
 		return
 	}
 	r.mu.Lock()
-	r.status.Recording = false
+	r.status.Recording, r.status.Bytes = false, r.bytes+w.Size()
 	r.mu.Unlock()
 	r.log.Info("recording closed", "file", w.Path(), "bytes", w.Size())
 }

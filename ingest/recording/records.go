@@ -227,3 +227,48 @@ func decodeCommit(p []byte) (uint64, error) {
 	txn := d.uvarint()
 	return txn, d.done()
 }
+
+// appendNext appends the frame that ends a part whose run goes on: the
+// next part's number and file name.
+func appendNext(buf []byte, part int, name string) []byte {
+	return appendFrame(buf, kindNext, func(b []byte) []byte {
+		b = binary.AppendUvarint(b, uint64(part))
+		return appendString(b, name)
+	})
+}
+
+// appendEnd appends the frame that ends a run: its part's number, the
+// last transaction committed (0: none) and the offset the frame starts
+// at, eight bytes big-endian, so that a cut into the frame leaves its
+// kind to see.
+func appendEnd(buf []byte, part int, txn uint64, at int64) []byte {
+	return appendFrame(buf, kindEnd, func(b []byte) []byte {
+		b = binary.AppendUvarint(b, uint64(part))
+		b = binary.AppendUvarint(b, txn)
+		return binary.BigEndian.AppendUint64(b, uint64(at))
+	})
+}
+
+func decodeNext(p []byte) (int, string, error) {
+	d := decoder{b: p}
+	part := d.uvarint()
+	name := d.string()
+	if err := d.done(); err != nil {
+		return 0, "", err
+	}
+	if name == "" || part < 2 {
+		return 0, "", fmt.Errorf("successor part %d named %q", part, name)
+	}
+	return int(part), name, nil
+}
+
+func decodeEnd(p []byte) (part int, txn uint64, at int64, err error) {
+	d := decoder{b: p}
+	part = int(d.uvarint())
+	txn = d.uvarint()
+	raw := d.raw(8)
+	if err := d.done(); err != nil {
+		return 0, 0, 0, err
+	}
+	return part, txn, int64(binary.BigEndian.Uint64(raw)), nil
+}

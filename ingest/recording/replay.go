@@ -156,9 +156,18 @@ func (s *Summary) reportTails(set *Set) {
 				Bytes: t.Bytes, Why: fmt.Sprintf("transaction %d was being committed when the recording stopped: "+
 					"the next recording of the feed tells whether it committed", t.Unconfirmed.Number)})
 		}
-		if t.Torn != "" {
-			s.Torn = append(s.Torn, TailReport{File: f.Path, Offset: t.Offset, Bytes: t.Bytes, Why: t.Torn})
+		if t.Torn == "" {
+			continue
 		}
+		why := t.Torn + "; nothing in them was committed"
+		switch u := t.Unconfirmed; {
+		case u != nil && f.Confirmed:
+			why = fmt.Sprintf("%s: the commit record of transaction %d, which committed (the next recording starts after it): it is replayed",
+				t.Torn, u.Number)
+		case u != nil:
+			why = fmt.Sprintf("%s: the commit record of transaction %d", t.Torn, u.Number)
+		}
+		s.Torn = append(s.Torn, TailReport{File: f.Path, Offset: t.TornOffset, Bytes: t.Offset + t.Bytes - t.TornOffset, Why: why})
 	}
 }
 

@@ -311,7 +311,7 @@ func TestReplay_Tails(t *testing.T) {
 		}
 	})
 	t.Run("Unconfirmed", func(t *testing.T) {
-		cut := int64(len(data)) - commitFrame
+		cut := endOfRun(t, paths[0]) - commitFrame
 		dirU := filepath.Join(dir, "unconfirmed")
 		u := filepath.Join(dirU, filepath.Base(paths[0]))
 		writeCut(t, u, data, cut, filepath.Join(r.dir, snapshotOf(t, paths[0])))
@@ -357,6 +357,21 @@ func lastTxn(t *testing.T, path string) (recording.Txn, int64) {
 		last = txn
 		items += itemsOf(txn)
 	}
+}
+
+// endOfRun is where the frame that ends the run's recording starts in
+// path: the file's last transaction ends there.
+func endOfRun(t *testing.T, path string) int64 {
+	t.Helper()
+	set, err := recording.Scan([]string{path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail := set.Files[0].Tail
+	if !tail.Ended {
+		t.Fatalf("%s does not end its run: tail %+v", path, tail)
+	}
+	return tail.EndOffset
 }
 
 func itemsOf(txn recording.Txn) int64 {

@@ -181,6 +181,13 @@ func (s *Set) join() error {
 			return fmt.Errorf("%w: %s and %s are both run %s", ErrBadSet, prev, f.Path, id)
 		}
 		seen[id] = f.Path
+		var next *File
+		if i+1 < len(s.Files) {
+			next = &s.Files[i+1]
+		}
+		if err := f.checkSuccessor(next); err != nil {
+			return err
+		}
 		if i == 0 {
 			continue
 		}
@@ -193,6 +200,51 @@ func (s *Set) join() error {
 			return fmt.Errorf("%w: %s ends at %s, but %s starts at %s: a recording between them is missing, or one stopped early",
 				ErrBadSet, prev.Path, describeCheckpoints(prev.end), f.Path, describeCheckpoints(from))
 		}
+	}
+	return nil
+}
+
+// checkSuccessor checks f's end against next, the file that follows it
+// in the set (nil: none). A part that names its successor must be
+// followed by it, or be the last file given with its successor still on
+// disk beside it (a replay of the first parts, the rest later); a part
+// followed by a later part of its run must name it (unless it ends
+// right after its last commit: a crash can come between making the next
+// part and naming it), and a run's end is its last part.
+func (f *File) checkSuccessor(next *File) error {
+	t := f.Tail
+	sameRun := next != nil && next.Header.Run == f.Header.Run
+	switch {
+	case t.Next != "" && sameRun && next.Header.Part == t.NextPart:
+		return nil
+	case t.Next != "":
+		onDisk := filepath.Join(filepath.Dir(f.Path), t.Next)
+		_, err := os.Stat(onDisk)
+		switch {
+		case err == nil && next == nil:
+			return nil
+		case err == nil:
+			return fmt.Errorf("%w: %s: offset %d names the part that follows it, %s, which is not among the recordings given",
+				ErrBadSet, f.Path, t.EndOffset, onDisk)
+		}
+		return fmt.Errorf("%w: %s: offset %d names the part that follows it, %s, which is missing: the run's later parts are gone",
+			ErrBadSet, f.Path, t.EndOffset, onDisk)
+	case sameRun && t.Ended:
+		return fmt.Errorf("%w: %s: offset %d ends run %s, yet %s is part %d of it",
+			ErrBadSet, f.Path, t.EndOffset, f.Header.Run, next.Path, next.Header.Part)
+	case sameRun && next.Header.Part == f.Header.Part+1 && t.Bytes == 0:
+		// It ends after its last commit: the process stopped after it
+		// made the next part and before it named it here.
+		return nil
+	case sameRun:
+		why := "no record ends it"
+		if t.Torn != "" {
+			why = t.Torn
+		} else if t.Unconfirmed != nil {
+			why = fmt.Sprintf("transaction %d has no commit record", t.Unconfirmed.Number)
+		}
+		return fmt.Errorf("recording %s: %w: offset %d: the part ends without naming the part that follows it (%s), yet %s is part %d of its run",
+			f.Path, ErrCorrupt, t.Offset, why, next.Path, next.Header.Part)
 	}
 	return nil
 }

@@ -167,6 +167,20 @@ func (w *Writer) write(b []byte) error {
 	return nil
 }
 
+// Next writes the frame that ends this part, naming the part that
+// follows it (its number and file name): call it before Close when the
+// run goes on in another file.
+func (w *Writer) Next(part int, name string) error {
+	return w.write(appendNext(nil, part, name))
+}
+
+// End writes the frame that ends the run (the header's part is the
+// run's last): call it before Close when the run ends. A file without it
+// or a Next is a run that stopped without ending: killed.
+func (w *Writer) End(part int) error {
+	return w.write(appendEnd(nil, part, w.txn, w.size))
+}
+
 // Close syncs and closes the file.
 func (w *Writer) Close() error {
 	serr := w.f.Sync()

@@ -145,7 +145,7 @@ func TestQueries_BadConfiguration(t *testing.T) {
 	db := filepath.Join(dir, "outboxd.db")
 	cmd := exec.Command(serverBin, "--config", cfg, "--db", db, "--relay", "none")
 	out, _ := cmd.CombinedOutput()
-	want := "server: queries.wipe: refused: starts with DELETE: a query is a SELECT, VALUES or WITH ... SELECT (see server -h)\n"
+	want := "server: --config " + cfg + ": line 2: queries.wipe: refused: starts with DELETE: a query is a SELECT, VALUES or WITH ... SELECT (see server -h)\n"
 	if cmd.ProcessState.ExitCode() != 2 || string(out) != want {
 		t.Fatalf("exit %d, %q; want 2, %q", cmd.ProcessState.ExitCode(), out, want)
 	}

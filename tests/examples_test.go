@@ -352,7 +352,7 @@ func TestExamples_MistakeAtStart(t *testing.T) {
 		{"EmitWithoutValue", "END AS value", "END AS val",
 			`feed ledger: processors.sql-ledger: emit (SELECT :account AS key, CASE WHEN (:account || : ...): column "val" is not one of topic, key, value, headers (name columns with AS)`},
 		{"UnknownParameter", ":amount) <> 'integer'", ":amt) <> 'integer'",
-			"processors.sql-ledger: reject (SELECT 'malformed' WHERE typeof(:account) <> 'te ...): unknown parameter :amt (known: "},
+			"--config PATH: line 20: processors.sql-ledger: reject (SELECT 'malformed' WHERE typeof(:account) <> 'te ...): unknown parameter :amt (known: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !strings.Contains(string(src), tc.from) {
@@ -365,10 +365,7 @@ func TestExamples_MistakeAtStart(t *testing.T) {
 			if code := waitExit(t, p, 30*time.Second); code != exitConfig {
 				t.Fatalf("exit code %d, want %d", code, exitConfig)
 			}
-			want := "server: " + tc.want
-			if tc.name == "UnknownParameter" { // found as the file is read: its line
-				want = "server: --config " + path + ": line 20: " + tc.want
-			}
+			want := "server: " + strings.Replace(tc.want, "PATH", path, 1) // found as the file is read: its line
 			if line := oneLine(t, p); !strings.HasPrefix(line, want) {
 				t.Fatalf("message\n%q\nwant it to start\n%q", line, want)
 			}

@@ -288,3 +288,29 @@ func TestRecoverTxns(t *testing.T) {
 		}
 	})
 }
+
+// TestTxnLog_StartsOver: past its bound the decisions log starts over, and
+// its newest decision is still the one recovery finds.
+func TestTxnLog_StartsOver(t *testing.T) {
+	defer func(n int64) { decisionsLogMax = n }(decisionsLogMax)
+	decisionsLogMax = 600
+	tb := startTxnBroker(t)
+	for i := range 10 {
+		tb.txn(t, fmt.Sprint("t", i), true)
+	}
+	path := filepath.Join(tb.dir, decisionsFile)
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() > 2*decisionsLogMax {
+		t.Fatalf("decisions log of %d bytes (%v), bound %d", fi.Size(), err, decisionsLogMax)
+	}
+	d, ok, err := lastDecision(path)
+	if err != nil || !ok || !d.Commit || d.TxnID != "relay" || len(d.Parts) != len(txnParts) {
+		t.Fatalf("newest decision %+v, %v, %v", d, ok, err)
+	}
+	for _, p := range d.Parts {
+		if pi := tb.b.c.PartitionInfo(p.Topic, p.Partition); pi == nil || pi.HighWatermark != p.Marker+1 {
+			t.Errorf("%s[%d]: marker at %d, end %+v", p.Topic, p.Partition, p.Marker, pi)
+		}
+	}
+	wantEverywhere(t, committed(t, tb.crashCopy(t, txnParts...)), "t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8", "t9")
+}

@@ -46,7 +46,7 @@ const decisionsFile = "outboxd-txn-decisions.log"
 // decisionsLogMax is the size past which the log starts over at the next
 // decision: every decision before that one is complete on disk by then (kfake
 // handles requests one at a time), so only the newest one is ever needed.
-const decisionsLogMax = 1 << 20
+var decisionsLogMax int64 = 1 << 20
 
 // decision is one logged EndTxn: the producer, its epoch, commit or abort,
 // and where the marker goes on each partition the transaction wrote to (each

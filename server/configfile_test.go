@@ -40,6 +40,8 @@ func TestParseConfig_FileErrors(t *testing.T) {
 		{"KeyTwice", "db: a.db\nhttp: :1\ndb: b.db\n", "line 3: db: given twice (first on line 1)"},
 		{"BadIndent", "db: x.db\nfeeds:\n  ledger:\n    source: file:a\n   processor: ledger\n",
 			"line 5: indented by 3 spaces, which matches no key above it (indented by 0, 2, 4) (did not find expected key)"},
+		{"BadIndentReportedAtLine1", "feeds:\n  ledger:\n    source: file:a\n    processor: ledger\n   topic: x\n",
+			"line 5: indented by 3 spaces, which matches no key above it (indented by 0, 2, 4) (did not find expected key)"},
 		{"BadIndentOutdented", "db: x.db\nrelay:\n  mode: none\n batch: 5\n",
 			"line 4: indented by 1 spaces, which matches no key above it (indented by 0, 2) (did not find expected key)"},
 		{"TabIndent", "db: x.db\nhttp: a\nfeeds:\n  ledger:\n\tsource: file:a\n",

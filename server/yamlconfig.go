@@ -110,7 +110,11 @@ func loadYAML(path string, c *Config) error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		line, msg := yamlLine(err.Error())
-		if bad, why := badIndent(b, line); bad > 0 {
+		bad, why := badIndent(b, line)
+		if bad == 0 && line > 1 {
+			bad, why = badIndent(b, 1) // one the parser passed over
+		}
+		if bad > 0 {
 			line, msg = bad, why+" ("+msg+")"
 		}
 		return &FileError{Path: path, Line: line, Msg: msg, syntax: true}

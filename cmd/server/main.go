@@ -2,9 +2,11 @@
 // item exactly once to its processor's state in SQLite, and relays the
 // outputs to Kafka.
 //
-//	server --feed ledger=file:./ledger.csv --processor ledger=ledger
-//	server consume --brokers 127.0.0.1:9092 --topic ledger.out --from-beginning
-//	server bench
+//	outboxd --feed ledger=file:./ledger.csv --processor ledger=ledger
+//	outboxd consume --brokers 127.0.0.1:9092 -t ledger.out -o beginning -e
+//	outboxd bench
+//
+// Help and errors name the program as it was run (the base of os.Args[0]).
 package main
 
 import (

@@ -28,9 +28,11 @@ import (
 // the next session's InitProducerID fences it and aborts the transaction
 // it left open, so no failure is ever retried with a state in doubt.
 // Within a transaction, a batch a leader refuses with a retriable code (a
-// leader moving, not enough replicas) is sent again with the same
-// sequence, which the broker's deduplication makes safe, as sarama's own
-// producer does.
+// leader moving, not enough replicas), or whose produce got no answer, is
+// sent again with the same sequence, which the broker's deduplication
+// makes safe, until the delivery timeout (see produce); a transaction is
+// never ended with the producer's epoch while a produce of it is
+// unanswered (see doubt).
 type txnProducer struct {
 	client    sarama.Client
 	conf      *sarama.Config

@@ -25,6 +25,10 @@ const QueryConcurrency = outbox.QueryConns
 const (
 	CodeQueryNotReady = "query_not_ready"
 	CodeQueryTimeout  = "query_timeout"
+	// CodeQueryRefused: a query that read what did not exist at start
+	// compiles now, and the check refuses it (two result columns of one
+	// name once its tables are there): a start refuses it too.
+	CodeQueryRefused = "query_refused"
 )
 
 // queries are the named state queries and their limits.
@@ -135,7 +139,8 @@ func (s *Server) handleQueries(w http.ResponseWriter, r *http.Request) {
 // parameters: 200 with its rows (cut at a limit, and then saying which),
 // 400 for parameters unknown, missing or repeated, 404 for an unknown
 // query, 503 while what it reads does not exist yet or all turns are
-// taken, 504 past its time limit.
+// taken, 504 past its time limit, 500 query_refused for one the check
+// refuses once what it reads exists.
 func (s *Server) handleQuery(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
 	q, ok := s.queries.byName[name]
@@ -197,6 +202,11 @@ func (s *Server) queryFailed(w http.ResponseWriter, r *http.Request, err error) 
 		writeError(w, http.StatusServiceUnavailable, CodeQueryNotReady, err.Error())
 	case errors.Is(err, outbox.ErrQueryTimeout):
 		writeError(w, http.StatusGatewayTimeout, CodeQueryTimeout, err.Error())
+	case errors.Is(err, outbox.ErrQueryRefused):
+		s.log.Error("a state query is refused now that what it reads exists: correct it in the configuration, which a start refuses",
+			logKeyPath, r.URL.Path, logKeyErr, err)
+		writeError(w, http.StatusInternalServerError, CodeQueryRefused,
+			err.Error()+" (the configuration must change: a start refuses this query)")
 	default:
 		s.fail(w, r, err)
 	}

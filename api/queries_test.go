@@ -51,6 +51,7 @@ var testQueries = []string{
 	"all", `SELECT account, balance FROM ledger_balances ORDER BY account`,
 	"spin", `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) AS n FROM c`,
 	"later", `SELECT v FROM later WHERE k = :k`,
+	"pair", `SELECT * FROM pair a, pair b`,
 }
 
 func TestServer_Query(t *testing.T) {
@@ -76,7 +77,7 @@ func TestServer_Query(t *testing.T) {
 	t.Run("List", func(t *testing.T) {
 		code, body := get("/queries")
 		want := `{"queries":[{"name":"balance","params":["feed","account"]},{"name":"all","params":[]},` +
-			`{"name":"spin","params":[]},{"name":"later","params":["k"]}],"timeoutMillis":200,"maxRows":2,"maxBytes":1048576}` + "\n"
+			`{"name":"spin","params":[]},{"name":"later","params":["k"]},{"name":"pair","params":[]}],"timeoutMillis":200,"maxRows":2,"maxBytes":1048576}` + "\n"
 		if code != 200 || body != want {
 			t.Fatalf("%d %s\nwant 200 %s", code, body, want)
 		}
@@ -143,6 +144,29 @@ func TestServer_Query(t *testing.T) {
 		}
 		if code, body := get("/queries/later?k=a"); code != 200 || body != `{"query":"later","columns":["v"],"rows":[{"v":5}]}`+"\n" {
 			t.Fatalf("%d %s", code, body)
+		}
+	})
+
+	// A query that waited for its table, refused once the table is
+	// there: it answers what the check says, never runs.
+	t.Run("NotReadyThenRefused", func(t *testing.T) {
+		code, _, b := request(t, base, http.MethodGet, "/queries/pair", "", nil)
+		wantError(t, "pair", code, b, 503, api.CodeQueryNotReady)
+		ctx := context.Background()
+		tx, err := store.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE pair (k TEXT)`); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		code, _, b = request(t, base, http.MethodGet, "/queries/pair", "", nil)
+		wantError(t, "pair", code, b, 500, api.CodeQueryRefused)
+		if msg := errorMessage(t, b); msg != `query pair: refused: two result columns are named "k" (name each with AS) (the configuration must change: a start refuses this query)` {
+			t.Fatalf("message %q", msg)
 		}
 	})
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/outboxd/outboxd/ingest/recording"
@@ -136,6 +137,35 @@ func TestScan_Damage(t *testing.T) {
 		})
 		if _, err := recording.Scan(ps); err != nil {
 			t.Fatal(err)
+		}
+	})
+	t.Run("MiddleCutAtATransaction", func(t *testing.T) {
+		// Cut right after its first transaction: whole records, yet the
+		// next part does not start where it now ends.
+		rd, err := recording.Open(paths[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := rd.Next()
+		rd.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps := copyParts(t, paths, func(i int, b []byte) []byte {
+			if i == 1 {
+				return b[:second.Offset]
+			}
+			return b
+		})
+		_, err = recording.Scan(ps)
+		if !errors.Is(err, recording.ErrBadSet) || !strings.Contains(err.Error(),
+			fmt.Sprintf("%s ends at [0] epoch %s position %d (its last transaction ends at offset %d), but %s starts at",
+				ps[1], first.Checkpoints[0].Epoch, first.Checkpoints[0].Position, second.Offset, ps[2])) {
+			t.Fatalf("err %v", err)
 		}
 	})
 	t.Run("FinalLastFrameDamaged", func(t *testing.T) {

@@ -197,8 +197,9 @@ func (s *Set) join() error {
 			prev.Confirmed, prev.end = true, maps.Clone(u.Checkpoints)
 		}
 		if !sameCheckpoints(prev.end, from) {
-			return fmt.Errorf("%w: %s ends at %s, but %s starts at %s: a recording between them is missing, or one stopped early",
-				ErrBadSet, prev.Path, describeCheckpoints(prev.end), f.Path, describeCheckpoints(from))
+			return fmt.Errorf("%w: %s ends at %s (its last transaction ends at offset %d), but %s starts at %s: "+
+				"a recording between them is missing, or one stopped early",
+				ErrBadSet, prev.Path, describeCheckpoints(prev.end), prev.Tail.Offset, f.Path, describeCheckpoints(from))
 		}
 	}
 	return nil

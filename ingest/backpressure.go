@@ -37,7 +37,8 @@ func (l *Loop) lookEnds() {
 // Config.MaxBacklog: the feed is read no further, so nothing fills the
 // disk while the relay cannot publish, and nothing read is lost (it is
 // not committed, so the feed gives it again). The state says
-// backpressure meanwhile. It returns ctx's error when ctx ends first.
+// backpressure meanwhile; requeues are applied. It returns ctx's error
+// when ctx ends first, or the error that ends the feed, met by a requeue.
 // A backlog that cannot be read does not hold the loop: the bound
 // protects the disk, it must not stop ingest by itself.
 func (l *Loop) holdForBacklog(ctx context.Context) error {
@@ -60,6 +61,11 @@ func (l *Loop) holdForBacklog(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-l.reqs.signal:
+			if err := l.serveRequeues(); err != nil {
+				return err
+			}
+			continue
 		case <-t.C:
 		}
 		p, err = l.store.PendingBacklog(ctx)

@@ -21,12 +21,12 @@ type tries struct {
 type batch struct {
 	recs []Record
 	seqs []int64 // per record; 0 for epoch changes and losses
+	// requeue, when set, is the requeue whose item is the one record.
+	requeue *requeueReq
 }
 
 // newBatch numbers recs' items from the loop's sequence.
 func (l *Loop) newBatch(recs []Record) batch {
-	l.applyMu.Lock() // the sequence is shared with Requeue
-	defer l.applyMu.Unlock()
 	b := batch{recs: recs, seqs: make([]int64, len(recs))}
 	for i, r := range recs {
 		if r.Kind == RecordItem {
@@ -79,8 +79,9 @@ type step struct {
 // transaction the store fails is retried, cut in pieces or stalled on, as
 // the error and the completion failure policy say (see storeFailed). It
 // returns an error only when the feed cannot go on (see Run), or ctx's
-// error when ctx ends while it waits. Each transaction holds applyMu; the
-// waits between them do not, so a requeue is never held up by a stall.
+// error when ctx ends while it waits. The waits between transactions apply
+// the requeues that come meanwhile, so a requeue is never held up by a
+// stall.
 func (l *Loop) process(ctx context.Context, recs []Record) error {
 	p := l.newPass(l.newBatch(recs))
 	for len(p.b.recs) > 0 {
@@ -136,8 +137,8 @@ func (l *Loop) afterItemFailure(ctx context.Context, p *pass, failed error) (tri
 	if h.attempt < l.cfg.Retry.Attempts {
 		wait := p.itemWait.NextBackOff()
 		l.log.Warn("item failed: will retry", "partition", r.Partition, "position", r.Position, "attempt", h.attempt, "wait", wait, "err", failed)
-		if !sleep(ctx, wait) {
-			return h, ctx.Err()
+		if err := l.wait(ctx, wait); err != nil {
+			return h, err
 		}
 		return tries{attempt: h.attempt + 1}, nil
 	}
@@ -160,6 +161,7 @@ type work struct {
 	delta   outbox.StatsDelta
 	logs    []func() // run after commit
 	records int      // records the transaction covers
+	requeue bool     // the transaction is a requeue's
 }
 
 // newWork starts the bookkeeping of a transaction from the committed
@@ -191,8 +193,6 @@ func (w *work) afterCommit(f func()) { w.logs = append(w.logs, f) }
 // (another try after a backoff, then its failure policy). It is not the
 // store's failure: nothing is wrong with the database.
 func (l *Loop) applyOnce(ctx context.Context, b batch, h tries) outcome {
-	l.applyMu.Lock()
-	defer l.applyMu.Unlock()
 	out, lostAt := l.transact(ctx, b, h, false)
 	if lostAt < 0 {
 		return out
@@ -213,7 +213,8 @@ func (l *Loop) applyOnce(ctx context.Context, b batch, h tries) outcome {
 // that fails transiently, and commits; retried counts a retry of the first
 // record in the stats although b does not hold it (its try was lost with a
 // transaction). It returns the index of the record whose failure lost the
-// transaction, nothing committed, or -1.
+// transaction, nothing committed, or -1. A requeue's batch (b.requeue)
+// is applied by applyRequeue.
 func (l *Loop) transact(ctx context.Context, b batch, h tries, retried bool) (outcome, int) {
 	tx, err := l.store.Begin(ctx)
 	if err != nil {
@@ -222,6 +223,9 @@ func (l *Loop) transact(ctx context.Context, b batch, h tries, retried bool) (ou
 	defer tx.Rollback()
 	l.recBegin()
 	w := l.newWork(tx)
+	if b.requeue != nil {
+		return l.applyRequeue(ctx, w, b)
+	}
 	if retried {
 		w.delta.Retries++
 	}
@@ -283,6 +287,9 @@ func (l *Loop) finish(ctx context.Context, w *work) error {
 		return err
 	}
 	l.recCommitted()
+	if w.requeue {
+		return nil // no batch of the feed: its positions and status stand
+	}
 	if l.cfg.OnBatch != nil {
 		l.cfg.OnBatch(w.records, time.Since(started))
 	}
@@ -342,33 +349,14 @@ func (l *Loop) applyItem(ctx context.Context, w *work, d Delivery, r Record, h t
 	if h.attempt > 1 {
 		w.delta.Retries++
 	}
-	if err := w.tx.BeginItem(d.Place()); err != nil {
-		return step{storeFailed: err}
+	st, err := l.runItem(l.attemptContext(ctx), w, d, r.Item)
+	if st != (step{}) {
+		return st
 	}
-	err := l.apply(l.attemptContext(ctx), w.tx, d, r.Item)
 	if err == nil {
-		if err = w.tx.EndItem(); err == nil {
-			w.delta.Applied++
-			l.recOutcome(Outcome{Result: ResultApplied})
-			return step{}
-		}
-		if !errors.Is(err, outbox.ErrTxLost) {
-			return step{storeFailed: err}
-		}
-		// The processor went on after a statement that ended the
-		// transaction: the item failed.
-		return step{itemFailed: err, txLost: true}
-	}
-	if outbox.Classify(err).Store() {
-		// The database failed under the processor (a full disk, an I/O
-		// error): not the item's fault, and the transaction is lost.
-		return step{storeFailed: err}
-	}
-	if rerr := w.tx.RollbackItem(); rerr != nil {
-		if errors.Is(rerr, outbox.ErrTxLost) {
-			return step{itemFailed: err, txLost: true}
-		}
-		return step{storeFailed: rerr}
+		w.delta.Applied++
+		l.recOutcome(Outcome{Result: ResultApplied})
+		return step{}
 	}
 	if p, ok := IsPermanent(err); ok {
 		return l.deadLettered(ctx, w, d, r, p.Reason, p.Err, max(h.attempt, p.Attempts), ResultDeadLettered)
@@ -379,6 +367,40 @@ func (l *Loop) applyItem(ctx context.Context, w *work, d Delivery, r Record, h t
 	}
 	l.recOutcome(Outcome{Result: ResultRetried, Error: err.Error()})
 	return step{itemFailed: err}
+}
+
+// runItem runs the processor on item with the attempt's context actx, in
+// a savepoint of w's transaction. It returns the processor's error (its
+// writes rolled back) or nil (they stand), or a step saying that the
+// store failed or that the item's failure lost the transaction.
+func (l *Loop) runItem(actx context.Context, w *work, d Delivery, item Item) (step, error) {
+	if err := w.tx.BeginItem(d.Place()); err != nil {
+		return step{storeFailed: err}, nil
+	}
+	err := l.apply(actx, w.tx, d, item)
+	if err == nil {
+		if err = w.tx.EndItem(); err == nil {
+			return step{}, nil
+		}
+		if !errors.Is(err, outbox.ErrTxLost) {
+			return step{storeFailed: err}, nil
+		}
+		// The processor went on after a statement that ended the
+		// transaction: the item failed.
+		return step{itemFailed: err, txLost: true}, nil
+	}
+	if outbox.Classify(err).Store() {
+		// The database failed under the processor (a full disk, an I/O
+		// error): not the item's fault, and the transaction is lost.
+		return step{storeFailed: err}, nil
+	}
+	if rerr := w.tx.RollbackItem(); rerr != nil {
+		if errors.Is(rerr, outbox.ErrTxLost) {
+			return step{itemFailed: err, txLost: true}, nil
+		}
+		return step{storeFailed: rerr}, nil
+	}
+	return step{}, err
 }
 
 // apply runs the processor with the attempt's context actx, turning a

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testseam"
@@ -173,9 +172,8 @@ type Loop struct {
 	carry []Record        // read but not yet taken into a batch
 	seam  testseam.Ingest // what a test asked of this feed (see internal/testseam)
 
-	// applyMu is held while records are applied, so a requeue never runs
-	// the processor at the same time as the loop.
-	applyMu sync.Mutex
+	reqs    requests      // the requeues waiting for the loop's goroutine
+	fatal   error         // set when a requeue met an error that ends the feed
 	attempt sharedAttempt // the loop's items' attempt context
 	maxItem int           // the feed's largest item, in bytes (see ItemSizer)
 	// prepItems is the buffer of the items shown to a Preparer.
@@ -279,16 +277,27 @@ func (l *Loop) run(ctx context.Context) error {
 	defer l.closeFeed()
 	defer l.recClose()
 	defer l.attempt.stop()
+	l.reqs.open()
+	defer l.reqs.close(ErrNotRunning)
 	if err := l.start(ctx); err != nil {
 		return err
 	}
 	l.status.move()
 	buf := make([]Record, 0, l.cfg.BatchMax)
 	for {
-		if l.holdForBacklog(ctx) != nil {
-			return nil // ctx is done, between batches: nothing in hand
+		if err := l.serveRequeues(); err != nil {
+			return err
+		}
+		if err := l.holdForBacklog(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // ctx is done, between batches: nothing in hand
+			}
+			return err
 		}
 		batch, err := l.collect(ctx, buf[:0])
+		if l.fatal != nil {
+			return l.fatal // a requeue the feed asked for in its poll met it
+		}
 		if len(batch) > 0 {
 			if err := l.process(ctx, batch); err != nil {
 				return err
@@ -298,7 +307,9 @@ func (l *Loop) run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			l.feedError(ctx, err)
+			if err := l.feedError(ctx, err); err != nil && ctx.Err() == nil {
+				return err
+			}
 		}
 	}
 }
@@ -358,11 +369,9 @@ func (l *Loop) start(ctx context.Context) error {
 }
 
 // readPositions reads the committed checkpoints and starts the recording
-// from them, under the apply lock, so that no requeue changes the state in
-// between.
+// from them (no requeue is served before the feed opens, so none changes
+// the state in between).
 func (l *Loop) readPositions(ctx context.Context) error {
-	l.applyMu.Lock()
-	defer l.applyMu.Unlock()
 	var err error
 	if l.cps, err = l.store.Positions(ctx, l.cfg.Name); err != nil {
 		return fmt.Errorf("start feed %s: %w", l.cfg.Name, err)
@@ -387,46 +396,48 @@ func (l *Loop) setup(ctx context.Context, s Setupper) error {
 }
 
 // feedError waits a little after a feed error, so a failing source is not
-// spun on.
-func (l *Loop) feedError(ctx context.Context, err error) {
+// spun on. It returns the error that ends the feed, met by a requeue
+// served meanwhile, or ctx's.
+func (l *Loop) feedError(ctx context.Context, err error) error {
 	l.log.Error("reading feed", "err", err)
 	l.status.setError(err)
-	t := time.NewTimer(time.Second)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+	return l.wait(ctx, time.Second)
 }
 
 // collect gathers one batch: it blocks for the first record, then takes
 // what arrives until BatchMax records or BatchWait, whichever comes first.
 // A batch ends right after an epoch change or a loss, so they are stored
-// before the records that follow them are applied.
+// before the records that follow them are applied, and early when a
+// requeue comes, so it is applied soon.
 func (l *Loop) collect(ctx context.Context, buf []Record) ([]Record, error) {
 	buf = append(buf, l.carry...)
 	l.carry = l.carry[:0]
 	var c batchFill
 	c.add(buf)
+	pctx, done := l.pollContext(ctx)
+	defer done()
 	if len(buf) == 0 {
 		var err error
-		if buf, err = l.feed.Poll(ctx, buf, l.pollMax(&c)); err != nil {
+		if buf, err = l.feed.Poll(pctx, buf, l.pollMax(&c)); err != nil {
+			if woken(ctx, pctx) {
+				return l.cutAtControl(buf), nil
+			}
 			return buf, err
 		}
 		c.add(buf)
 	}
 	deadline := time.Now().Add(l.cfg.BatchWait)
-	pctx, cancel := context.WithDeadline(ctx, deadline)
+	dctx, cancel := context.WithDeadline(pctx, deadline)
 	defer cancel()
-	for len(buf) < l.cfg.BatchMax && c.bytes < l.cfg.BatchBytes && !c.control && ctx.Err() == nil {
+	for len(buf) < l.cfg.BatchMax && c.bytes < l.cfg.BatchBytes && !c.control && dctx.Err() == nil {
 		if time.Now().After(deadline) {
 			break
 		}
 		var err error
-		buf, err = l.feed.Poll(pctx, buf, l.pollMax(&c))
+		buf, err = l.feed.Poll(dctx, buf, l.pollMax(&c))
 		c.add(buf)
 		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+			if ctx.Err() == nil && pctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 				return buf, err
 			}
 			break

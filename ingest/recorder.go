@@ -9,9 +9,9 @@ import (
 )
 
 // Recorder keeps what a loop handles, for a replay (see ingest/recording).
-// The loop calls it on the goroutine that holds its apply lock, so calls
-// never overlap, in this order per transaction: Begin, then Handled for
-// each record the transaction takes in (followed by Outcome for an item),
+// The loop calls it on its own goroutine, so calls never overlap, in this
+// order per transaction: Begin, then Handled for each record the
+// transaction takes in (followed by Outcome for an item),
 // then Prepare just before the store's COMMIT and Committed once it
 // succeeded. What was handed over since the last Committed belongs to a
 // transaction that did not commit when Begin comes again.
@@ -179,8 +179,6 @@ func (l *Loop) recCommitted() {
 
 func (l *Loop) recClose() {
 	if l.cfg.Recorder != nil {
-		l.applyMu.Lock()
-		defer l.applyMu.Unlock()
 		l.cfg.Recorder.Close()
 	}
 }

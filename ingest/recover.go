@@ -79,10 +79,7 @@ func (l *Loop) storeFailed(ctx context.Context, p *pass, out outcome) error {
 	if !class.Lasting() && p.fails < l.cfg.CommitRetry.Attempts {
 		wait := p.commitWait.NextBackOff()
 		l.log.Warn("batch transaction failed: will retry", "attempt", p.fails, "wait", wait, "class", class, "err", err)
-		if !sleep(ctx, wait) {
-			return ctx.Err()
-		}
-		return nil
+		return l.wait(ctx, wait)
 	}
 	switch {
 	case l.cfg.OnCompletionFailure == OnCompletionSkip && class == outbox.ClassFull:
@@ -147,8 +144,6 @@ func (p *pass) whole() {
 // completion failure and recording the loss of each partition's range of
 // skipped items; cause is why they could not commit.
 func (l *Loop) skip(ctx context.Context, recs []Record, cause error) error {
-	l.applyMu.Lock()
-	defer l.applyMu.Unlock()
 	tx, err := l.store.Begin(ctx)
 	if err != nil {
 		return err
@@ -212,10 +207,7 @@ func (l *Loop) stallOn(ctx context.Context, p *pass, cause error) error {
 	} else {
 		l.log.Warn("feed still stalled", "err", cause, "wait", wait)
 	}
-	if !sleep(ctx, wait) {
-		return ctx.Err()
-	}
-	return nil
+	return l.wait(ctx, wait)
 }
 
 // resumed ends p's stall, if any, after a commit: the feed moves again.

@@ -18,6 +18,15 @@ const (
 	CachedRowOverhead = cachedRowOverhead
 )
 
-// KeptDriverStmts is the number of statements Tx.Raw keeps prepared on
+// KeptDriverStmts is the number of statements Tx.Batch keeps prepared on
 // the writer's driver connection, and the most it keeps.
 func KeptDriverStmts(s *Store) (n, most int) { return len(s.drv.stmts), maxKeptStmts }
+
+// KeptDriverStmt is the statement Tx.Batch keeps prepared for query, nil
+// when it keeps none.
+func KeptDriverStmt(s *Store, query string) any {
+	if st, ok := s.drv.stmts[query]; ok {
+		return st
+	}
+	return nil
+}

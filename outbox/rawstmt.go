@@ -5,33 +5,53 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 )
 
-// Prepare returns query prepared on the writer's driver connection. The
-// statement is the store's (it is closed when the store closes): its user
-// must not close it, nor keep it past the Raw call that gave it.
-type Prepare func(query string) (driver.Stmt, error)
+// Statement is a statement a processor declares once, by its SQL text,
+// and runs in Tx.Batch as often as it needs: the store prepares it on its
+// engine's fastest path the first time and keeps it prepared. Arguments
+// bind by position (?1, ?2, ...).
+type Statement struct{ query string }
 
-// Raw runs f in the current item's savepoint (opened now if it is not)
-// with prep, which gives statements prepared on the driver's own
-// connection (modernc.org/sqlite), kept by the store: for a processor
-// whose per-item cost is mostly database/sql's. Statements run with the
-// driver's interfaces (driver.StmtExecContext, driver.StmtQueryContext)
-// take driver values and NamedValue ordinals from 1. f must not begin,
-// end or commit a transaction, nor keep a statement or its rows past its
-// return. The error f returns is handled as a statement's (see Exec): it
-// wraps ErrTxLost when SQLite rolled the transaction back.
-func (tx *Tx) Raw(f func(prep Prepare) error) error {
+// NewStatement declares query as a statement run through Tx.Batch.
+func NewStatement(query string) *Statement { return &Statement{query: query} }
+
+// String is the statement's SQL text.
+func (st *Statement) String() string { return st.query }
+
+// Batch runs declared statements in the Tx.Batch call that gave it. It
+// is valid only during that call.
+type Batch struct {
+	tx   *Tx
+	dc   any // the engine's connection, during the Batch call
+	args []driver.NamedValue
+	rows Rows // reused by Query while no other Rows of the call is open
+}
+
+// Batch runs f in the current item's savepoint (opened now if it is not)
+// with b, which runs declared statements on the engine's own connection,
+// prepared once and kept by the store: for a processor whose per-item cost
+// would otherwise be mostly database/sql's. Arguments are given as they
+// bind, without conversion: int64, float64, bool, string, []byte,
+// time.Time or nil. f must not begin, end or commit a transaction, nor
+// keep b or its rows past its return. The error f returns is handled as a
+// statement's (see Exec): it wraps ErrTxLost when SQLite rolled the
+// transaction back.
+func (tx *Tx) Batch(f func(b *Batch) error) error {
 	if err := tx.ensureSavepoint(); err != nil {
 		return err
 	}
 	if (tx.done && !tx.committing) || tx.conn == nil {
-		return fmt.Errorf("raw: the transaction has ended")
+		return fmt.Errorf("batch: the transaction has ended")
 	}
 	var panicked any
 	err := tx.conn.Raw(func(dc any) (err error) {
 		defer tx.store.closeSpilled()
+		b := &tx.batch
+		b.tx, b.dc = tx, dc
+		defer b.end()
 		// database/sql closes a connection whose Raw function panicked,
 		// under the open transaction, and the pool's next connection would
 		// have no authorizer: the panic is carried past Raw instead.
@@ -40,7 +60,7 @@ func (tx *Tx) Raw(f func(prep Prepare) error) error {
 				panicked, err = p, errRawPanic
 			}
 		}()
-		return f(func(query string) (driver.Stmt, error) { return tx.store.driverStmt(dc, query) })
+		return f(b)
 	})
 	if panicked != nil {
 		panic(panicked)
@@ -48,10 +68,120 @@ func (tx *Tx) Raw(f func(prep Prepare) error) error {
 	return tx.statementDone(err)
 }
 
-// errRawPanic stands for a panic of Raw's function inside database/sql.
+// end closes the rows left open and forgets the connection.
+func (b *Batch) end() {
+	if b.rows.r != nil {
+		b.rows.Close()
+	}
+	b.dc = nil
+	clear(b.args)
+}
+
+// bind gives args as the driver's numbered arguments, in a buffer the
+// Batch reuses.
+func (b *Batch) bind(args []any) []driver.NamedValue {
+	b.args = b.args[:0]
+	for i, a := range args {
+		b.args = append(b.args, driver.NamedValue{Ordinal: i + 1, Value: a})
+	}
+	return b.args
+}
+
+// Exec runs st with args. Its error is the engine's own, unwrapped, so
+// that the caller can classify it (see Classify).
+func (b *Batch) Exec(ctx context.Context, st *Statement, args ...any) error {
+	ds, err := b.stmt(st)
+	if err != nil {
+		return err
+	}
+	ex, ok := ds.(driver.StmtExecContext)
+	if !ok {
+		return fmt.Errorf("exec %q: the SQLite driver cannot execute with a context", firstLine(st.query))
+	}
+	_, err = ex.ExecContext(ctx, b.bind(args))
+	return err
+}
+
+// Query runs st with args; its rows are read with Next and closed by the
+// caller before the Batch call returns. Its error is as Exec's.
+func (b *Batch) Query(ctx context.Context, st *Statement, args ...any) (*Rows, error) {
+	ds, err := b.stmt(st)
+	if err != nil {
+		return nil, err
+	}
+	q, ok := ds.(driver.StmtQueryContext)
+	if !ok {
+		return nil, fmt.Errorf("query %q: the SQLite driver cannot query with a context", firstLine(st.query))
+	}
+	dr, err := q.QueryContext(ctx, b.bind(args))
+	if err != nil {
+		return nil, err
+	}
+	r := &b.rows
+	if r.r != nil {
+		r = &Rows{}
+	}
+	r.r = dr
+	return r, nil
+}
+
+func (b *Batch) stmt(st *Statement) (driver.Stmt, error) {
+	if b.dc == nil {
+		return nil, fmt.Errorf("statement %q: the batch has ended", firstLine(st.query))
+	}
+	return b.tx.store.driverStmt(b.dc, st.query)
+}
+
+// Rows are the rows of a Batch's Query.
+type Rows struct {
+	r    driver.Rows
+	dest []driver.Value
+	vals []any
+}
+
+// Columns are the rows' column names.
+func (r *Rows) Columns() []string { return r.r.Columns() }
+
+// Next reads the next row: false at the end (with a nil error) or on an
+// error.
+func (r *Rows) Next() (bool, error) {
+	n := len(r.r.Columns())
+	if cap(r.dest) < n {
+		r.dest, r.vals = make([]driver.Value, n), make([]any, n)
+	}
+	r.dest, r.vals = r.dest[:n], r.vals[:n]
+	switch err := r.r.Next(r.dest); {
+	case err == io.EOF:
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	for i, v := range r.dest {
+		r.vals[i] = v
+	}
+	return true, nil
+}
+
+// Values is the row Next read, as the engine gave it (int64, float64,
+// string, []byte or nil), valid until the next call of Next or Close.
+func (r *Rows) Values() []any { return r.vals }
+
+// Close closes the rows.
+func (r *Rows) Close() error {
+	if r.r == nil {
+		return nil
+	}
+	err := r.r.Close()
+	r.r = nil
+	clear(r.dest)
+	clear(r.vals)
+	return err
+}
+
+// errRawPanic stands for a panic of Batch's function inside database/sql.
 var errRawPanic = errors.New("raw: the function panicked")
 
-// driverStmts are the statements Raw prepared on the writer's driver
+// driverStmts are the statements Batch prepared on the writer's driver
 // connection. They are used only by the holder of that connection (the
 // one open Tx, or Close), so they need no lock of their own.
 type driverStmts struct {
@@ -71,7 +201,7 @@ func (ds *driverStmts) onConn(dc any) {
 
 // driverStmt returns query prepared on dc, kept for later calls while the
 // cache has room (maxKeptStmts); past it, the statement is prepared anew
-// on each call and closed when the Raw call ends.
+// on each call and closed when the Batch call ends.
 func (s *Store) driverStmt(dc any, query string) (driver.Stmt, error) {
 	ds := &s.drv
 	ds.onConn(dc)
@@ -155,7 +285,7 @@ func (s *Store) closeSpilled() {
 	s.drvSpill = s.drvSpill[:0]
 }
 
-// closeDriverStmts closes the statements Raw prepared, on the writer
+// closeDriverStmts closes the statements Batch prepared, on the writer
 // connection: SQLite keeps a connection with statements left open alive
 // (and its files open) after it is closed.
 func (s *Store) closeDriverStmts(ctx context.Context) {

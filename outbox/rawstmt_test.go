@@ -2,9 +2,7 @@ package outbox_test
 
 import (
 	"context"
-	"database/sql/driver"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,43 +11,26 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// rawExec runs query with args on the driver's connection.
-func rawExec(prep outbox.Prepare, query string, args ...any) error {
-	st, err := prep(query)
-	if err != nil {
-		return err
-	}
-	_, err = st.(driver.StmtExecContext).ExecContext(context.Background(), named(args))
-	return err
+// rawExec runs query with args in the store's batch b.
+func rawExec(b *outbox.Batch, query string, args ...any) error {
+	return b.Exec(context.Background(), outbox.NewStatement(query), args...)
 }
 
-// rawCount runs a query returning one integer on the driver's connection.
-func rawCount(prep outbox.Prepare, query string, args ...any) (int64, error) {
-	st, err := prep(query)
-	if err != nil {
-		return 0, err
-	}
-	rows, err := st.(driver.StmtQueryContext).QueryContext(context.Background(), named(args))
+// rawCount runs a query returning one integer in the store's batch b.
+func rawCount(b *outbox.Batch, query string, args ...any) (int64, error) {
+	rows, err := b.Query(context.Background(), outbox.NewStatement(query), args...)
 	if err != nil {
 		return 0, err
 	}
 	defer rows.Close()
-	row := make([]driver.Value, 1)
-	if err := rows.Next(row); err != nil {
-		return 0, err
+	if ok, err := rows.Next(); !ok {
+		return 0, fmt.Errorf("no row (%v)", err)
 	}
-	if err := rows.Next(row[:1]); err != io.EOF {
+	n := rows.Values()[0].(int64)
+	if ok, err := rows.Next(); ok || err != nil {
 		return 0, fmt.Errorf("a second row (%v)", err)
 	}
-	return row[0].(int64), nil
-}
-
-func named(args []any) []driver.NamedValue {
-	nv := make([]driver.NamedValue, len(args))
-	for i, a := range args {
-		nv[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
-	}
-	return nv
+	return n, nil
 }
 
 func metaCount(t *testing.T, s *outbox.Store, key string) int64 {
@@ -61,7 +42,7 @@ func metaCount(t *testing.T, s *outbox.Store, key string) int64 {
 	return n
 }
 
-func TestTx_Raw(t *testing.T) {
+func TestTx_Batch(t *testing.T) {
 	const insert = `INSERT INTO meta (key, value) VALUES (?1, ?2)`
 	const count = `SELECT count(*) FROM meta WHERE key = ?1`
 
@@ -69,23 +50,23 @@ func TestTx_Raw(t *testing.T) {
 		s, _ := openStore(t)
 		tx := begin(t, s)
 		must(t, tx.BeginItem(place("f", 1)))
-		must(t, tx.Raw(func(prep outbox.Prepare) error {
-			if err := rawExec(prep, insert, "undone", "v"); err != nil {
+		must(t, tx.Batch(func(b *outbox.Batch) error {
+			if err := rawExec(b, insert, "undone", "v"); err != nil {
 				return err
 			}
-			n, err := rawCount(prep, count, "undone")
+			n, err := rawCount(b, count, "undone")
 			equal(t, "rows seen inside the item", n, 1)
 			return err
 		}))
 		must(t, tx.RollbackItem())
 		must(t, tx.BeginItem(place("f", 2)))
-		must(t, tx.Raw(func(prep outbox.Prepare) error {
-			n, err := rawCount(prep, count, "undone")
+		must(t, tx.Batch(func(b *outbox.Batch) error {
+			n, err := rawCount(b, count, "undone")
 			if err != nil {
 				return err
 			}
 			equal(t, "rows of the rolled back item", n, 0)
-			return rawExec(prep, insert, "kept", "v")
+			return rawExec(b, insert, "kept", "v")
 		}))
 		must(t, tx.EndItem())
 		must(t, tx.Commit())
@@ -95,12 +76,12 @@ func TestTx_Raw(t *testing.T) {
 
 	t.Run("StatementsKept", func(t *testing.T) {
 		s, _ := openStore(t)
-		var first, again driver.Stmt
-		for i, dst := range []*driver.Stmt{&first, &again} {
+		var first, again any
+		for i, dst := range []*any{&first, &again} {
 			tx := begin(t, s)
-			must(t, tx.Raw(func(prep outbox.Prepare) error {
-				st, err := prep(count)
-				*dst = st
+			must(t, tx.Batch(func(b *outbox.Batch) error {
+				_, err := rawCount(b, count, "none")
+				*dst = outbox.KeptDriverStmt(s, count)
 				return err
 			}))
 			if i == 0 {
@@ -118,13 +99,13 @@ func TestTx_Raw(t *testing.T) {
 		// Past the cache's room, a statement is prepared for the call
 		// and closed after it: the cache does not grow.
 		tx := begin(t, s)
-		must(t, tx.Raw(func(prep outbox.Prepare) error {
+		must(t, tx.Batch(func(b *outbox.Batch) error {
 			for i := range most + 10 {
-				if err := rawExec(prep, insert, fmt.Sprintf("k%d", i), fmt.Sprintf("statement %d", i)); err != nil {
+				if err := rawExec(b, insert, fmt.Sprintf("k%d", i), fmt.Sprintf("statement %d", i)); err != nil {
 					return err
 				}
 				// A distinct text per key, so each is a statement of its own.
-				if _, err := rawCount(prep, count+fmt.Sprintf(" AND %d = %d", i, i), fmt.Sprintf("k%d", i)); err != nil {
+				if _, err := rawCount(b, count+fmt.Sprintf(" AND %d = %d", i, i), fmt.Sprintf("k%d", i)); err != nil {
 					return err
 				}
 			}
@@ -140,12 +121,12 @@ func TestTx_Raw(t *testing.T) {
 		s, _ := openStore(t)
 		tx := begin(t, s)
 		must(t, tx.BeginItem(place("f", 1)))
-		must(t, tx.Raw(func(prep outbox.Prepare) error { return rawExec(prep, insert, "dup", "v") }))
+		must(t, tx.Batch(func(b *outbox.Batch) error { return rawExec(b, insert, "dup", "v") }))
 		must(t, tx.EndItem())
 		must(t, tx.BeginItem(place("f", 2)))
-		err := tx.Raw(func(prep outbox.Prepare) error { return rawExec(prep, insert, "dup", "again") })
+		err := tx.Batch(func(b *outbox.Batch) error { return rawExec(b, insert, "dup", "again") })
 		if outbox.Classify(err) != outbox.ClassConstraint {
-			t.Fatalf("Raw with a duplicate key = %v (%v), want a constraint error", err, outbox.Classify(err))
+			t.Fatalf("Batch with a duplicate key = %v (%v), want a constraint error", err, outbox.Classify(err))
 		}
 		if tx.Lost() != nil {
 			t.Fatalf("a constraint error lost the transaction: %v", tx.Lost())
@@ -159,9 +140,8 @@ func TestTx_Raw(t *testing.T) {
 		s, _ := openStore(t)
 		tx := begin(t, s)
 		defer tx.Rollback()
-		err := tx.Raw(func(prep outbox.Prepare) error {
-			_, err := prep("SELEC nonsense\nFROM nowhere")
-			return err
+		err := tx.Batch(func(b *outbox.Batch) error {
+			return rawExec(b, "SELEC nonsense\nFROM nowhere")
 		})
 		want := `prepare "SELEC nonsense ...": `
 		if err == nil || !strings.HasPrefix(err.Error(), want) {
@@ -170,17 +150,17 @@ func TestTx_Raw(t *testing.T) {
 	})
 
 	// A processor writes the state it kept in memory from a BeforeCommit
-	// function: Raw serves it there, in the transaction that commits.
+	// function: Batch serves it there, in the transaction that commits.
 	t.Run("InBeforeCommit", func(t *testing.T) {
 		s, _ := openStore(t)
 		tx := begin(t, s)
 		tx.BeforeCommit(func(context.Context) error {
-			return tx.Raw(func(prep outbox.Prepare) error { return rawExec(prep, insert, "before-commit", "v") })
+			return tx.Batch(func(b *outbox.Batch) error { return rawExec(b, insert, "before-commit", "v") })
 		})
 		must(t, tx.Commit())
 		equal(t, "rows written before the commit", metaCount(t, s, "before-commit"), 1)
-		if err := tx.Raw(func(outbox.Prepare) error { return nil }); err == nil {
-			t.Fatal("Raw after the commit: no error")
+		if err := tx.Batch(func(*outbox.Batch) error { return nil }); err == nil {
+			t.Fatal("Batch after the commit: no error")
 		}
 	})
 
@@ -189,12 +169,12 @@ func TestTx_Raw(t *testing.T) {
 		tx := begin(t, s)
 		must(t, tx.Commit())
 		ran := false
-		if err := tx.Raw(func(outbox.Prepare) error { ran = true; return nil }); err == nil || ran {
-			t.Fatalf("Raw after Commit = %v, ran %v; want an error and no call", err, ran)
+		if err := tx.Batch(func(*outbox.Batch) error { ran = true; return nil }); err == nil || ran {
+			t.Fatalf("Batch after Commit = %v, ran %v; want an error and no call", err, ran)
 		}
 	})
 
-	// A panic of f reaches Raw's caller, and the transaction and its
+	// A panic of f reaches Batch's caller, and the transaction and its
 	// connection stand (database/sql would close a connection whose Raw
 	// function panicked).
 	t.Run("Panic", func(t *testing.T) {
@@ -203,8 +183,8 @@ func TestTx_Raw(t *testing.T) {
 		must(t, tx.BeginItem(place("f", 1)))
 		got := func() (p any) {
 			defer func() { p = recover() }()
-			_ = tx.Raw(func(prep outbox.Prepare) error {
-				if err := rawExec(prep, insert, "panicked", "v"); err != nil {
+			_ = tx.Batch(func(b *outbox.Batch) error {
+				if err := rawExec(b, insert, "panicked", "v"); err != nil {
 					return err
 				}
 				panic("processor bug")
@@ -214,7 +194,7 @@ func TestTx_Raw(t *testing.T) {
 		equal(t, "panic value", got, any("processor bug"))
 		must(t, tx.RollbackItem())
 		must(t, tx.BeginItem(place("f", 2)))
-		must(t, tx.Raw(func(prep outbox.Prepare) error { return rawExec(prep, insert, "after", "v") }))
+		must(t, tx.Batch(func(b *outbox.Batch) error { return rawExec(b, insert, "after", "v") }))
 		must(t, tx.EndItem())
 		must(t, tx.Commit())
 		equal(t, "rows of the item that panicked", metaCount(t, s, "panicked"), 0)
@@ -249,7 +229,7 @@ func TestTx_Raw(t *testing.T) {
 		s, err := outbox.Open(context.Background(), outbox.DefaultConfig(path))
 		must(t, err)
 		tx := begin(t, s)
-		must(t, tx.Raw(func(prep outbox.Prepare) error { return rawExec(prep, insert, "k", "v") }))
+		must(t, tx.Batch(func(b *outbox.Batch) error { return rawExec(b, insert, "k", "v") }))
 		must(t, tx.Commit())
 		if n := openFiles(t, path); n == 0 {
 			t.Fatal("no file of the open store found in /proc/self/fd")

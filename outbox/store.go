@@ -109,8 +109,8 @@ type Store struct {
 	owner atomic.Int64 // generation taken by Claim; 0 = unclaimed
 
 	queries  queryConns    // the state queries' own connections, see QueryConns
-	drv      driverStmts   // statements prepared by Tx.Raw
-	drvSpill []driver.Stmt // prepared past drv's room, closed as the Raw call ends
+	drv      driverStmts   // statements prepared by Tx.Batch
+	drvSpill []driver.Stmt // prepared past drv's room, closed as the Batch call ends
 	// flushArgs is the writer's buffer of an outbox insert's arguments,
 	// flushBody and flushSpans those of a commit's chunks (see flushRows).
 	flushArgs  []driver.NamedValue

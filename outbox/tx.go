@@ -45,7 +45,7 @@ type Place struct {
 // an item that writes only outputs needs none.
 type Tx struct {
 	store        *Store
-	conn         *sqlx.Conn // the writer connection, held for the transaction (see Raw)
+	conn         *sqlx.Conn // the writer connection, held for the transaction (see Batch)
 	tx           *sqlx.Tx
 	ctx          context.Context
 	place        Place
@@ -65,6 +65,7 @@ type Tx struct {
 	lastID       int64                 // the last id written so far, 0 before the first chunk
 	rowBytes     int64                 // the written rows' bytes, as the backlog counts them (chunkBytes)
 	lost         error                 // set once SQLite rolled the transaction back under it
+	batch        Batch                 // reused by each Batch call
 }
 
 // ErrTxLost is wrapped by the errors of a Tx that SQLite rolled back by
@@ -82,7 +83,7 @@ var ErrTxLost = errors.New("SQLite rolled the whole transaction back")
 func (s *Store) Begin(ctx context.Context) (*Tx, error) {
 	ctx = context.WithoutCancel(ctx)
 	// The transaction runs on a connection of its own, not the pool's,
-	// so that Raw can reach the driver's connection while it is open.
+	// so that Batch can reach the driver's connection while it is open.
 	conn, err := s.db.Connx(ctx)
 	if err != nil {
 		s.noteWrite(err)
@@ -382,7 +383,7 @@ func (tx *Tx) OnRollbackItem(f func()) {
 
 // BeforeCommit registers f to run at Commit, before the outputs are written
 // and the transaction commits: a processor that keeps its state in memory
-// during a batch writes it there, through the Tx (Stmt, Exec, Raw). An
+// during a batch writes it there, through the Tx (Stmt, Exec, Batch). An
 // error fails the commit.
 func (tx *Tx) BeforeCommit(f func(ctx context.Context) error) {
 	tx.beforeCommit = append(tx.beforeCommit, f)

@@ -14,7 +14,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -248,11 +247,11 @@ func (b *batchBalances) write(ctx context.Context, tx *outbox.Tx) error {
 		return nil
 	}
 	sortChanged(b.order)
-	return tx.Raw(func(prep outbox.Prepare) error {
-		args := make([]driver.NamedValue, 0, min(len(b.order), upsertChunk)*4)
+	return tx.Batch(func(bt *outbox.Batch) error {
+		args := make([]any, 0, min(len(b.order), upsertChunk)*4)
 		for keys := b.order; len(keys) > 0; {
 			k := outbox.ChunkSize(len(keys), upsertChunk)
-			if err := upsert(ctx, prep, keys[:k], args[:0]); err != nil {
+			if err := upsert(ctx, bt, keys[:k], args[:0]); err != nil {
 				return err
 			}
 			keys = keys[k:]
@@ -262,34 +261,20 @@ func (b *batchBalances) write(ctx context.Context, tx *outbox.Tx) error {
 }
 
 // upsert writes one chunk of balances, building its arguments in args.
-func upsert(ctx context.Context, prep outbox.Prepare, chunk []changed, args []driver.NamedValue) error {
-	arg := func(v driver.Value) { args = append(args, driver.NamedValue{Ordinal: len(args) + 1, Value: v}) }
-	query := upsertBySize[len(chunk)]
+func upsert(ctx context.Context, bt *outbox.Batch, chunk []changed, args []any) error {
+	st := upsertStmts[len(chunk)]
 	if oneFeed(chunk) {
-		query = upsertOneFeedBySize[len(chunk)]
-		arg(chunk[0].k.feed)
+		st = upsertOneFeedStmts[len(chunk)]
+		args = append(args, chunk[0].k.feed)
 		for _, e := range chunk {
-			arg(e.k.account)
-			arg(e.c.balance)
-			arg(e.c.lines)
+			args = append(args, e.k.account, e.c.balance, e.c.lines)
 		}
 	} else {
 		for _, e := range chunk {
-			arg(e.k.feed)
-			arg(e.k.account)
-			arg(e.c.balance)
-			arg(e.c.lines)
+			args = append(args, e.k.feed, e.k.account, e.c.balance, e.c.lines)
 		}
 	}
-	st, err := prep(query)
-	if err != nil {
-		return err
-	}
-	ex, ok := st.(driver.StmtExecContext)
-	if !ok {
-		return errors.New("store balances: the SQLite driver cannot execute with a context")
-	}
-	if _, err := ex.ExecContext(ctx, args); err != nil {
+	if err := bt.Exec(ctx, st, args...); err != nil {
 		return fmt.Errorf("store balances: %w", err)
 	}
 	return nil
@@ -374,6 +359,10 @@ const upsertChunk = 64
 // below it): binding every column, or the feed once for all.
 var upsertBySize, upsertOneFeedBySize = map[int]string{}, map[int]string{}
 
+// upsertStmts and upsertOneFeedStmts are those upserts, declared to the
+// store.
+var upsertStmts, upsertOneFeedStmts = map[int]*outbox.Statement{}, map[int]*outbox.Statement{}
+
 func init() {
 	const onConflict = " ON CONFLICT(feed, account) DO UPDATE SET balance = excluded.balance, lines = lines + excluded.lines"
 	for n := upsertChunk; n >= 1; n /= 2 {
@@ -383,6 +372,8 @@ func init() {
 		// a join constraint.
 		upsertOneFeedBySize[n] = "INSERT INTO ledger_balances (feed, account, balance, lines) " +
 			"SELECT ?, column1, column2, column3 FROM (VALUES " + outbox.Placeholders(n, 3) + ") WHERE true" + onConflict
+		upsertStmts[n] = outbox.NewStatement(upsertBySize[n])
+		upsertOneFeedStmts[n] = outbox.NewStatement(upsertOneFeedBySize[n])
 	}
 }
 

@@ -3,10 +3,7 @@ package ledger
 import (
 	"bytes"
 	"context"
-	"database/sql/driver"
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -24,10 +21,14 @@ const readChunk = 256
 // powers of two below it).
 var readBySize = map[int]string{}
 
+// readStmts are those reads, declared to the store.
+var readStmts = map[int]*outbox.Statement{}
+
 func init() {
 	for n := readChunk; n >= 1; n /= 2 {
 		readBySize[n] = "SELECT account, balance FROM ledger_balances WHERE feed = ? AND account IN (" +
 			strings.Repeat("?,", n-1) + "?)"
+		readStmts[n] = outbox.NewStatement(readBySize[n])
 	}
 }
 
@@ -107,23 +108,22 @@ func account(line []byte) ([]byte, bool) {
 }
 
 // readBalances reads the balances of accounts of feed into b.read, in
-// statements of at most readChunk accounts, on the driver's connection:
+// statements of at most readChunk accounts, declared to the store (Batch):
 // through database/sql, converting each argument and scanning each row
 // again cost about a fifth of the reads (see BenchmarkBatchRead).
 func (b *batchBalances) readBalances(ctx context.Context, tx *outbox.Tx, feed string, accounts []string) error {
 	if len(accounts) == 0 {
 		return nil
 	}
-	return tx.Raw(func(prep outbox.Prepare) error {
-		args := make([]driver.NamedValue, 0, 1+min(len(accounts), readChunk))
-		row := make([]driver.Value, 2)
+	return tx.Batch(func(bt *outbox.Batch) error {
+		args := make([]any, 0, 1+min(len(accounts), readChunk))
 		for len(accounts) > 0 {
 			k := outbox.ChunkSize(len(accounts), readChunk)
-			args = append(args[:0], driver.NamedValue{Ordinal: 1, Value: feed})
-			for i, a := range accounts[:k] {
-				args = append(args, driver.NamedValue{Ordinal: i + 2, Value: a})
+			args = append(args[:0], feed)
+			for _, a := range accounts[:k] {
+				args = append(args, a)
 			}
-			if err := b.readChunk(ctx, prep, k, args, row); err != nil {
+			if err := b.readChunk(ctx, bt, k, args); err != nil {
 				return err
 			}
 			accounts = accounts[k:]
@@ -132,28 +132,21 @@ func (b *batchBalances) readBalances(ctx context.Context, tx *outbox.Tx, feed st
 	})
 }
 
-// readChunk runs the read of k accounts with args, scanning into row.
-func (b *batchBalances) readChunk(ctx context.Context, prep outbox.Prepare, k int, args []driver.NamedValue, row []driver.Value) error {
-	st, err := prep(readBySize[k])
-	if err != nil {
-		return err
-	}
-	q, ok := st.(driver.StmtQueryContext)
-	if !ok {
-		return errors.New("read balances: the SQLite driver cannot query with a context")
-	}
-	rows, err := q.QueryContext(ctx, args)
+// readChunk runs the read of k accounts with args.
+func (b *batchBalances) readChunk(ctx context.Context, bt *outbox.Batch, k int, args []any) error {
+	rows, err := bt.Query(ctx, readStmts[k], args...)
 	if err != nil {
 		return fmt.Errorf("read balances: %w", err)
 	}
 	defer rows.Close()
 	for {
-		switch err := rows.Next(row); {
-		case err == io.EOF:
-			return nil
+		switch ok, err := rows.Next(); {
 		case err != nil:
 			return fmt.Errorf("read balances: %w", err)
+		case !ok:
+			return nil
 		}
+		row := rows.Values()
 		// The table is STRICT: a row holds a TEXT account and an INTEGER
 		// balance, or the database is damaged.
 		account, aok := row[0].(string)

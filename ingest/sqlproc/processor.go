@@ -2,9 +2,7 @@ package sqlproc
 
 import (
 	"context"
-	"database/sql/driver"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,8 +34,8 @@ var (
 // runStmt is a statement ready to run: its text and, per parameter, the
 // slot of the bound item that holds its value.
 type runStmt struct {
-	name  string // "apply statement 2", for errors
-	text  string // with ?N for the parameters, see statement.positional
+	name  string            // "apply statement 2", for errors
+	stmt  *outbox.Statement // with ?N for the parameters, see statement.positional
 	slots []int
 }
 
@@ -58,7 +56,7 @@ func New(cfg Config) (*Processor, error) {
 func newProcessor(p *plan) *Processor {
 	proc := &Processor{plan: p, used: make([]bool, len(p.params))}
 	prep := func(field string, i, n int, s statement) runStmt {
-		r := runStmt{name: stmtName(field, i, n, s.text), text: s.positional()}
+		r := runStmt{name: stmtName(field, i, n, s.text), stmt: outbox.NewStatement(s.positional())}
 		for _, name := range s.params {
 			slot := slices.Index(p.params, name)
 			r.slots = append(r.slots, slot)
@@ -98,7 +96,7 @@ func (p *Processor) Setup(ctx context.Context, tx *outbox.Tx) error {
 		}
 	}
 	for _, r := range p.statements() {
-		if _, err := tx.Stmt(ctx, r.text); err != nil {
+		if _, err := tx.Stmt(ctx, r.stmt.String()); err != nil {
 			return fmt.Errorf("sqlproc %s: %s: %s", p.Name(), r.name, sqliteMessage(err))
 		}
 	}
@@ -142,8 +140,8 @@ func (p *Processor) checkGuard(ctx context.Context, tx *outbox.Tx) error {
 // cannot run on the item's values and an emit row that is not an output;
 // any other is transient (see classify).
 //
-// The statements run on the driver's connection (outbox.Tx.Raw), prepared
-// once per store: database/sql's own work per statement (its argument
+// The statements are declared to the store, which runs them on its
+// fastest path (outbox.Tx.Batch), prepared once per store: database/sql's own work per statement (its argument
 // conversion, its locks, a goroutine per result set watching the context)
 // costs as much as a small statement's execution.
 func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery, item ingest.Item) error {
@@ -156,7 +154,7 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 		return ingest.Permanent(ingest.ReasonMalformed, err)
 	}
 	s.failed, s.verdict = nil, nil
-	err := tx.Raw(func(prep outbox.Prepare) error { return p.run(ctx, tx, prep, s) })
+	err := tx.Batch(func(b *outbox.Batch) error { return p.run(ctx, tx, b, s) })
 	switch {
 	case err != nil && s.failed != nil:
 		return p.stmtError(s.failed, err)
@@ -166,29 +164,25 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 	return s.verdict
 }
 
-// run runs the item's statements on the driver's connection. A statement's
+// run runs the item's statements in the store's batch b. A statement's
 // error is returned, s.failed naming the statement; the item's own verdict
 // (a reject row, an emit row that is not an output) is left in s.verdict,
 // so that only SQLite's errors are taken for the connection's.
-func (p *Processor) run(ctx context.Context, tx *outbox.Tx, prep outbox.Prepare, s *itemState) error {
+func (p *Processor) run(ctx context.Context, tx *outbox.Tx, b *outbox.Batch, s *itemState) error {
 	if p.reject != nil {
-		if err := p.runReject(ctx, prep, s); err != nil || s.verdict != nil {
+		if err := p.runReject(ctx, b, s); err != nil || s.verdict != nil {
 			return err
 		}
 	}
 	for i := range p.apply {
 		r := &p.apply[i]
 		s.failed = r
-		st, err := prep(r.text)
-		if err != nil {
-			return err
-		}
-		if _, err := st.(driver.StmtExecContext).ExecContext(ctx, s.args(r)); err != nil {
+		if err := b.Exec(ctx, r.stmt, s.args(r)...); err != nil {
 			return err
 		}
 	}
 	if p.emit != nil {
-		return p.runEmit(ctx, tx, prep, s)
+		return p.runEmit(ctx, tx, b, s)
 	}
 	s.failed = nil
 	return nil
@@ -204,36 +198,25 @@ func (p *Processor) stmtError(r *runStmt, err error) error {
 }
 
 // query runs statement r, whose rows the caller closes.
-func (p *Processor) query(ctx context.Context, prep outbox.Prepare, s *itemState, r *runStmt) (driver.Rows, error) {
+func (p *Processor) query(ctx context.Context, b *outbox.Batch, s *itemState, r *runStmt) (*outbox.Rows, error) {
 	s.failed = r
-	st, err := prep(r.text)
-	if err != nil {
-		return nil, err
-	}
-	return st.(driver.StmtQueryContext).QueryContext(ctx, s.args(r))
+	return b.Query(ctx, r.stmt, s.args(r)...)
 }
 
 // next reads rows' next row into s.row: false at the end (err nil) or on
 // an error.
-func (s *itemState) next(rows driver.Rows) (bool, error) {
-	n := len(rows.Columns())
-	if cap(s.row) < n {
-		s.row = make([]driver.Value, n)
+func (s *itemState) next(rows *outbox.Rows) (bool, error) {
+	ok, err := rows.Next()
+	if ok {
+		s.row = rows.Values()
 	}
-	s.row = s.row[:n]
-	switch err := rows.Next(s.row); {
-	case err == io.EOF:
-		return false, nil
-	case err != nil:
-		return false, err
-	}
-	return true, nil
+	return ok, err
 }
 
 // runReject makes the item's verdict a dead letter when the reject query
 // returns a row.
-func (p *Processor) runReject(ctx context.Context, prep outbox.Prepare, s *itemState) error {
-	rows, err := p.query(ctx, prep, s, p.reject)
+func (p *Processor) runReject(ctx context.Context, b *outbox.Batch, s *itemState) error {
+	rows, err := p.query(ctx, b, s, p.reject)
 	if err != nil {
 		return err
 	}
@@ -286,8 +269,8 @@ func (r rejection) Error() string { return string(r) }
 
 // runEmit emits each row of the emit statement; a row that is not an
 // output makes the item's verdict a dead letter.
-func (p *Processor) runEmit(ctx context.Context, tx *outbox.Tx, prep outbox.Prepare, s *itemState) error {
-	rows, err := p.query(ctx, prep, s, p.emit)
+func (p *Processor) runEmit(ctx context.Context, tx *outbox.Tx, b *outbox.Batch, s *itemState) error {
+	rows, err := p.query(ctx, b, s, p.emit)
 	if err != nil {
 		return err
 	}

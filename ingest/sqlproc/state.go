@@ -2,7 +2,6 @@ package sqlproc
 
 import (
 	"bytes"
-	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,10 +35,10 @@ const (
 type itemState struct {
 	p     *Processor
 	dec   decoder
-	vals  []any // per parameter slot, each a driver.Value
-	argv  []driver.NamedValue
-	row   []driver.Value // the row just read
-	cells [4]cell        // a row's columns: topic, key, value, headers (reject: reason, error)
+	vals  []any // per parameter slot, each a value as the store binds it
+	argv  []any
+	row   []any   // the row just read, the store's (valid until the next)
+	cells [4]cell // a row's columns: topic, key, value, headers (reject: reason, error)
 
 	emitCols []string // the emit columns emitAt was found for
 	emitAt   [4]int   // per output column, its index in the row, -1 if absent
@@ -122,10 +121,10 @@ func headersJSON(hs []outbox.Header) string {
 // args are statement r's arguments for the bound item, valid until the
 // next call. bind and the decoders give only driver values (int64,
 // float64, string, []byte, nil), so none needs converting.
-func (s *itemState) args(r *runStmt) []driver.NamedValue {
+func (s *itemState) args(r *runStmt) []any {
 	s.argv = s.argv[:0]
-	for i, slot := range r.slots {
-		s.argv = append(s.argv, driver.NamedValue{Ordinal: i + 1, Value: s.vals[slot]})
+	for _, slot := range r.slots {
+		s.argv = append(s.argv, s.vals[slot])
 	}
 	return s.argv
 }

@@ -221,7 +221,7 @@ func (l *Loop) transact(ctx context.Context, b batch, h tries, retried bool) (ou
 		return outcome{storeFailed: err}, -1
 	}
 	defer tx.Rollback()
-	l.recBegin()
+	l.obs.begun()
 	w := l.newWork(tx)
 	if b.requeue != nil {
 		return l.applyRequeue(ctx, w, b)
@@ -281,17 +281,21 @@ func (l *Loop) finish(ctx context.Context, w *work) error {
 	if err := w.tx.AddStats(ctx, l.cfg.Name, w.delta); err != nil {
 		return err
 	}
-	l.recPrepare(w.cps)
-	started := time.Now()
-	if err := w.tx.Commit(); err != nil {
+	var took time.Duration
+	err := l.obs.commit(w.cps, func() error {
+		started := time.Now()
+		err := w.tx.Commit()
+		took = time.Since(started)
+		return err
+	})
+	if err != nil {
 		return err
 	}
-	l.recCommitted()
 	if w.requeue {
 		return nil // no batch of the feed: its positions and status stand
 	}
 	if l.cfg.OnBatch != nil {
-		l.cfg.OnBatch(w.records, time.Since(started))
+		l.cfg.OnBatch(w.records, took)
 	}
 	l.cps = w.cps
 	for _, f := range w.logs {
@@ -313,33 +317,34 @@ func (l *Loop) finish(ctx context.Context, w *work) error {
 func (l *Loop) applyRecord(ctx context.Context, w *work, r Record, seq int64, h tries) step {
 	switch r.Kind {
 	case RecordEpoch:
-		l.recHandled(r, Delivery{})
+		l.obs.handled(r, Delivery{}, Outcome{})
 		l.changeEpoch(w, r.Partition, r.Epoch, r.Position)
 		return step{}
 	case RecordLoss:
-		l.recHandled(r, Delivery{})
-		return step{storeFailed: l.recordLoss(ctx, w, r)}
+		l.obs.handled(r, Delivery{}, Outcome{})
+		return step{storeFailed: l.storeLoss(ctx, w, r)}
 	}
 	cp := w.cps[r.Partition]
 	d := Delivery{Feed: l.cfg.Name, Partition: r.Partition, Topic: r.Topic, Sequence: seq, Epoch: r.Epoch, Position: r.Position, Attempt: h.attempt}
-	l.recHandled(r, d)
 	if !l.seam.DisableGuard && d.AlreadyApplied(cp.Epoch, cp.Position) {
 		w.delta.ReplaysSkipped++
-		l.recOutcome(Outcome{Result: ResultReplaySkipped})
+		l.obs.handled(r, d, Outcome{Result: ResultReplaySkipped})
 		return step{}
 	}
 	if cp.Epoch != r.Epoch {
 		l.changeEpoch(w, r.Partition, r.Epoch, 0)
 	}
-	st := l.applyItem(ctx, w, d, r, h)
+	st, o := l.applyItem(ctx, w, d, r, h)
+	l.obs.handled(r, d, o)
 	if st == (step{}) {
 		w.advance(r.Partition, r.Epoch, r.Position)
 	}
 	return st
 }
 
-// applyItem runs the processor in a savepoint, or dead-letters the item.
-func (l *Loop) applyItem(ctx context.Context, w *work, d Delivery, r Record, h tries) step {
+// applyItem runs the processor in a savepoint, or dead-letters the item;
+// the Outcome is zero when the transaction failed before one.
+func (l *Loop) applyItem(ctx context.Context, w *work, d Delivery, r Record, h tries) (step, Outcome) {
 	switch {
 	case r.BadReason != "":
 		return l.deadLettered(ctx, w, d, r, r.BadReason, r.BadErr, 1, ResultDeadLettered)
@@ -351,12 +356,11 @@ func (l *Loop) applyItem(ctx context.Context, w *work, d Delivery, r Record, h t
 	}
 	st, err := l.runItem(l.attemptContext(ctx), w, d, r.Item)
 	if st != (step{}) {
-		return st
+		return st, Outcome{}
 	}
 	if err == nil {
 		w.delta.Applied++
-		l.recOutcome(Outcome{Result: ResultApplied})
-		return step{}
+		return step{}, Outcome{Result: ResultApplied}
 	}
 	if p, ok := IsPermanent(err); ok {
 		return l.deadLettered(ctx, w, d, r, p.Reason, p.Err, max(h.attempt, p.Attempts), ResultDeadLettered)
@@ -365,8 +369,7 @@ func (l *Loop) applyItem(ctx context.Context, w *work, d Delivery, r Record, h t
 		// The item's writes broke a rule of the schema: they would again.
 		return l.deadLettered(ctx, w, d, r, ReasonConstraint, err, h.attempt, ResultDeadLettered)
 	}
-	l.recOutcome(Outcome{Result: ResultRetried, Error: err.Error()})
-	return step{itemFailed: err}
+	return step{itemFailed: err}, Outcome{Result: ResultRetried, Error: err.Error()}
 }
 
 // runItem runs the processor on item with the attempt's context actx, in
@@ -533,7 +536,7 @@ func (l *Loop) changeEpoch(w *work, p int32, epoch string, pos int64) {
 	})
 }
 
-func (l *Loop) recordLoss(ctx context.Context, w *work, r Record) error {
+func (l *Loop) storeLoss(ctx context.Context, w *work, r Record) error {
 	err := w.tx.RecordLoss(ctx, outbox.Loss{
 		Feed: l.cfg.Name, Partition: r.Partition, Reason: r.Reason, Epoch: r.Epoch, From: r.From, To: r.To,
 	})

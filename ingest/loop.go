@@ -172,6 +172,7 @@ type Loop struct {
 	carry []Record        // read but not yet taken into a batch
 	seam  testseam.Ingest // what a test asked of this feed (see internal/testseam)
 
+	obs     observer      // told of each transaction: the recording, if any
 	reqs    requests      // the requeues waiting for the loop's goroutine
 	fatal   error         // set when a requeue met an error that ends the feed
 	attempt sharedAttempt // the loop's items' attempt context
@@ -204,8 +205,12 @@ func NewLoop(store *outbox.Store, feed Feed, proc Processor, cfg Config) (*Loop,
 	if s, ok := feed.(ItemSizer); ok && s.MaxItemBytes() > 0 {
 		maxItem = s.MaxItemBytes()
 	}
+	var obs observer = noObserver{}
+	if cfg.Recorder != nil {
+		obs = recording{cfg.Recorder}
+	}
 	return &Loop{
-		store: store, feed: feed, proc: proc, cfg: cfg, maxItem: maxItem,
+		store: store, feed: feed, proc: proc, cfg: cfg, maxItem: maxItem, obs: obs,
 		log:    log.With("component", "ingest", "feed", cfg.Name),
 		status: loopStatus{phase: outbox.StateStopped},
 	}, nil
@@ -275,7 +280,7 @@ func (l *Loop) Run(ctx context.Context) error {
 
 func (l *Loop) run(ctx context.Context) error {
 	defer l.closeFeed()
-	defer l.recClose()
+	defer l.obs.closed()
 	defer l.attempt.stop()
 	l.reqs.open()
 	defer l.reqs.close(ErrNotRunning)
@@ -376,7 +381,7 @@ func (l *Loop) readPositions(ctx context.Context) error {
 	if l.cps, err = l.store.Positions(ctx, l.cfg.Name); err != nil {
 		return fmt.Errorf("start feed %s: %w", l.cfg.Name, err)
 	}
-	l.recStart(ctx)
+	l.obs.started(ctx, l.cps)
 	return nil
 }
 

@@ -139,58 +139,65 @@ func spentError(reason, msg string) error {
 	return errors.New(msg)
 }
 
-// The loop's calls of its recorder, each nothing without one.
+// observer is what the loop tells of its work, on its goroutine: a run
+// starting from checkpoints, each transaction begun, each record handled
+// with its outcome (zero when the transaction fails before one), the
+// commit (commit runs the store's COMMIT and its error is returned), and
+// the run's end. Behind it is the recording (Config.Recorder) or nothing.
+type observer interface {
+	started(ctx context.Context, from map[int32]outbox.Checkpoint)
+	begun()
+	handled(r Record, d Delivery, o Outcome)
+	commit(cps map[int32]outbox.Checkpoint, commit func() error) error
+	closed()
+}
 
-func (l *Loop) recStart(ctx context.Context) {
-	if l.cfg.Recorder != nil {
-		l.cfg.Recorder.Start(ctx, l.cps)
+// noObserver is the observer of a loop not recorded.
+type noObserver struct{}
+
+func (noObserver) started(context.Context, map[int32]outbox.Checkpoint) {}
+func (noObserver) begun()                                               {}
+func (noObserver) handled(Record, Delivery, Outcome)                    {}
+func (noObserver) closed()                                              {}
+
+func (noObserver) commit(_ map[int32]outbox.Checkpoint, commit func() error) error { return commit() }
+
+// recording tells a Recorder, in the order its contract says.
+type recording struct{ rec Recorder }
+
+func (o recording) started(ctx context.Context, from map[int32]outbox.Checkpoint) {
+	o.rec.Start(ctx, from)
+}
+
+func (o recording) begun() { o.rec.Begin() }
+
+func (o recording) handled(r Record, d Delivery, out Outcome) {
+	o.rec.Handled(r, d)
+	if out.Result != 0 {
+		o.rec.Outcome(out)
 	}
 }
 
-func (l *Loop) recBegin() {
-	if l.cfg.Recorder != nil {
-		l.cfg.Recorder.Begin()
+// commit hands the checkpoints over right before the COMMIT and says it
+// committed once it did.
+func (o recording) commit(cps map[int32]outbox.Checkpoint, commit func() error) error {
+	o.rec.Prepare(cps)
+	if err := commit(); err != nil {
+		return err
 	}
+	o.rec.Committed()
+	return nil
 }
 
-func (l *Loop) recHandled(r Record, d Delivery) {
-	if l.cfg.Recorder != nil {
-		l.cfg.Recorder.Handled(r, d)
-	}
-}
+func (o recording) closed() { o.rec.Close() }
 
-func (l *Loop) recOutcome(o Outcome) {
-	if l.cfg.Recorder != nil {
-		l.cfg.Recorder.Outcome(o)
-	}
-}
-
-func (l *Loop) recPrepare(cps map[int32]outbox.Checkpoint) {
-	if l.cfg.Recorder != nil {
-		l.cfg.Recorder.Prepare(cps)
-	}
-}
-
-func (l *Loop) recCommitted() {
-	if l.cfg.Recorder != nil {
-		l.cfg.Recorder.Committed()
-	}
-}
-
-func (l *Loop) recClose() {
-	if l.cfg.Recorder != nil {
-		l.cfg.Recorder.Close()
-	}
-}
-
-// deadLettered dead-letters the item and records the outcome, result
-// saying whose decision it was.
-func (l *Loop) deadLettered(ctx context.Context, w *work, d Delivery, r Record, reason string, cause error, attempts int, result Result) step {
+// deadLettered dead-letters the item; its outcome's result says whose
+// decision it was.
+func (l *Loop) deadLettered(ctx context.Context, w *work, d Delivery, r Record, reason string, cause error, attempts int, result Result) (step, Outcome) {
 	if err := l.deadLetter(ctx, w, d, r, reason, cause, attempts); err != nil {
-		return step{storeFailed: err}
+		return step{storeFailed: err}, Outcome{}
 	}
-	l.recOutcome(Outcome{Result: result, Reason: reason, Error: causeText(cause), Attempts: attempts})
-	return step{}
+	return step{}, Outcome{Result: result, Reason: reason, Error: causeText(cause), Attempts: attempts}
 }
 
 // causeText is a dead letter's error text, as deadLetter stores it.
@@ -207,21 +214,4 @@ func firstTries(b batch) tries {
 		return tries{attempt: 1}
 	}
 	return replayedTries(b.recs[0])
-}
-
-// recSkipped records an item a completion failure skips.
-func (l *Loop) recSkipped(r Record) {
-	if l.cfg.Recorder == nil {
-		return
-	}
-	l.cfg.Recorder.Handled(r, Delivery{Feed: l.cfg.Name, Partition: r.Partition, Topic: r.Topic, Epoch: r.Epoch, Position: r.Position})
-	l.cfg.Recorder.Outcome(Outcome{Result: ResultSkipped})
-}
-
-// recSkipLoss records the loss a completion failure skip stores.
-func (l *Loop) recSkipLoss(loss outbox.Loss) {
-	if l.cfg.Recorder != nil {
-		l.cfg.Recorder.Handled(Record{Kind: RecordLoss, Partition: loss.Partition, Epoch: loss.Epoch,
-			From: loss.From, To: loss.To, Reason: loss.Reason}, Delivery{})
-	}
 }

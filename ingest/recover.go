@@ -149,23 +149,24 @@ func (l *Loop) skip(ctx context.Context, recs []Record, cause error) error {
 		return err
 	}
 	defer tx.Rollback()
-	l.recBegin()
+	l.obs.begun()
 	w := l.newWork(tx)
 	lost := map[int32]outbox.Loss{}
 	for _, r := range recs {
 		switch r.Kind {
 		case RecordLoss:
-			l.recHandled(r, Delivery{})
-			if err := l.recordLoss(ctx, w, r); err != nil {
+			l.obs.handled(r, Delivery{}, Outcome{})
+			if err := l.storeLoss(ctx, w, r); err != nil {
 				return err
 			}
 			continue
 		case RecordEpoch:
-			l.recHandled(r, Delivery{})
+			l.obs.handled(r, Delivery{}, Outcome{})
 			l.changeEpoch(w, r.Partition, r.Epoch, r.Position)
 			continue
 		}
-		l.recSkipped(r)
+		l.obs.handled(r, Delivery{Feed: l.cfg.Name, Partition: r.Partition, Topic: r.Topic, Epoch: r.Epoch, Position: r.Position},
+			Outcome{Result: ResultSkipped})
 		p, cp := r.Partition, w.cps[r.Partition]
 		if _, ok := lost[p]; !ok {
 			from := cp.Position
@@ -184,7 +185,8 @@ func (l *Loop) skip(ctx context.Context, recs []Record, cause error) error {
 		if err := tx.RecordLoss(ctx, loss); err != nil {
 			return err
 		}
-		l.recSkipLoss(loss)
+		l.obs.handled(Record{Kind: RecordLoss, Partition: loss.Partition, Epoch: loss.Epoch,
+			From: loss.From, To: loss.To, Reason: loss.Reason}, Delivery{}, Outcome{})
 	}
 	w.delta.CompletionFailures = 1
 	w.records = len(recs)

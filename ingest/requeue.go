@@ -330,10 +330,12 @@ func (l *Loop) applyRequeue(ctx context.Context, w *work, b batch) (outcome, int
 	}
 	d := Delivery{Feed: l.cfg.Name, Partition: r.Partition, Sequence: b.seqs[0], Epoch: r.Epoch,
 		Position: r.Position, Attempt: q.dl.Attempts + 1}
-	l.recHandled(r, d)
 	actx, cancel := l.newAttemptContext(ctx)
 	defer cancel()
 	st, perr := l.runItem(actx, w, d, r.Item)
+	if st != (step{}) || perr != nil {
+		l.obs.handled(r, d, Outcome{}) // the transaction is abandoned
+	}
 	switch {
 	case st.txLost:
 		return outcome{itemFailed: st.itemFailed}, 0
@@ -343,7 +345,7 @@ func (l *Loop) applyRequeue(ctx context.Context, w *work, b batch) (outcome, int
 		return outcome{itemFailed: perr}, -1
 	}
 	w.delta.Applied++
-	l.recOutcome(Outcome{Result: ResultRequeued, DeadLetterID: q.id})
+	l.obs.handled(r, d, Outcome{Result: ResultRequeued, DeadLetterID: q.id})
 	w.requeue = true
 	if err := l.finish(ctx, w); err != nil {
 		return outcome{storeFailed: err, reached: 1}, -1

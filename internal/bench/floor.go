@@ -47,9 +47,9 @@ func (f *floorDB) close() error { return f.c.Close() }
 // upserts (in key order) and outputs (in line order), as the ceiling runs
 // them (outbox.CeilingBatch), and its last position.
 type floorBatch struct {
-	b       *outbox.CeilingBatch
-	lines   int64
-	last    int64
+	b     *outbox.CeilingBatch
+	lines int64
+	last  int64
 	// rows are the batch's outbox rows, in line order, when the inputs
 	// were asked to keep them (raw_pipeline publishes them).
 	rows []floorRow

@@ -264,12 +264,12 @@ func init() {
 			if !ok1 || !ok2 {
 				return nil, fmt.Errorf("outbox_output: position and n must be integers, not %T and %T", a[0], a[1])
 			}
-			r := Row{Position: pos, N: int(n), Key: blobArg(a[2]), Value: blobArg(a[3]), Headers: blobArg(a[4])}
+			r := Row{Position: pos, N: int(n), Key: blobValue(a[2]), Value: blobValue(a[3]), Headers: blobValue(a[4])}
 			return appendOutput([]byte{bodyRaw}, &r), nil
 		})
 	sqlite.MustRegisterDeterministicScalarFunction("outbox_field", 3,
 		func(_ *sqlite.FunctionContext, a []driver.Value) (driver.Value, error) {
-			body, err := outputsOf(blobArg(a[0]))
+			body, err := outputsOf(blobValue(a[0]))
 			if err != nil {
 				return nil, err
 			}
@@ -300,17 +300,6 @@ func init() {
 			}
 			return blobResult(r.Headers), nil
 		})
-}
-
-// blobArg is a function argument as bytes: NULL is nil, a text its bytes.
-func blobArg(v driver.Value) []byte {
-	switch t := v.(type) {
-	case []byte:
-		return t
-	case string:
-		return []byte(t)
-	}
-	return nil
 }
 
 // blobResult is f as a function result: NULL for nil, a copy otherwise.

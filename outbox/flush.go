@@ -76,7 +76,7 @@ func (tx *Tx) prepareCommit() error {
 	tx.committing = true
 	defer func() { tx.committing = false }()
 	for _, f := range tx.beforeCommit {
-		if err := f(tx.ctx); err != nil {
+		if err := f(txCtx()); err != nil {
 			return err
 		}
 	}
@@ -170,7 +170,7 @@ func (tx *Tx) flushRows() error {
 		if err != nil {
 			return err
 		}
-		if _, err := st.ExecContext(tx.ctx, []driver.NamedValue{{Ordinal: 1, Value: end}}); err != nil {
+		if _, err := st.ExecContext(txCtx(), []driver.NamedValue{{Ordinal: 1, Value: end}}); err != nil {
 			return fmt.Errorf("store the last outbox id: %w", err)
 		}
 		for i := range rows {
@@ -190,7 +190,7 @@ func (tx *Tx) lastOutboxID(dc any) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	rows, err := st.QueryContext(tx.ctx, nil)
+	rows, err := st.QueryContext(txCtx(), nil)
 	if err != nil {
 		return 0, fmt.Errorf("read the last outbox id: %w", err)
 	}
@@ -223,7 +223,7 @@ func (tx *Tx) insertChunks(dc any, spans []chunkSpan, body []byte, last, now int
 	if err != nil {
 		return err
 	}
-	if _, err := st.ExecContext(tx.ctx, args); err != nil {
+	if _, err := st.ExecContext(txCtx(), args); err != nil {
 		return fmt.Errorf("insert outbox rows: %w", err)
 	}
 	return nil

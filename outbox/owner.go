@@ -93,7 +93,7 @@ func (tx *Tx) checkOwner() error {
 		return nil
 	}
 	var v string
-	if err := tx.tx.GetContext(tx.ctx, &v, `SELECT value FROM meta WHERE key = ?`, ownerKey); err != nil {
+	if err := tx.tx.GetContext(txCtx(), &v, `SELECT value FROM meta WHERE key = ?`, ownerKey); err != nil {
 		return fmt.Errorf("check database owner: %w", err)
 	}
 	return ownerIs(v, gen)

@@ -115,7 +115,9 @@ func intValue(v driver.Value, dst *int64) bool {
 	return ok
 }
 
-// blobValue keeps the driver's copy; NULL and an empty blob are nil.
+// blobValue is a driver value as bytes, for a row's column and a
+// function's argument alike: a BLOB as the driver gave it (its copy,
+// kept), a TEXT its bytes; NULL and an empty blob are nil.
 func blobValue(v driver.Value) []byte {
 	switch t := v.(type) {
 	case []byte:

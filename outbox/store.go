@@ -213,7 +213,7 @@ const WriterCacheKiB = 32 << 10
 // with: WAL, the busy timeout, foreign keys, cfg's synchronous mode, BEGIN
 // IMMEDIATE, the writer's page cache, a checkpoint when the WAL reaches
 // about 4 MiB (walBytes) and in-memory statement journals. A
-// tool that must write exactly as the store does (the bench's floors)
+// tool that must write exactly as the store does (Ceiling, the bench's)
 // opens its connection with it.
 func DSN(cfg Config) string {
 	if cfg.BusyTimeout == 0 {

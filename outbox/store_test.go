@@ -47,23 +47,13 @@ func (c *clock) Add(d time.Duration) time.Time {
 }
 
 // openAt opens cfg and closes the store when the test ends.
-func openAt(t *testing.T, cfg outbox.Config) *outbox.Store {
-	t.Helper()
-	s, err := outbox.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+func openAt(t *testing.T, cfg outbox.Config) *outbox.Store { return testutil.OpenStore(t, cfg) }
 
 // openStore opens a fresh store in t.TempDir() whose clock is the one returned.
 func openStore(t *testing.T) (*outbox.Store, *clock) {
 	t.Helper()
 	c := newClock()
-	cfg := outbox.DefaultConfig(filepath.Join(t.TempDir(), "t.db"))
-	cfg.Now = c.Now
-	return openAt(t, cfg), c
+	return testutil.NewStore(t, func(cfg *outbox.Config) { cfg.Now = c.Now }), c
 }
 
 // pragma reads a PRAGMA through db as text.

@@ -38,6 +38,14 @@ type Place struct {
 // undone alone if it fails, plus the batch's positions and stats. A Tx is
 // used by one goroutine at a time.
 //
+// A Tx keeps no context. A method that takes one (Exec, Get, Select,
+// Emit, Batch's statements, ...) honours it: its statement runs with it,
+// and a done context fails the call with the context's error. What the Tx
+// runs for itself, the item's savepoint, the probe of a lost transaction
+// and all of Commit (its BeforeCommit functions, the outputs, the commit
+// hook), is bound to no context (txCtx): a transaction must be able to
+// commit the batch in hand while the process shuts down.
+//
 // Two things keep the per-item cost low. Outputs are kept in memory and
 // written at Commit, packed many to a SQLite row (see chunk.go), in the
 // order they were emitted (so their ids are too). And an item's SAVEPOINT is opened only when the
@@ -47,7 +55,6 @@ type Tx struct {
 	store        *Store
 	conn         *sqlx.Conn // the writer connection, held for the transaction (see Batch)
 	tx           *sqlx.Tx
-	ctx          context.Context
 	place        Place
 	n            int
 	inItem       bool
@@ -68,6 +75,9 @@ type Tx struct {
 	batch        Batch                 // reused by each Batch call
 }
 
+// txCtx is the context of what a Tx runs for itself (see Tx): never done.
+func txCtx() context.Context { return context.Background() }
+
 // ErrTxLost is wrapped by the errors of a Tx that SQLite rolled back by
 // itself: a write interrupted by its context's deadline, or one that met a
 // full disk, an I/O error or a lack of memory, ends the whole transaction,
@@ -77,9 +87,9 @@ type Tx struct {
 // the work again in a new transaction.
 var ErrTxLost = errors.New("SQLite rolled the whole transaction back")
 
-// Begin starts a write transaction. The transaction is not bound to ctx's
-// cancellation: a shutdown must be able to commit the batch in hand. Statements
-// run through the Tx take their own contexts.
+// Begin starts a write transaction; ctx serves only to begin it. The
+// transaction is not bound to ctx's cancellation: a shutdown must be able
+// to commit the batch in hand. See Tx for the contexts of its methods.
 func (s *Store) Begin(ctx context.Context) (*Tx, error) {
 	ctx = context.WithoutCancel(ctx)
 	// The transaction runs on a connection of its own, not the pool's,
@@ -95,7 +105,7 @@ func (s *Store) Begin(ctx context.Context) (*Tx, error) {
 		s.noteWrite(err)
 		return nil, fmt.Errorf("begin: %w", err)
 	}
-	return &Tx{store: s, conn: conn, tx: tx, ctx: ctx}, nil
+	return &Tx{store: s, conn: conn, tx: tx}, nil
 }
 
 // release gives the writer connection back to the pool once the
@@ -180,10 +190,10 @@ func (tx *Tx) checkLost(err error) error {
 	if !mayEndTransaction(err) {
 		return err
 	}
-	if _, berr := tx.tx.ExecContext(tx.ctx, "BEGIN"); berr != nil {
+	if _, berr := tx.tx.ExecContext(txCtx(), "BEGIN"); berr != nil {
 		return err // inside a transaction still
 	}
-	if _, rerr := tx.tx.ExecContext(tx.ctx, "ROLLBACK"); rerr != nil {
+	if _, rerr := tx.tx.ExecContext(txCtx(), "ROLLBACK"); rerr != nil {
 		err = fmt.Errorf("%w (and ending the probe's transaction: %v)", err, rerr)
 	}
 	tx.lost = fmt.Errorf("%w: %w", ErrTxLost, err)
@@ -224,10 +234,10 @@ func (tx *Tx) stmt(query string) (*sqlx.Stmt, error) {
 	}
 	var st *sqlx.Stmt
 	if kept := tx.store.keptStmt(query); kept != nil {
-		st = tx.tx.StmtxContext(tx.ctx, kept)
+		st = tx.tx.StmtxContext(txCtx(), kept)
 	} else {
 		var err error
-		if st, err = tx.tx.PreparexContext(tx.ctx, query); err != nil {
+		if st, err = tx.tx.PreparexContext(txCtx(), query); err != nil {
 			return nil, fmt.Errorf("prepare %q: %w", firstLine(query), err)
 		}
 		tx.toKeep = append(tx.toKeep, query)
@@ -271,7 +281,7 @@ func (tx *Tx) control(query string) error {
 	if err != nil {
 		return err
 	}
-	_, err = st.ExecContext(tx.ctx)
+	_, err = st.ExecContext(txCtx())
 	return err
 }
 
@@ -331,8 +341,12 @@ func (tx *Tx) RollbackItem() error {
 }
 
 // Emit adds o as an outbox row of the current place. The row is written at
-// Commit. Emit copies o: its slices are the caller's again on return.
-func (tx *Tx) Emit(_ context.Context, o Output) error {
+// Commit. Emit copies o: its slices are the caller's again on return. It
+// fails with ctx's error when ctx is done, as a statement would.
+func (tx *Tx) Emit(ctx context.Context, o Output) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("emit: %w", err)
+	}
 	if o.Topic == "" {
 		return errors.New("emit: output has no topic")
 	}
@@ -419,7 +433,7 @@ func (tx *Tx) Commit() error {
 	tx.release()
 	tx.store.noteWrite(nil)
 	tx.store.meter.committed(tx.lastID, tx.rowBytes)
-	tx.store.keepStmts(tx.ctx, tx.toKeep)
+	tx.store.keepStmts(txCtx(), tx.toKeep)
 	tx.store.rowsHint.Store(int64(min(len(tx.rows), maxRowsHint)))
 	tx.store.recent.add(tx.rows) // the cache owns them now
 	if len(tx.rows) > 0 {
@@ -440,7 +454,7 @@ func (tx *Tx) commit() error {
 		return err
 	}
 	if h := tx.store.hook(); h != nil {
-		if err := h(tx.ctx); err != nil {
+		if err := h(txCtx()); err != nil {
 			return err
 		}
 	}

@@ -537,3 +537,20 @@ func TestChunkSize(t *testing.T) {
 		equal(t, fmt.Sprint("ChunkSize(", c.n, ", 64)"), outbox.ChunkSize(c.n, 64), c.want)
 	}
 }
+
+// Emit honours its context: a done one fails the call and adds no row.
+func TestTx_EmitHonoursContext(t *testing.T) {
+	s, _ := openStore(t)
+	tx := begin(t, s)
+	defer tx.Rollback()
+	must(t, tx.BeginItem(place("f", 1)))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := tx.Emit(ctx, outbox.Output{Topic: "t", Value: []byte("v")})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Emit with a cancelled context = %v, want context.Canceled", err)
+	}
+	equal(t, "rows emitted", tx.Emitted(), 0)
+	must(t, tx.Emit(context.Background(), outbox.Output{Topic: "t", Value: []byte("v")}))
+	equal(t, "rows emitted", tx.Emitted(), 1)
+}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -240,13 +241,7 @@ func TestMain_SQLProcessor(t *testing.T) {
 }
 
 func openStore(t *testing.T, db string) *outbox.Store {
-	t.Helper()
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(db))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return testutil.OpenStore(t, outbox.DefaultConfig(db))
 }
 
 func feedPosition(t *testing.T, s *outbox.Store, feed string) int64 {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"gopkg.in/yaml.v3"
@@ -46,18 +45,9 @@ func readConfig(name, path string) (sqlproc.Config, error) {
 // unguarded.
 func openStore(tb testing.TB, cfg func(*outbox.Config), unguarded ...bool) *outbox.Store {
 	tb.Helper()
-	ctx := context.Background()
-	c := outbox.DefaultConfig(filepath.Join(tb.TempDir(), "t.db"))
-	if cfg != nil {
-		cfg(&c)
-	}
-	s, err := outbox.Open(ctx, c)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
+	s := testutil.NewStore(tb, cfg)
 	if len(unguarded) == 0 || !unguarded[0] {
-		if err := sqlproc.Guard(ctx, s); err != nil {
+		if err := sqlproc.Guard(context.Background(), s); err != nil {
 			tb.Fatal(err)
 		}
 	}

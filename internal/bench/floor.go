@@ -3,10 +3,7 @@ package bench
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/json"
-	"fmt"
-	"io"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -21,186 +18,38 @@ import (
 // length the file feed's has.
 const floorEpoch = "raw:00000:0000000000000000"
 
-// floorDB is one connection opened exactly as the store opens its writer
-// (outbox.DSN), on a database whose schema the store created. The raw
-// loop runs the engine's statements on the driver's connection, prepared
-// once, with driver arguments built before the timer: nothing of
+// floorDB is the store's ceiling (outbox.Ceiling): one connection
+// opened exactly as the store opens its writer, on a database whose schema
+// the store created. The raw loop runs the engine's statements there,
+// prepared once, with arguments built before the timer: nothing of
 // database/sql's conversions is in its timed part, so it is at least as
 // tight as the engine (which runs its hot statements the same way).
 type floorDB struct {
-	db  *sql.DB
-	raw *floorStmts // prepared on the connection raw.dc, at the first write
+	c  *outbox.Ceiling
+	db *sql.DB // the ceiling's connection through database/sql
 }
 
-// floorStmts are the driver statements of the raw loop, on one driver
-// connection.
-type floorStmts struct {
-	dc      any
-	inserts map[int]driver.Stmt // outbox.OutboxChunkInsertSQL by chunk count
-	upserts map[int]driver.Stmt // ledger.UpsertSQL by chunk size
-	reads   map[int]driver.Stmt // ledger.ReadSQL by chunk size
-	lastID  driver.Stmt
-	setLast driver.Stmt
-	pos     driver.Stmt
-	stats   driver.Stmt
-	owner   driver.Stmt
-	all     []driver.Stmt
-}
-
-// openFloorDB creates the schema through the store (then closes it),
-// opens the writer's connection, registers the feed and prepares the
-// statements.
+// openFloorDB opens the ceiling on a new database at path, its feed
+// registered.
 func openFloorDB(ctx context.Context, path, synchronous string) (*floorDB, error) {
 	cfg := outbox.DefaultConfig(path)
 	cfg.Synchronous = synchronous
-	s, err := outbox.Open(ctx, cfg)
+	c, err := outbox.OpenCeiling(ctx, cfg, benchFeed)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Close(); err != nil {
-		return nil, err
-	}
-	db, err := sql.Open("sqlite", outbox.DSN(cfg))
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	db.SetMaxOpenConns(1)
-	f := &floorDB{db: db}
-	if err := f.register(ctx); err != nil {
-		f.close()
-		return nil, err
-	}
-	return f, nil
+	return &floorDB{c: c, db: c.DB()}, nil
 }
 
-// register writes the feed and the owner the engine's statements expect.
-func (f *floorDB) register(ctx context.Context) error {
-	if _, err := f.db.ExecContext(ctx, `INSERT INTO feeds (name, kind, processor) VALUES (?, 'file', 'bench')
-ON CONFLICT(name) DO NOTHING`, benchFeed); err != nil {
-		return fmt.Errorf("insert feed: %w", err)
-	}
-	if _, err := f.db.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('owner', '1') ON CONFLICT(key) DO NOTHING`); err != nil {
-		return fmt.Errorf("insert owner: %w", err)
-	}
-	return nil
-}
+func (f *floorDB) close() error { return f.c.Close() }
 
-// stmtsOn is the raw loop's statements on the driver connection dc,
-// prepared there the first time (the pool of one connection gives the
-// same one back each time; another one gets its own).
-func (f *floorDB) stmtsOn(dc any) (*floorStmts, error) {
-	if f.raw != nil && f.raw.dc == dc {
-		return f.raw, nil
-	}
-	c, ok := dc.(driver.Conn)
-	if !ok {
-		return nil, fmt.Errorf("prepare: the SQLite driver's connection is a %T", dc)
-	}
-	st := &floorStmts{dc: dc, inserts: map[int]driver.Stmt{}, upserts: map[int]driver.Stmt{}, reads: map[int]driver.Stmt{}}
-	prep := func(what, query string) (driver.Stmt, error) {
-		ds, err := c.Prepare(query)
-		if err != nil {
-			return nil, fmt.Errorf("prepare %s: %w", what, err)
-		}
-		st.all = append(st.all, ds)
-		return ds, nil
-	}
-	err := func() (err error) {
-		for n := outbox.OutboxChunkInsertMax; n >= 1; n /= 2 {
-			if st.inserts[n], err = prep("outbox insert", outbox.OutboxChunkInsertSQL(n)); err != nil {
-				return err
-			}
-		}
-		for n := ledger.UpsertChunk; n >= 1; n /= 2 {
-			if st.upserts[n], err = prep("balance upsert", ledger.UpsertSQL(n)); err != nil {
-				return err
-			}
-		}
-		if st.lastID, err = prep("last outbox id", outbox.OutboxLastIDSQL); err != nil {
-			return err
-		}
-		if st.setLast, err = prep("last outbox id update", outbox.OutboxSetLastIDSQL); err != nil {
-			return err
-		}
-		for n := ledger.ReadChunk; n >= 1; n /= 2 {
-			if st.reads[n], err = prep("balance read", ledger.ReadSQL(n)); err != nil {
-				return err
-			}
-		}
-		if st.pos, err = prep("position upsert", outbox.PositionUpsertSQL); err != nil {
-			return err
-		}
-		if st.stats, err = prep("stats update", outbox.StatsUpdateSQL); err != nil {
-			return err
-		}
-		// The engine's check, in every commit, that it still owns the database.
-		st.owner, err = prep("owner check", `SELECT value FROM meta WHERE key = 'owner'`)
-		return err
-	}()
-	if err != nil {
-		st.close()
-		return nil, err
-	}
-	// A former connection's statements went with it: database/sql opens
-	// another only once that one is closed.
-	f.raw = st
-	return st, nil
-}
-
-// close closes the statements.
-func (st *floorStmts) close() {
-	for _, ds := range st.all {
-		ds.Close()
-	}
-	st.all = nil
-}
-
-// closeOn closes the statements if they were prepared on dc (a nil
-// floorStmts has none).
-func (st *floorStmts) closeOn(dc any) {
-	if st != nil && st.dc == dc {
-		st.close()
-	}
-}
-
-func (f *floorDB) close() error {
-	if f.raw != nil {
-		// Statements left open keep SQLite's files open past Close.
-		err := f.onConn(context.Background(), func(dc any) error { f.raw.closeOn(dc); return nil })
-		f.raw = nil
-		if err != nil {
-			f.db.Close()
-			return fmt.Errorf("close floor statements: %w", err)
-		}
-	}
-	if err := f.db.Close(); err != nil {
-		return fmt.Errorf("close floor database: %w", err)
-	}
-	return nil
-}
-
-// onConn runs fn on the driver connection of the pool's one connection.
-func (f *floorDB) onConn(ctx context.Context, fn func(dc any) error) error {
-	c, err := f.db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("connection: %w", err)
-	}
-	defer c.Close()
-	return c.Raw(fn)
-}
-
-// floorBatch is one batch's work, built before the timer: the statement
-// arguments of its reads and upserts (in key order) and outbox inserts (in
-// line order: its outputs packed in chunks as the engine packs them, each
-// chunk's last id an offset from the id before the batch, set in the
-// timed part), and its last position.
+// floorBatch is one batch's work, built before the timer: its reads and
+// upserts (in key order) and outputs (in line order), as the ceiling runs
+// them (outbox.CeilingBatch), and its last position.
 type floorBatch struct {
-	reads   [][]driver.NamedValue
-	upserts [][]driver.NamedValue
-	inserts [][]driver.NamedValue
-	offsets [][]int64 // per insert, each chunk's last id less the id before the batch
-	lines   int64
-	last    int64
+	b     *outbox.CeilingBatch
+	lines int64
+	last  int64
 	// rows are the batch's outbox rows, in line order, when the inputs
 	// were asked to keep them (raw_pipeline publishes them).
 	rows []floorRow
@@ -256,55 +105,43 @@ func (in *floorInputs) batch(n int64) floorBatch {
 	if in.keepRows {
 		fb.rows = rows
 	}
-	fb.reads = readArgs(unseen)
+	reads := readStmts(unseen)
 	accounts := make([]string, 0, len(touched))
 	for a := range touched {
 		accounts = append(accounts, accountName(a))
 	}
 	slices.Sort(accounts) // bytewise, as ledger_balances' key
+	var upserts []outbox.CeilingStatement
 	for len(accounts) > 0 {
 		k := outbox.ChunkSize(len(accounts), ledger.UpsertChunk)
-		args := outbox.DriverArgs(nil, benchFeed)
+		args := []any{benchFeed}
 		for _, name := range accounts[:k] {
 			a := accountNumber(name)
-			args = outbox.DriverArgs(args, name, in.balances[a], int64(touched[a]))
+			args = append(args, name, in.balances[a], int64(touched[a]))
 		}
-		fb.upserts = append(fb.upserts, args)
+		upserts = append(upserts, outbox.CeilingStatement{Query: ledger.UpsertSQL(k), Args: args})
 		accounts = accounts[k:]
 	}
 	out := make([]outbox.Row, len(rows))
 	for i, r := range rows {
 		out[i] = outbox.Row{Feed: benchFeed, Epoch: floorEpoch, Topic: in.topic, Position: r.pos, Key: r.key, Value: r.value}
 	}
-	chunks := outbox.PackOutputs(out)
-	for len(chunks) > 0 {
-		k := outbox.ChunkSize(len(chunks), outbox.OutboxChunkInsertMax)
-		var args []driver.NamedValue
-		var offs []int64
-		for _, c := range chunks[:k] {
-			offs = append(offs, int64(c.Start+c.N))
-			// The last id and the creation time are set in the timed part.
-			args = outbox.DriverArgs(args, nil, int64(c.N), c.Position, benchFeed, int64(0), floorEpoch, in.topic, nil, c.Bytes, c.Body)
-		}
-		fb.inserts = append(fb.inserts, args)
-		fb.offsets = append(fb.offsets, offs)
-		chunks = chunks[k:]
-	}
+	fb.b = outbox.NewCeilingBatch(benchFeed, floorEpoch, n, fb.last, reads, upserts, out)
 	return fb
 }
 
-// readArgs are the arguments of the reads of accounts' balances, in key
-// order and chunks as the ledger's Prepare reads those it does not hold.
-func readArgs(accounts []string) [][]driver.NamedValue {
+// readStmts are the reads of accounts' balances, in key order and chunks
+// as the ledger's Prepare reads those it does not hold.
+func readStmts(accounts []string) []outbox.CeilingStatement {
 	slices.Sort(accounts)
-	var reads [][]driver.NamedValue
+	var reads []outbox.CeilingStatement
 	for len(accounts) > 0 {
 		k := outbox.ChunkSize(len(accounts), ledger.ReadChunk)
-		args := outbox.DriverArgs(nil, benchFeed)
+		args := []any{benchFeed}
 		for _, a := range accounts[:k] {
-			args = outbox.DriverArgs(args, a)
+			args = append(args, a)
 		}
-		reads = append(reads, args)
+		reads = append(reads, outbox.CeilingStatement{Query: ledger.ReadSQL(k), Args: args})
 		accounts = accounts[k:]
 	}
 	return reads
@@ -319,116 +156,9 @@ func accountNumber(name string) int {
 	return n
 }
 
-// write runs one batch in one transaction, as the engine's commit does,
-// on the driver's connection.
+// write runs one batch in one transaction, as the engine's commit does.
 func (f *floorDB) write(ctx context.Context, fb floorBatch, size int64) error {
-	return f.txn(ctx, func(st *floorStmts) error { return st.batch(ctx, fb, size) })
-}
-
-// txn runs fn in one transaction on the driver's connection.
-func (f *floorDB) txn(ctx context.Context, fn func(*floorStmts) error) error {
-	return f.onConn(ctx, func(dc any) error {
-		st, err := f.stmtsOn(dc)
-		if err != nil {
-			return err
-		}
-		b, ok := dc.(driver.ConnBeginTx)
-		if !ok {
-			return fmt.Errorf("begin: the SQLite driver's connection is a %T", dc)
-		}
-		tx, err := b.BeginTx(ctx, driver.TxOptions{}) // IMMEDIATE, from the DSN
-		if err != nil {
-			return fmt.Errorf("begin: %w", err)
-		}
-		if err := fn(st); err != nil {
-			if rerr := tx.Rollback(); rerr != nil {
-				err = fmt.Errorf("%w (and roll back: %v)", err, rerr)
-			}
-			return err
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("commit: %w", err)
-		}
-		return nil
-	})
-}
-
-// batch runs a batch's statements in the open transaction.
-func (st *floorStmts) batch(ctx context.Context, fb floorBatch, size int64) error {
-	row := make([]driver.Value, 2)
-	for _, args := range fb.reads {
-		if err := queryStmt(ctx, st.reads[len(args)-1], args, row, "read balances"); err != nil {
-			return err
-		}
-	}
-	for _, args := range fb.upserts {
-		if err := execStmt(ctx, st.upserts[(len(args)-1)/3], args, "upsert balances"); err != nil {
-			return err
-		}
-	}
-	now := time.Now().UnixNano()
-	if len(fb.inserts) > 0 {
-		if err := queryStmt(ctx, st.lastID, nil, row[:1], "read the last outbox id"); err != nil {
-			return err
-		}
-		last, _ := row[0].(int64)
-		for i, args := range fb.inserts {
-			for j, off := range fb.offsets[i] {
-				args[j*10].Value, args[j*10+7].Value = last+off, now
-			}
-			if err := execStmt(ctx, st.inserts[len(fb.offsets[i])], args, "insert outbox rows"); err != nil {
-				return err
-			}
-		}
-		offs := fb.offsets[len(fb.offsets)-1]
-		if err := execStmt(ctx, st.setLast, outbox.DriverArgs(nil, last+offs[len(offs)-1]), "store the last outbox id"); err != nil {
-			return err
-		}
-	}
-	if err := execStmt(ctx, st.pos, outbox.DriverArgs(nil, benchFeed, int64(0), floorEpoch, fb.last, size, now), "store position"); err != nil {
-		return err
-	}
-	if err := execStmt(ctx, st.stats, outbox.DriverArgs(nil, fb.lines, int64(0), int64(0), int64(0), int64(0), int64(0), now, benchFeed), "update stats"); err != nil {
-		return err
-	}
-	return queryStmt(ctx, st.owner, nil, row[:1], "check owner")
-}
-
-// execStmt runs a driver statement.
-func execStmt(ctx context.Context, ds driver.Stmt, args []driver.NamedValue, what string) error {
-	ex, ok := ds.(driver.StmtExecContext)
-	if !ok {
-		return fmt.Errorf("%s: the SQLite driver's statement is a %T", what, ds)
-	}
-	if _, err := ex.ExecContext(ctx, args); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
-}
-
-// queryStmt runs a driver statement and reads its rows into dest, as the
-// engine reads them.
-func queryStmt(ctx context.Context, ds driver.Stmt, args []driver.NamedValue, dest []driver.Value, what string) error {
-	q, ok := ds.(driver.StmtQueryContext)
-	if !ok {
-		return fmt.Errorf("%s: the SQLite driver's statement is a %T", what, ds)
-	}
-	rows, err := q.QueryContext(ctx, args)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	for {
-		if err := rows.Next(dest); err == io.EOF {
-			break
-		} else if err != nil {
-			rows.Close()
-			return fmt.Errorf("%s: %w", what, err)
-		}
-	}
-	if err := rows.Close(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
+	return f.c.Write(ctx, fb.b, size)
 }
 
 // runRawSQLite measures the ingest ceiling: the tightest plain loop that
@@ -544,8 +274,5 @@ func (b *bench) runCommitFloor(ctx context.Context) error {
 }
 
 func (f *floorDB) commitOnly(ctx context.Context, pos, size int64) error {
-	return f.txn(ctx, func(st *floorStmts) error {
-		args := outbox.DriverArgs(nil, benchFeed, int64(0), floorEpoch, pos, size, time.Now().UnixNano())
-		return execStmt(ctx, st.pos, args, "store position")
-	})
+	return f.c.CommitOnly(ctx, benchFeed, floorEpoch, pos, size)
 }

@@ -30,6 +30,7 @@ VALUES (?, 1, ?, ?, 0, ?, ?, ?, ?, ?)`
 // ceiling (the engine writes a batch in far fewer statements), so no ratio
 // is printed against it: it shows what those statements save.
 type naiveWriter struct {
+	c                  *outbox.Ceiling
 	db                 *sql.DB
 	state, pos, output *sql.Stmt
 	topic              string
@@ -44,7 +45,7 @@ func (b *bench) runNaiveSQLite(ctx context.Context) error {
 		return err
 	}
 	defer f.close()
-	w := &naiveWriter{db: f.db, topic: b.topic("raw"), size: b.data.Size, ledger: b.o.Processor == "ledger"}
+	w := &naiveWriter{c: f.c, db: f.db, topic: b.topic("raw"), size: b.data.Size, ledger: b.o.Processor == "ledger"}
 	if err := w.prepare(ctx); err != nil {
 		return err
 	}
@@ -92,9 +93,9 @@ func (w *naiveWriter) batch(ctx context.Context, g *lineGen, n int64) error {
 	}
 	defer tx.Rollback()
 	state, pos, output := tx.StmtContext(ctx, w.state), tx.StmtContext(ctx, w.pos), tx.StmtContext(ctx, w.output)
-	var last int64
-	if err := tx.QueryRowContext(ctx, outbox.OutboxLastIDSQL).Scan(&last); err != nil {
-		return fmt.Errorf("read the last outbox id: %w", err)
+	last, err := w.c.LastOutboxID(ctx, tx)
+	if err != nil {
+		return err
 	}
 	for range n {
 		l, text := g.next()
@@ -103,8 +104,8 @@ func (w *naiveWriter) batch(ctx context.Context, g *lineGen, n int64) error {
 			return err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, outbox.OutboxSetLastIDSQL, last); err != nil {
-		return fmt.Errorf("store the last outbox id: %w", err)
+	if err := w.c.SetOutboxID(ctx, tx, last); err != nil {
+		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
@@ -134,8 +135,8 @@ func (w *naiveWriter) line(ctx context.Context, l benchLine, text []byte, id int
 	if _, err := pos.ExecContext(ctx, floorEpoch, l.Position, w.size, now, benchFeed); err != nil {
 		return fmt.Errorf("update position: %w", err)
 	}
-	c := outbox.PackOutputs([]outbox.Row{{Feed: benchFeed, Epoch: floorEpoch, Topic: w.topic, Position: l.Position, Key: key, Value: v}})[0]
-	if _, err := output.ExecContext(ctx, id, l.Position, benchFeed, floorEpoch, w.topic, now, c.Bytes, c.Body); err != nil {
+	body, bytes := w.c.PackRow(outbox.Row{Feed: benchFeed, Epoch: floorEpoch, Topic: w.topic, Position: l.Position, Key: key, Value: v})
+	if _, err := output.ExecContext(ctx, id, l.Position, benchFeed, floorEpoch, w.topic, now, bytes, body); err != nil {
 		return fmt.Errorf("insert outbox row: %w", err)
 	}
 	return nil

@@ -66,7 +66,18 @@ func OpenStore(tb testing.TB, cfg outbox.Config) *outbox.Store {
 // the test's temporary directory.
 func TempStore(tb testing.TB) *outbox.Store {
 	tb.Helper()
-	return OpenStore(tb, outbox.DefaultConfig(filepath.Join(tb.TempDir(), "t.db")))
+	return NewStore(tb, nil)
+}
+
+// NewStore is OpenStore on a new file in the test's temporary directory,
+// with the default configuration changed by cfg (when not nil).
+func NewStore(tb testing.TB, cfg func(*outbox.Config)) *outbox.Store {
+	tb.Helper()
+	c := outbox.DefaultConfig(filepath.Join(tb.TempDir(), "t.db"))
+	if cfg != nil {
+		cfg(&c)
+	}
+	return OpenStore(tb, c)
 }
 
 // SyncBuffer is a bytes.Buffer that may be written (a logger, a child

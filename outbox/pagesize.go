@@ -12,21 +12,16 @@ import (
 // PageSize is the page size, in bytes, of a database the store creates.
 // SQLite's default is 4096. With 16 KiB pages a batch's outbox rows fill a
 // quarter as many pages, each with one header, one WAL frame and one
-// checkpoint copy, and the state's B-tree is a level shallower. Measured
-// with `server bench` (CPU per line of the server's ingest, one run each):
-// 1 KiB lines 10.4-10.6 us with 4 KiB pages, 5.4-5.7 with 16 KiB (8 KiB:
-// 5.7); short ledger lines 3.99 -> 3.76; at a million accounts 16.6 ->
-// 13.5 and at 100,000 accounts 10.0 -> 8.3 (`--sweep accounts`).
+// checkpoint copy, and the state's B-tree is a level shallower: less CPU
+// a line in `server bench` (figures: docs/performance.md).
 const PageSize = 16384
 
 // walBytes is about how large the WAL grows before a commit checkpoints
 // it: SQLite's default of 1,000 pages, counted in 4 KiB pages. SQLite
 // counts the threshold in pages, so with 16 KiB pages the default would
 // let the WAL grow to 16 MiB between checkpoints, four times the disk it
-// took before. Measured at 16 KiB pages, one run each of two: 256 pages
-// and 1,000 made no difference beyond the noise (ingest 3.56 and 3.08 us a
-// line against 3.12 and 3.41; latency p99 21.9 and 17.8 ms against 19.1
-// and 19.6).
+// took before. Measured at 16 KiB pages, 256 pages and 1,000 made no
+// difference beyond the noise (figures: docs/performance.md).
 const walBytes = 4 << 20
 
 // walCheckpointPages is the writer's wal_autocheckpoint for the database

@@ -20,8 +20,7 @@ import (
 // one produce request per leader, and commits (EndTxn), all on the
 // caller's goroutine. sarama's AsyncProducer does the same through a chain
 // of goroutines, with a channel send per record at each link, which was
-// most of the relay's CPU: 4.1 us a record in the bench's raw_produce
-// against 1.7 here (`go run ./cmd/server bench --processor forward`).
+// most of the relay's CPU (figures: docs/performance.md).
 //
 // Its state (the producer id and epoch, each partition's next sequence)
 // lives for one session. After any failure the producer is dropped and

@@ -153,8 +153,7 @@ func exitCode(err error, logger *slog.Logger, stderr io.Writer) int {
 // DefaultGOGC is the garbage collector's target outboxd runs with unless
 // GOGC is set: the heap may grow to three times the live data, not two.
 // Most of outboxd's garbage is short-lived batch buffers, so this halves the
-// collector's CPU for a few tens of MiB (server bench: end_to_end +10-15%,
-// peak RSS 69 -> 87 MiB).
+// collector's CPU for a few tens of MiB (figures: docs/performance.md).
 const DefaultGOGC = 200
 
 // TuneGC applies DefaultGOGC when the environment does not set GOGC, and

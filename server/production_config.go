@@ -148,8 +148,7 @@ func (h *HTTPTLSConfig) resolve() error {
 const Auto = "auto"
 
 // AutoBacklogCap caps the automatic backlog bound: a backlog the relay
-// drains in a few minutes once Kafka is back (about 80 MB/s of ledger
-// outputs on 2 cores, see README).
+// drains in a few minutes once Kafka is back (figures: docs/performance.md).
 const AutoBacklogCap = 16 << 30
 
 // BacklogConfig bounds the outbox backlog (rows not yet published): past

@@ -183,7 +183,7 @@ func (b *secureBroker) revoke(t *testing.T, acl *kadm.ACLBuilder) {
 	}
 }
 
-// Grants, as README's table lists them.
+// Grants, as the ACL table of docs/kafka.md lists them.
 func topicACL(name string, prefixed bool, ops ...kmsg.ACLOperation) []kfake.ACL {
 	return acls(kmsg.ACLResourceTypeTopic, name, prefixed, ops...)
 }
@@ -202,7 +202,7 @@ func acls(rt kmsg.ACLResourceType, name string, prefixed bool, ops ...kmsg.ACLOp
 
 // ledgerGrants are the ACLs a server with a file feed "ledger" (outputs on
 // ledger.out, dead letters on ledger.dlq, topics created by the relay) and
-// the exactly-once relay needs: README's table.
+// the exactly-once relay needs: the ACL table of docs/kafka.md.
 func ledgerGrants(skip string) []kfake.ACL {
 	w, r, c := kmsg.ACLOperationWrite, kmsg.ACLOperationRead, kmsg.ACLOperationCreate
 	parts := map[string][]kfake.ACL{

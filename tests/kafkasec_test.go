@@ -27,7 +27,7 @@ import (
 )
 
 // The exactly-once kill -9 test over TLS and SCRAM-SHA-512, with ACLs that
-// grant outboxd's user exactly what README's table lists: every line's
+// grant outboxd's user exactly what the ACL table of docs/kafka.md lists: every line's
 // output is on ledger.out once, every malformed line on ledger.dlq once,
 // balances in order, however often the server died.
 func TestKafkaSec_KillNine(t *testing.T) {

@@ -17,64 +17,64 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// readmeProgram is the Go code block of README's "Your own processor".
-func readmeProgram(t *testing.T) string {
+// docsProgram is the Go code block of docs/processors.md's "Your own processor".
+func docsProgram(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/processors.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(b), "\n### Your own processor\n")
+	_, section, ok := strings.Cut(string(b), "\n## Your own processor\n")
 	if !ok {
-		t.Fatal(`README.md has no "### Your own processor" section`)
+		t.Fatal(`docs/processors.md has no "## Your own processor" section`)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	_, code, ok := strings.Cut(section, "\n```go\n")
 	if !ok {
-		t.Fatal("README's own processor section has no Go code block")
+		t.Fatal("docs/processors.md's own processor section has no Go code block")
 	}
 	code, _, ok = strings.Cut(code, "\n```\n")
 	if !ok {
-		t.Fatal("README's Go code block does not end")
+		t.Fatal("docs/processors.md's Go code block does not end")
 	}
 	return code + "\n"
 }
 
-// readmeBuildCommands are the shell commands of README's block that builds
+// docsBuildCommands are the shell commands of docs/processors.md's block that builds
 // the program against a local checkout: the first sh block after the
 // program, one command a line.
-func readmeBuildCommands(t *testing.T) []string {
+func docsBuildCommands(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/processors.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, _ := strings.Cut(string(b), "\n### Your own processor\n")
+	_, section, _ := strings.Cut(string(b), "\n## Your own processor\n")
 	_, after, ok := strings.Cut(section, "\n```go\n")
 	if !ok {
-		t.Fatal("README's own processor section has no Go code block")
+		t.Fatal("docs/processors.md's own processor section has no Go code block")
 	}
 	_, block, ok := strings.Cut(after, "\n```sh\n")
 	if !ok {
-		t.Fatal("README's own processor section has no sh block after the program")
+		t.Fatal("docs/processors.md's own processor section has no sh block after the program")
 	}
 	block, _, ok = strings.Cut(block, "\n```\n")
 	if !ok {
-		t.Fatal("README's sh block does not end")
+		t.Fatal("docs/processors.md's sh block does not end")
 	}
 	cmds := strings.Split(block, "\n")
 	if len(cmds) != 4 || !strings.Contains(block, "go mod edit -replace github.com/outboxd/outboxd=../outboxd") ||
 		!strings.HasSuffix(block, "go build -o words .") {
-		t.Fatalf("README's build block is not go mod init, go mod edit -replace ..=../outboxd, go mod tidy, go build -o words .:\n%s", block)
+		t.Fatalf("docs/processors.md's build block is not go mod init, go mod edit -replace ..=../outboxd, go mod tidy, go build -o words .:\n%s", block)
 	}
 	return cmds
 }
 
-// buildReadmeProgram does what README says: with this checkout as
-// ../outboxd and README's program as main.go in a new directory words, it
-// runs README's build commands one by one, as written, and returns the
+// buildDocsProgram does what docs/processors.md says: with this checkout as
+// ../outboxd and docs/processors.md's program as main.go in a new directory words, it
+// runs docs/processors.md's build commands one by one, as written, and returns the
 // program they built.
-func buildReadmeProgram(t *testing.T) string {
+func buildDocsProgram(t *testing.T) string {
 	t.Helper()
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -88,33 +88,33 @@ func buildReadmeProgram(t *testing.T) string {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(readmeProgram(t)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(docsProgram(t)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOFLAGS=") })
-	for _, line := range readmeBuildCommands(t) {
+	for _, line := range docsBuildCommands(t) {
 		cmd := exec.CommandContext(ctx, "sh", "-c", line)
 		cmd.Dir = dir
 		cmd.Env = append(env, "GOWORK=off") // a user's module, not a workspace
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("README's %q: %v\n%s", line, err, out)
+			t.Fatalf("docs/processors.md's %q: %v\n%s", line, err, out)
 		}
 	}
 	for _, f := range []string{"go.mod", "go.sum", "words"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			t.Fatalf("after README's commands: %v", err)
+			t.Fatalf("after docs/processors.md's commands: %v", err)
 		}
 	}
 	return filepath.Join(dir, "words")
 }
 
-// TestLibrary_ReadmeProgram builds README's own-processor program as
-// README says, in a module of its own, runs it over a file with the dev
+// TestLibrary_DocsProgram builds docs/processors.md's own-processor program as
+// docs/processors.md says, in a module of its own, runs it over a file with the dev
 // broker, and reads what it published with its own consume subcommand.
-func TestLibrary_ReadmeProgram(t *testing.T) {
-	bin := buildReadmeProgram(t)
+func TestLibrary_DocsProgram(t *testing.T) {
+	bin := buildDocsProgram(t)
 	dir := t.TempDir()
 	db := filepath.Join(dir, "data", "outboxd.db")
 	words := filepath.Join(dir, "words.txt")

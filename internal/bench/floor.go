@@ -233,11 +233,9 @@ func withoutGC() (collect func()) {
 }
 
 // gcHeadroom is the garbage a ceiling's timed part may make before Go's
-// collector runs (withoutGC). One run each, raw_pipeline with 100,000
-// lines of 1 KiB: 195,455 lines/s with 256 MiB, 249,387 with 64, 305,352
-// with 32, 221,278 with 16; the collector off altogether, with lines LZ4
-// cannot compress, 41,416 against 60,210 with Go's defaults. With short
-// ledger lines 32 and 256 MiB made no difference (435,812 and 446,974).
+// collector runs (withoutGC): 32 MiB made raw_pipeline fastest with 1 KiB
+// lines, and turning the collector off altogether was slower than Go's
+// defaults (figures: docs/performance.md).
 const gcHeadroom = 32 << 20
 
 // releaseMemory gives the memory a phase's inputs took back to the system

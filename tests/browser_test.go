@@ -208,7 +208,7 @@ func TestBrowser_Dashboard(t *testing.T) {
 }
 
 // screenshot saves the page as name: into $OUTBOXD_DASHBOARD_SCREENSHOTS
-// (README's pictures: OUTBOXD_DASHBOARD_SCREENSHOTS=$PWD/../docs), or the
+// (the pictures of README and docs/http-api.md: OUTBOXD_DASHBOARD_SCREENSHOTS=$PWD/../docs), or the
 // test's artifacts.
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()

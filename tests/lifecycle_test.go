@@ -21,7 +21,7 @@ import (
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
-// Exit codes the README documents.
+// Exit codes README and docs/guarantees.md document.
 const (
 	exitOK     = 0
 	exitFailed = 1

@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/relaystatus"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -62,34 +63,8 @@ type Relay interface {
 	Status() RelayStatus
 }
 
-// RelayStatus is a snapshot of the relay.
-type RelayStatus struct {
-	// Mode is "exactly-once" or "at-least-once".
-	Mode string
-	// State is the relay's state (starting, publishing, idle, backing-off,
-	// refusing, fenced, stopped).
-	State string
-	// Connected is true while the relay's producer is open and its last
-	// operation succeeded.
-	Connected bool
-	// LastPublishedID is the last outbox id known published.
-	LastPublishedID int64
-	// Pending and OldestPendingAge are the relay's own view of the backlog;
-	// the API counts the backlog in the store itself and uses these only
-	// as they are reported.
-	Pending          int64
-	OldestPendingAge time.Duration
-	// PublishedTotal counts the rows published since the relay started.
-	PublishedTotal int64
-	// LastError is the last failure, "" when none since the last success.
-	LastError string
-	// Fenced is true once another producer took over the relay's
-	// transactional id.
-	Fenced bool
-	// Errors counts the relay's failures by class (retryable, ambiguous,
-	// fenced, fatal), exported as a counter.
-	Errors map[string]int64
-}
+// RelayStatus is a snapshot of the relay: the relay's own Status.
+type RelayStatus = relaystatus.Status
 
 // Config configures the HTTP server.
 type Config struct {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -310,7 +311,7 @@ func (l *Loop) serveRequeue(q *requeueReq) requeueResult {
 		}
 		wait := commitWait.NextBackOff()
 		l.log.Warn("requeue transaction failed: will retry", "id", q.id, "attempt", try, "wait", wait, "class", class, "err", err)
-		if !sleep(q.ctx, wait) {
+		if clock.Sleep(q.ctx, wait) != nil {
 			return requeueResult{err: fmt.Errorf("requeue dead letter %d: %w", q.id, q.ctx.Err())}
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxd/outboxd/internal/clock"
 )
 
 // ErrNewDatabase is returned by CheckDatabase (wrapped in a
@@ -115,7 +117,7 @@ func (r *Relay) findEarlier(ctx context.Context) (*NewDatabaseError, error) {
 		default:
 			wait = r.cfg.UnauthorizedBackoff
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := clock.Sleep(ctx, wait); err != nil {
 			return nil, err
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxd/outboxd/internal/clock"
 )
 
 // The progress topic is read with raw read_committed fetches through
@@ -77,7 +79,7 @@ func (k *kafka) stableEnd(ctx context.Context, pp progressPartition) (int64, err
 		if lso >= hwm {
 			return hwm, nil
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := clock.Sleep(ctx, wait); err != nil {
 			return 0, fmt.Errorf("progress topic %s[%d]: waiting for open transactions below %d: %w",
 				pp.topic, pp.partition, hwm, err)
 		}
@@ -137,7 +139,7 @@ func (k *kafka) readProgress(ctx context.Context, topic, key string) (p Progress
 			p, err = DecodeProgress(last)
 			return p, err == nil, err
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := clock.Sleep(ctx, wait); err != nil {
 			return p, false, fmt.Errorf("progress topic %s[%d]: waiting for the end of a transaction of %s: %w",
 				pp.topic, pp.partition, key, err)
 		}
@@ -297,16 +299,4 @@ func fetchRequest(pp progressPartition, offset int64, level kgo.IsolationLevel) 
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	return req
-}
-
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

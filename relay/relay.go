@@ -12,6 +12,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
+	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -201,7 +202,7 @@ func (r *Relay) loop(ctx, hard context.Context) error {
 			return err
 		}
 		wait := r.failedSession(err, bo.NextBackOff())
-		if sleep(ctx, wait) != nil {
+		if clock.Sleep(ctx, wait) != nil {
 			return nil
 		}
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxd/outboxd/internal/clock"
 )
 
 // TestRelay_Soak publishes for RELAY_SOAK (default 10m) to three brokers
@@ -58,7 +60,7 @@ func TestRelay_Soak(t *testing.T) {
 			mu.Lock()
 			ids = append(ids, got...)
 			mu.Unlock()
-			sleep(ctx, 10*time.Millisecond)
+			clock.Sleep(ctx, 10*time.Millisecond)
 		}
 	})
 	wg.Go(func() { // chaos
@@ -70,7 +72,7 @@ func TestRelay_Soak(t *testing.T) {
 			ports[int32(i)] = port
 		}
 		for ctx.Err() == nil {
-			sleep(ctx, time.Duration(200+rng.IntN(1800))*time.Millisecond)
+			clock.Sleep(ctx, time.Duration(200+rng.IntN(1800))*time.Millisecond)
 			if ctx.Err() != nil {
 				return
 			}
@@ -101,7 +103,7 @@ func TestRelay_Soak(t *testing.T) {
 					t.Errorf("stop broker %d: %v", node, err)
 					return
 				}
-				sleep(ctx, time.Duration(1000+rng.IntN(4000))*time.Millisecond)
+				clock.Sleep(ctx, time.Duration(1000+rng.IntN(4000))*time.Millisecond)
 				if _, _, err := c.AddNode(node, ports[node]); err != nil {
 					t.Errorf("start broker %d again: %v", node, err)
 					return

@@ -38,12 +38,7 @@ func (f apiFeed) Requeue(ctx context.Context, id int64, r outbox.Requeue) (bool,
 type apiRelay struct{ r *relay.Relay }
 
 func (a apiRelay) Status() api.RelayStatus {
-	s := a.r.Status()
-	return api.RelayStatus{
-		Mode: s.Mode, State: s.State, Connected: s.Connected, LastPublishedID: s.LastPublishedID,
-		Pending: s.Pending, OldestPendingAge: s.OldestPendingAge, PublishedTotal: s.PublishedTotal,
-		LastError: s.LastError, Fenced: s.Fenced, Errors: s.Errors,
-	}
+	return a.r.Status()
 }
 
 // newAPI makes the HTTP API; open serves it on the port preflight bound.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -91,11 +92,11 @@ func (c *kafkaCommitter) run() {
 			return
 		case <-c.wake:
 		}
-		if d := c.hold(); d > 0 && !sleep(c.f.ctx, d) {
+		if d := c.hold(); d > 0 && clock.Sleep(c.f.ctx, d) != nil {
 			return
 		}
 		c.send()
-		if !sleep(c.f.ctx, c.f.cfg.CommitInterval) {
+		if clock.Sleep(c.f.ctx, c.f.cfg.CommitInterval) != nil {
 			return
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -340,7 +341,7 @@ func (f *Feed) connect(ctx context.Context) error {
 		default:
 			f.log.Warn("connecting to the brokers (will retry)", "brokers", f.cfg.Brokers, logErr, err)
 		}
-		if !sleep(ctx, wait) {
+		if clock.Sleep(ctx, wait) != nil {
 			return ctx.Err()
 		}
 	}
@@ -488,17 +489,5 @@ func signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
 	default:
-	}
-}
-
-// sleep waits d or until ctx is done; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -222,3 +222,14 @@ CREATE INDEX dead_letters_open ON dead_letters (feed, at) WHERE requeued_at = 0 
 -- Who acknowledged a loss (the API token's name), and why.
 ALTER TABLE losses ADD COLUMN acked_by TEXT NOT NULL DEFAULT '';
 ALTER TABLE losses ADD COLUMN ack_reason TEXT NOT NULL DEFAULT '';
+
+-- migration: 8
+
+-- Each sink's progress (see sink.Runner): the last outbox id it delivered,
+-- or passed over as none of its topics. Apart from relay_progress, whose
+-- largest id is the Kafka relay's resume point and the backlog's start.
+CREATE TABLE sink_progress (
+    sink       TEXT PRIMARY KEY,
+    last_id    INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL -- unix nanoseconds
+) STRICT;

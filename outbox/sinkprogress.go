@@ -36,6 +36,7 @@ ON CONFLICT(sink) DO UPDATE SET last_id = max(last_id, excluded.last_id), update
 	if err != nil {
 		return fmt.Errorf("store progress of sink %s: %w", name, err)
 	}
+	s.sinkStored(name, lastID)
 	return nil
 }
 

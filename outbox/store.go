@@ -103,6 +103,7 @@ type Store struct {
 	rowsHint  atomic.Int64    // outputs of the last commit: the next one's first allocation
 	backlogs  feedBacklogs    // the last backlog scan of each feed
 	meter     backlogMeter    // the whole outbox's backlog, see PendingBacklog
+	consumers consumers       // whose progress the backlog and pruning count
 
 	hookMu     sync.Mutex
 	commitHook func(ctx context.Context) error
@@ -191,6 +192,7 @@ func (s *Store) openMeter(ctx context.Context) error {
 		return fmt.Errorf("read relay progress: %w", err)
 	}
 	s.meter.opened(last, published)
+	s.consumers.relayAt = published
 	return nil
 }
 

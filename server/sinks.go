@@ -163,6 +163,15 @@ const sinkOpenTimeout = 10 * time.Second
 func (m *Main) newSinks() error {
 	ctx, cancel := context.WithTimeout(context.Background(), sinkOpenTimeout)
 	defer cancel()
+	names := make([]string, len(m.Config.Sinks))
+	for i, sc := range m.Config.Sinks {
+		names[i] = sc.Name
+	}
+	// The backlog bound and pruning count the slowest of the relay and the
+	// configured sinks, and only those.
+	if err := m.Store.SetConsumers(ctx, m.Config.Relay.Mode != modeNone, names); err != nil {
+		return err
+	}
 	for i := range m.Config.Sinks {
 		sc := &m.Config.Sinks[i]
 		secret := ""
@@ -199,6 +208,9 @@ func (m *Main) newSinks() error {
 // waits for them to stop (close closes their targets).
 func (m *Main) runSinks(ctx context.Context) (wait func()) {
 	var wg sync.WaitGroup
+	if m.Relay == nil && len(m.Sinks) > 0 {
+		wg.Go(func() { m.pruneForSinks(ctx) }) // the relay prunes when it runs
+	}
 	for _, r := range m.Sinks {
 		wg.Go(func() {
 			if err := r.Run(ctx); err != nil {
@@ -226,4 +238,30 @@ func (m *Main) SinkStatuses() []sink.Status {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// pruneForSinks prunes, while no Kafka relay runs to do it, the rows every
+// sink took longer than --outbox-retention ago, until ctx is done.
+func (m *Main) pruneForSinks(ctx context.Context) {
+	ret := m.Config.Relay.Retention
+	t := time.NewTicker(min(max(ret/100, time.Second), time.Minute))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		through := m.Store.ConsumedThrough()
+		if through <= 0 {
+			continue
+		}
+		n, err := m.Store.Prune(ctx, through, m.Store.Now().Add(-ret))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			m.Logger.Warn("pruning the rows the sinks took failed", "through", through, "err", err)
+		case n > 0:
+			m.Logger.Debug("pruned the rows the sinks took", "through", through, "rows", n)
+		}
+	}
 }

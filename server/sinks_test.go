@@ -16,7 +16,7 @@ import (
 )
 
 // testTargets are the in-process targets of scheme testsink, by host.
-var testTargets sync.Map // host -> *heldRows
+var testTargets sync.Map // host -> sink.Target (a *heldRows unless a test stored another)
 
 // heldRows is an in-process exactly-once target: it holds what it is
 // given and tells the last id it holds.
@@ -68,7 +68,7 @@ func init() {
 		},
 		Open: func(_ context.Context, s sink.Spec) (sink.Target, error) {
 			h, _ := testTargets.LoadOrStore(s.URL.Host, &heldRows{})
-			return h.(*heldRows), nil
+			return h.(sink.Target), nil
 		},
 	})
 }
@@ -207,5 +207,84 @@ func TestMain_Sink(t *testing.T) {
 	}
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// gate is a testsink target that delivers only while open.
+type gate struct {
+	heldRows
+	open chan struct{}
+}
+
+func (g *gate) Deliver(ctx context.Context, rows []outbox.Row) ([]outbox.RowDeadLetter, error) {
+	select {
+	case <-g.open:
+		return g.heldRows.Deliver(ctx, rows)
+	default:
+		return nil, fmt.Errorf("target down")
+	}
+}
+
+// TestMain_SinkHoldsPruningAndBacklog: with the relay off, a sink that is
+// down holds pruning (nothing of the outbox goes) and the backlog bound
+// (the feed pauses in backpressure); once it delivers, the feed goes on
+// to the end and every row is pruned.
+func TestMain_SinkHoldsPruningAndBacklog(t *testing.T) {
+	g := &gate{open: make(chan struct{})}
+	testTargets.Store("gated", g)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in", "l.csv")
+	if err := os.MkdirAll(filepath.Dir(in), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var lines strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&lines, "line-%d\n", i)
+	}
+	if err := os.WriteFile(in, []byte(lines.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runMain(t, "--db", filepath.Join(dir, "db", "o.db"), "--http", "127.0.0.1:0", "--relay", "none",
+		"--feed", "l=file:"+in, "--sink", "g=testsink://gated", "--max-backlog-rows", "200", "--batch-max", "50",
+		"--outbox-retention", "0s")
+	r.ready(t)
+	ctx := context.Background()
+	wait(t, 30*time.Second, func() error {
+		if st, _ := r.m.Loops[0].State(); st != outbox.StateBackpressure {
+			return fmt.Errorf("feed state %s", st)
+		}
+		return nil
+	})
+	last, err := r.m.Store.LastOutboxID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last < 200 || last >= 1000 {
+		t.Fatalf("last id %d while the sink is down: want the bound's 200 and some, not all 1000", last)
+	}
+	rows, err := r.m.Store.Rows(ctx, 0, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(rows)) != last || len(rows) == 0 || rows[0].ID != 1 {
+		t.Fatalf("%d rows kept, want all %d: pruned while the sink had none", len(rows), last)
+	}
+	if st := r.m.SinkStatuses()[0]; st.State != sink.StateBackingOff || !strings.Contains(st.LastError, "target down") {
+		t.Fatalf("sink status %+v", st)
+	}
+	close(g.open)
+	wait(t, 30*time.Second, func() error {
+		if st := r.m.SinkStatuses()[0]; st.Stored != 1000 {
+			return fmt.Errorf("sink status %+v", st)
+		}
+		rows, err := r.m.Store.Rows(ctx, 0, 2000)
+		if err != nil || len(rows) != 0 {
+			return fmt.Errorf("%d rows kept, want none (err %v)", len(rows), err)
+		}
+		return nil
+	})
+	got := g.values()
+	if len(got) != 1000 || got[0] != "l.out:line-0" || got[999] != "l.out:line-999" {
+		t.Fatalf("%d rows delivered, want 1000 in order", len(got))
 	}
 }

@@ -214,6 +214,13 @@ func (r *Runner) session(ctx context.Context) (progressed bool, err error) {
 			}
 			continue
 		}
+		if gap := rows[0].ID - pos - 1; gap > 0 {
+			// Committed ids have no gaps: these were pruned before the sink
+			// read them (a sink added, or one removed from the configuration
+			// and added again, after its rows went).
+			r.log.Error("outbox rows were pruned before this sink took them", "from", pos+1, "to", rows[0].ID-1, "rows", gap)
+			r.st.update(func(s *Status) { s.Missed += gap })
+		}
 		end := rows[len(rows)-1].ID
 		mine := r.mine(rows)
 		if len(mine) > 0 {

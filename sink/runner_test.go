@@ -405,3 +405,69 @@ func TestRunner_RefusesATargetAheadOfTheDatabase(t *testing.T) {
 	held, _ := tg.snapshot()
 	testutil.Equal(t, "rows delivered", len(held), 0)
 }
+
+// blockedTarget takes nothing until released: a sink far behind.
+type blockedTarget struct {
+	memTarget
+	release chan struct{}
+}
+
+func (b *blockedTarget) Deliver(ctx context.Context, rows []outbox.Row) ([]outbox.RowDeadLetter, error) {
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return b.memTarget.Deliver(ctx, rows)
+}
+
+// TestRunner_SlowSinkHoldsBackNoOther: a sink whose target blocks holds
+// neither another sink of the same topic nor the store's progress of it;
+// the outbox floor (pruning, the backlog bound) waits for it.
+func TestRunner_SlowSinkHoldsBackNoOther(t *testing.T) {
+	s := testutil.TempStore(t)
+	ctx := context.Background()
+	testutil.Must(t, s.SetConsumers(ctx, false, []string{"fast", "slow"}))
+	slow := &blockedTarget{memTarget: *newMemTarget(10, 0, 0, true), release: make(chan struct{})}
+	fast := newMemTarget(11, 0, 0, true)
+	rs, err := sink.NewRunner(s, spec("slow", "a"), slow, fastConfig())
+	testutil.Must(t, err)
+	rf, err := sink.NewRunner(s, spec("fast", "a"), fast, fastConfig())
+	testutil.Must(t, err)
+	start(t, rs)
+	start(t, rf)
+	emit(t, s, 0, 500, []string{"a"}, func(i int) string { return fmt.Sprint(i) })
+	waitDelivered(t, s, rf, 500)
+	held, _ := fast.snapshot()
+	testutil.Equal(t, "fast sink's rows", len(held), 500)
+	testutil.Equal(t, "floor while slow is stuck", s.ConsumedThrough(), int64(0))
+	p, err := s.PendingBacklog(ctx)
+	testutil.Must(t, err)
+	testutil.Equal(t, "backlog while slow is stuck", p.Rows, int64(500))
+	if st := rs.Status(); st.State != sink.StateDelivering || st.Delivered != 0 || st.Stored != 0 {
+		t.Fatalf("slow sink status %+v", st)
+	}
+	close(slow.release)
+	waitDelivered(t, s, rs, 500)
+	testutil.Equal(t, "floor once slow caught up", s.ConsumedThrough(), int64(500))
+}
+
+// TestRunner_CountsRowsPrunedBeforeIt: a sink added after rows were
+// pruned says how many it missed, and takes the rest.
+func TestRunner_CountsRowsPrunedBeforeIt(t *testing.T) {
+	s := testutil.TempStore(t)
+	ctx := context.Background()
+	emit(t, s, 0, 30, []string{"a"}, func(i int) string { return "v" })
+	emit(t, s, 30, 30, []string{"a"}, func(i int) string { return "v" })
+	n, err := s.Prune(ctx, 30, time.Now().Add(time.Hour))
+	testutil.Must(t, err)
+	testutil.Equal(t, "pruned", n, int64(30))
+	tg := newMemTarget(12, 0, 0, true)
+	r, err := sink.NewRunner(s, spec("late", "a"), tg, fastConfig())
+	testutil.Must(t, err)
+	start(t, r)
+	waitDelivered(t, s, r, 60)
+	testutil.Equal(t, "missed", r.Status().Missed, int64(30))
+	held, _ := tg.snapshot()
+	testutil.Equal(t, "rows taken", len(held), 30)
+}

@@ -33,10 +33,13 @@ type Status struct {
 	LagBytes int64 `json:"lag_bytes"`
 	// DeliveredTotal counts the rows delivered since the start,
 	// DeadLettered the rows the target refused for good, Errors the
-	// failed attempts.
+	// failed attempts, since the start.
 	DeliveredTotal int64 `json:"delivered_total"`
 	DeadLettered   int64 `json:"dead_lettered"`
 	Errors         int64 `json:"errors"`
+	// Missed counts the rows pruned before the sink read them: of a sink
+	// added (or added again) after they went.
+	Missed int64 `json:"missed"`
 	// LastError is the last failure, cleared by the next delivery.
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`

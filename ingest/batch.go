@@ -242,7 +242,7 @@ func (l *Loop) applyRecord(ctx context.Context, w *work, r Record, seq int64, at
 	}
 	cp := w.cps[r.Partition]
 	d := Delivery{Feed: l.cfg.Name, Partition: r.Partition, Topic: r.Topic, Sequence: seq, Epoch: r.Epoch, Position: r.Position, Attempt: attempt}
-	if !l.seam.DisableGuard && d.AlreadyApplied(cp.Epoch, cp.Position) {
+	if d.AlreadyApplied(cp.Epoch, cp.Position) {
 		w.delta.ReplaysSkipped++
 		l.obs.handled(r, d, Outcome{Result: ResultReplaySkipped})
 		return result{}

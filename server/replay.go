@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/outboxd/outboxd/ingest"
@@ -17,6 +18,7 @@ import (
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/ingest/orders"
 	"github.com/outboxd/outboxd/ingest/recording"
+	"github.com/outboxd/outboxd/ingest/sqlproc"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -31,11 +33,12 @@ const (
 	ReplayFailed = 2
 )
 
-const replaySynopsis = "replay RECORDING... [--processor P] [--db OUT] [--from DB] [--diff DB] [--json]"
+const replaySynopsis = "replay RECORDING... [--config FILE | --processor P] [--db OUT] [--from DB] [--diff [DB]] [--json]"
 
 // replayOptions are the replay command's flags.
 type replayOptions struct {
 	Processor string
+	Config    string
 	DB        string
 	Diff      string
 	From      string
@@ -44,6 +47,7 @@ type replayOptions struct {
 	Paths     []string
 
 	procs *registry // the processors a replay may name
+	opts  []Option  // the caller's, for --config
 }
 
 // replayCommand replays recordings (files, or directories of them) and,
@@ -56,6 +60,7 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 	if o.procs = newOptions(opts).procs; o.procs.err != nil {
 		return badUsage(stderr, o.procs.err)
 	}
+	o.opts = opts
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if o.Verbose {
 		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -88,6 +93,8 @@ func parseReplay(args []string, stdout, stderr io.Writer) (replayOptions, int, b
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.Processor, "processor", "", "the processor (`P`) to replay with: forward, ledger or orders (default: the recorded one)")
+	fs.StringVar(&o.Config, "config", "", "build the feed's processor from this configuration (`FILE`: the server's, or a new version of it) "+
+		"rather than from the recording's header")
 	fs.StringVar(&o.DB, "db", "", "the database (`OUT`) to replay into: made from the first recording's snapshot when missing, "+
 		"taken as it is when it exists (a replay of the recordings before); default: a temporary one")
 	fs.StringVar(&o.From, "from", "", "start from a copy of this database (`DB`; yours, or the live one: it is only read) "+
@@ -114,6 +121,9 @@ func parseReplay(args []string, stdout, stderr io.Writer) (replayOptions, int, b
 	if len(o.Paths) == 0 {
 		return o, commandUsage(stderr, "replay", errors.New("name a recording (a .rec file, or a directory of them)")), true
 	}
+	if o.Config != "" && o.Processor != "" {
+		return o, commandUsage(stderr, "replay", errors.New("--config and --processor: give one (the processor comes from the configuration)")), true
+	}
 	switch o.Processor {
 	case "", forward.Name, ledger.Name, orders.Name:
 	default:
@@ -139,7 +149,12 @@ type replayReport struct {
 
 // replayProcessor says which processor replayed, against the recorded one.
 type replayProcessor struct {
-	Name                string `json:"name"`
+	Name string `json:"name"`
+	// Kind is "sql" for a SQL processor (Version its version), "" for a
+	// built-in or registered one.
+	Kind                string `json:"kind,omitempty"`
+	Version             int    `json:"version,omitempty"`
+	Config              string `json:"config,omitempty"`
 	Fingerprint         string `json:"fingerprint"`
 	Recorded            string `json:"recorded"`
 	RecordedFingerprint string `json:"recordedFingerprint"`
@@ -157,7 +172,12 @@ func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*repl
 	for _, f := range set.Files {
 		rep.Files = append(rep.Files, f.Path)
 	}
-	proc, err := replayProcessorOf(h, o.Processor, o.procs, logger, &rep.Processor)
+	var proc ingest.Processor
+	if o.Config != "" {
+		proc, err = configProcessorOf(h, o.Config, o.opts, logger, &rep.Processor)
+	} else {
+		proc, err = replayProcessorOf(h, o.Processor, o.procs, logger, &rep.Processor)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -175,6 +195,11 @@ func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*repl
 	}
 	defer store.Close()
 	rep.Restored = restored
+	if rep.Processor.Kind == sqlproc.Kind {
+		if err := sqlproc.Guard(ctx, store); err != nil {
+			return nil, err
+		}
+	}
 	rep.Replay, err = recording.Replay(ctx, recording.ReplayConfig{Set: set, Store: store, Processor: proc,
 		ProcessorName: rep.Processor.Name, Logger: logger, KeepPlaces: o.Diff != ""})
 	if err != nil && existed && errors.Is(err, recording.ErrBadSet) {
@@ -235,13 +260,18 @@ func (rep *replayReport) diff(ctx context.Context, store *outbox.Store, feed, pa
 }
 
 // replayProcessorOf builds the processor to replay with: name, or the
-// recorded one, with the recorded configuration.
+// recorded one, with the recorded configuration (a SQL processor's whole
+// definition is in it).
 func replayProcessorOf(h recording.Header, name string, procs *registry, logger *slog.Logger, info *replayProcessor) (ingest.Processor, error) {
 	if name == "" {
 		name = h.Processor
 	}
 	c := DefaultConfig()
 	c.procs = procs
+	if name == h.Processor && procs.check(name) != nil && h.ProcessorConfig[recordedKind] != sqlproc.Kind {
+		return nil, fmt.Errorf("processor %s is neither built in nor registered, and the recording (made by %s) "+
+			"keeps no SQL processor's definition: give --config FILE, the configuration the server ran", name, h.Outboxd)
+	}
 	fc, err := feedConfigOf(h, name, &c)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", recording.ErrBadRecord, err)
@@ -249,13 +279,39 @@ func replayProcessorOf(h recording.Header, name string, procs *registry, logger 
 	if name == orders.Name && h.Kind != ingest.KindKafka {
 		return nil, fmt.Errorf("--processor orders: it reads a Kafka feed, and %s is a %s feed", h.Feed, h.Kind)
 	}
+	return buildReplayProcessor(h, fc, c, logger, info)
+}
+
+// configProcessorOf builds the processor the configuration file path
+// gives the recorded feed, as a server started with it would.
+func configProcessorOf(h recording.Header, path string, opts []Option, logger *slog.Logger, info *replayProcessor) (ingest.Processor, error) {
+	c, err := ParseConfig([]string{"--config", path}, os.Getenv, opts...)
+	if err != nil {
+		return nil, err
+	}
+	fc, ok := c.Feeds[h.Feed]
+	if !ok {
+		return nil, fmt.Errorf("--config %s: no feed %s (the recording's); it has %s", path, h.Feed, strings.Join(c.FeedNames(), ", "))
+	}
+	if fc.Processor == "" {
+		fc.Processor = h.Processor
+	}
+	info.Config = path
+	return buildReplayProcessor(h, fc, c, logger, info)
+}
+
+func buildReplayProcessor(h recording.Header, fc *FeedConfig, c Config, logger *slog.Logger, info *replayProcessor) (ingest.Processor, error) {
 	proc, err := newProcessor(h.Feed, h.Source, fc, c, logger)
 	if err != nil {
 		return nil, err
 	}
 	pc := processorConfig(fc, c)
-	*info = replayProcessor{Name: name, Fingerprint: recording.Fingerprint(name, pc), Recorded: h.Processor,
-		RecordedFingerprint: h.Fingerprint, RecordedBy: h.Outboxd, ReplayedBy: Version()}
+	*info = replayProcessor{Name: fc.Processor, Fingerprint: recording.Fingerprint(fc.Processor, pc), Recorded: h.Processor,
+		RecordedFingerprint: h.Fingerprint, RecordedBy: h.Outboxd, ReplayedBy: Version(), Config: info.Config}
+	if pc[recordedKind] == sqlproc.Kind {
+		info.Kind = sqlproc.Kind
+		info.Version, _ = strconv.Atoi(pc[recordedVersion])
+	}
 	return proc, nil
 }
 

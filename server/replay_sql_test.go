@@ -185,3 +185,80 @@ func stripDefinition(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// TestReplay_DiffRecorded: --config new.yaml --diff alone replays the
+// recordings with the new SQL and with the recorded one, and lists every
+// delivery and every state row that differ, with counts per table and
+// topic, in JSON and in text; --diff-keys bounds the listing, never the
+// counts.
+func TestReplay_DiffRecorded(t *testing.T) {
+	data := sqlData + "bob,-1\n"
+	yml, _, rec := recordSQL(t, data)
+	t.Run("Same", func(t *testing.T) {
+		rep, code := replayJSON(t, rec, "--diff")
+		if code != ReplayIdentical || !rep.Diff.Identical || rep.Diff.Deliveries != 6 || rep.Baseline == nil ||
+			rep.Baseline.Replay.Items != 6 || len(rep.Diff.Divergences) != 0 {
+			t.Fatalf("exit %d, diff %+v", code, rep.Diff)
+		}
+	})
+	b, _ := os.ReadFile(yml)
+	// The new version refuses negative amounts.
+	changed := writeYAML(t, strings.Replace(string(b), "typeof(:amount) <> 'integer'", "typeof(:amount) <> 'integer' OR :amount < 0", 1))
+	rep, code := replayJSON(t, rec, "--config", changed, "--diff")
+	d := rep.Diff
+	if code != ReplayDivergent || rep.Verdict != "divergent" || d.Deliveries != 6 || d.Divergent != 2 || len(d.Divergences) != 2 ||
+		d.DivergentTables != 1 || rep.Replay.DecisionsDiffering != 2 || d.Topics["payments.out"] != 2 || d.Topics["payments.dlq"] != 2 ||
+		len(d.Topics) != 2 || d.Unlisted != 0 {
+		t.Fatalf("exit %d, replay %+v, diff %+v", code, rep.Replay, d)
+	}
+	for i, pos := range []int64{24, 50} {
+		dv := d.Divergences[i]
+		if dv.Position != pos || len(dv.Expected) != 1 || dv.Expected[0].Topic != "payments.out" || len(dv.Got) != 1 || dv.Got[0].Topic != "payments.dlq" {
+			t.Fatalf("divergence %d: %+v, want position %d, expected on payments.out, got on payments.dlq", i, dv, pos)
+		}
+	}
+	tb := d.Tables[0]
+	wantRows := []recording.RowDiff{
+		{Key: `account="alice"`, Expected: `account="alice", balance=7`, Got: `account="alice", balance=10`},
+		{Key: `account="bob"`, Expected: `account="bob", balance=4`, Got: `account="bob", balance=5`},
+	}
+	if tb.Table != "balances" || tb.Differing != 2 || tb.OnlyReplayed != 0 || tb.OnlyDatabase != 0 || tb.RowsReplayed != 3 ||
+		fmt.Sprint(tb.Rows) != fmt.Sprint(wantRows) {
+		t.Fatalf("table %+v\nwant rows %+v", tb, wantRows)
+	}
+	t.Run("Text", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		code := replayCommand(context.Background(), []string{rec, "--config", changed, "--diff"}, &stdout, &stderr)
+		out := stdout.String()
+		for _, want := range []string{
+			"diff against the recording (replayed with processor balances, fingerprint " + rep.Baseline.Processor.Fingerprint +
+				"): DIVERGENT: 2 of 6 deliveries differ (0 with no outputs in the database), 1 of 2 tables differ\n",
+			"  differing deliveries by topic: payments.dlq 2, payments.out 2\n",
+			"  table balances: 2 rows differ, 0 only in the replay, 0 only in the database; the first: account=\"alice\"\n" +
+				"    row account=\"alice\"\n      expected account=\"alice\", balance=7\n      got      account=\"alice\", balance=10\n" +
+				"    row account=\"bob\"\n      expected account=\"bob\", balance=4\n      got      account=\"bob\", balance=5\n",
+		} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("exit %d, stdout\n%s\nwant it to hold\n%s", code, out, want)
+			}
+		}
+		if code != ReplayDivergent || strings.Count(out, "  delivery payments[0] epoch ") != 2 {
+			t.Fatalf("exit %d, stdout\n%s", code, out)
+		}
+	})
+	t.Run("Listed", func(t *testing.T) {
+		rep, code := replayJSON(t, rec, "--config", changed, "--diff", "--diff-keys", "1")
+		d := rep.Diff
+		if code != ReplayDivergent || d.Divergent != 2 || len(d.Divergences) != 1 || d.Unlisted != 1 ||
+			d.Tables[0].Differing != 2 || len(d.Tables[0].Rows) != 1 || d.Tables[0].Unlisted != 1 {
+			t.Fatalf("exit %d, diff %+v", code, d)
+		}
+	})
+	t.Run("BadKeys", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		if code := replayCommand(context.Background(), []string{rec, "--diff-keys", "-1"}, &stdout, &stderr); code != ReplayFailed ||
+			!strings.Contains(stderr.String(), "--diff-keys -1: want 0 or more") || strings.Count(stderr.String(), "\n") != 1 {
+			t.Fatalf("exit %d, stderr %q", code, stderr.String())
+		}
+	})
+}

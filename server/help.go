@@ -188,7 +188,7 @@ var commandHelp = map[string]struct {
 		[]string{"config --feed ledger=file:./ledger.csv --processor ledger=ledger > outboxd.yaml",
 			"config --config outboxd.yaml"}},
 	"replay": {"Applies recorded feeds (--record) again, in a database of their own, and says whether the outputs " +
-		"and state are those of the recorded run; --diff DB compares them with another database, --diff alone with "+
+		"and state are those of the recorded run; --diff DB compares them with another database, --diff alone with " +
 		"what the recorded processor makes of the same recordings (--config new.yaml: a new version of a SQL processor).",
 		[]string{"replay /var/lib/outboxd/rec --db /tmp/replay.db --diff /var/lib/outboxd/outboxd.db",
 			"replay /var/lib/outboxd/rec/ledger --config new.yaml --diff",

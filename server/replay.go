@@ -49,9 +49,9 @@ type replayOptions struct {
 	DiffRecorded bool
 	DiffKeys     int
 	From         string
-	JSON      bool
-	Verbose   bool
-	Paths     []string
+	JSON         bool
+	Verbose      bool
+	Paths        []string
 
 	procs *registry // the processors a replay may name
 	opts  []Option  // the caller's, for --config
@@ -198,17 +198,17 @@ type replayReport struct {
 	Database string `json:"database"`
 	// Restored names what the database was made from (the snapshot, or
 	// --from; "" when it existed, or was made new).
-	Restored  string                `json:"restored"`
-	Processor replayProcessor       `json:"processor"`
-	Files     []string              `json:"recordings"`
-	Replay    recording.Summary     `json:"replay"`
-	DiffWith  string                `json:"diffWith,omitempty"`
+	Restored  string            `json:"restored"`
+	Processor replayProcessor   `json:"processor"`
+	Files     []string          `json:"recordings"`
+	Replay    recording.Summary `json:"replay"`
+	DiffWith  string            `json:"diffWith,omitempty"`
 	// Baseline is the recorded processor's replay, with --diff alone:
 	// what the diff compares with.
-	Baseline  *baselineReport       `json:"baseline,omitempty"`
-	Diff      *recording.DiffResult `json:"diff"`
-	Verdict   string                `json:"verdict"`
-	set       *recording.Set
+	Baseline *baselineReport       `json:"baseline,omitempty"`
+	Diff     *recording.DiffResult `json:"diff"`
+	Verdict  string                `json:"verdict"`
+	set      *recording.Set
 }
 
 // baselineReport is the recorded processor's replay that --diff alone

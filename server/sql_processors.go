@@ -56,8 +56,14 @@ func (c *Config) fillProcessors() {
 		c.Processors = nil
 	}
 	for _, pc := range c.Processors {
-		if pc != nil && len(pc.Fields) == 0 {
+		if pc == nil {
+			continue
+		}
+		if len(pc.Fields) == 0 {
 			pc.Fields = nil
+		}
+		if len(pc.Migrations) == 0 {
+			pc.Migrations = nil
 		}
 	}
 }

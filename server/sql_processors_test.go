@@ -111,6 +111,8 @@ func TestRenderConfig_Processors(t *testing.T) {
     required: [id]
     topic: events.out
     emit: "SELECT :id AS key, :n AS value"
+    migrations:
+      - {version: 2, sql: "CREATE INDEX e_id ON e (id)"}
 `
 	path := writeYAML(t, balancesYAML("/var/log/p.csv", extra))
 	c, err := ParseConfig([]string{"--config", path}, env(nil))

@@ -61,7 +61,8 @@ func (p *plan) check(ctx context.Context) error {
 	})
 }
 
-// checkSetup runs the setup statements in the scratch database.
+// checkSetup runs the setup statements, then the migrations', in the
+// scratch database.
 func (p *plan) checkSetup(ctx context.Context, s *outbox.Store, g *guard) error {
 	tx, err := s.Begin(ctx)
 	if err != nil {
@@ -75,6 +76,17 @@ func (p *plan) checkSetup(ctx context.Context, s *outbox.Store, g *guard) error 
 		})
 		if err != nil {
 			return p.stmtFailed("setup", i, len(p.setup), st, denied, err)
+		}
+	}
+	for _, m := range p.migs {
+		for i, st := range m.stmts {
+			denied, err := g.asUser(func() error {
+				_, err := tx.Exec(ctx, st.text)
+				return err
+			})
+			if err != nil {
+				return p.stmtFailed(m.field(), i, len(m.stmts), st, denied, err)
+			}
 		}
 	}
 	if err := tx.Commit(); err != nil {

@@ -63,6 +63,10 @@ type Config struct {
 	// number of statements (CREATE TABLE IF NOT EXISTS ...). It takes no
 	// parameters.
 	Setup string `yaml:"setup,omitempty" usage:"statements run at start, in their own transaction (CREATE TABLE IF NOT EXISTS ...); no parameters"`
+	// Migrations change the tables setup made, each once, in the order of
+	// their versions, after setup, in the transaction that records it (see
+	// Migration).
+	Migrations []Migration `yaml:"migrations,omitempty" usage:"a list of {version: N, sql: ...}: each runs once, in order, after setup, in the transaction that records its version"`
 	// Reject is one query run first for each item: a row returned makes
 	// the item a dead letter, its first column the reason, its second (if
 	// any) the error.
@@ -118,6 +122,7 @@ type plan struct {
 	cfg    Config
 	params []string // every parameter: deliveryParams, then the decoded ones
 	setup  []statement
+	migs   []migration
 	reject *statement
 	apply  []statement
 	emit   *statement
@@ -139,6 +144,9 @@ func (c Config) compile() (*plan, error) {
 	}
 	p := &plan{cfg: c, params: append(slices.Clip(deliveryParams), decoded...)}
 	if p.setup, err = c.statements("setup", c.Setup, nil); err != nil {
+		return nil, err
+	}
+	if p.migs, err = c.migrations(); err != nil {
 		return nil, err
 	}
 	if p.apply, err = c.statements("apply", c.Apply, p.params); err != nil {

@@ -260,6 +260,12 @@ func (g *guard) allowUser(r outbox.AuthRequest) bool {
 	case sqlite.AuthAnalyze:
 		return g.refuse("ANALYZE: its statistics would steer outboxd's own queries")
 	case sqlite.AuthPragma:
+		// ALTER TABLE ... ADD COLUMN on a STRICT table, or with a NOT NULL
+		// or CHECK constraint, checks the table's rows through
+		// pragma_quick_check: SQLite's own read, allowed there.
+		if strings.EqualFold(r.Arg1, "quick_check") && g.droppingOrAltering() {
+			return true
+		}
 		if !readOnlyPragmas[strings.ToLower(r.Arg1)] {
 			return g.refuse("PRAGMA %s: user SQL may only run the pragmas that describe the schema", r.Arg1)
 		}

@@ -41,6 +41,11 @@ func (p *plan) check(ctx context.Context) error {
 		if err := s.SetAuthorizer(ctx, g.allowUser); err != nil {
 			return fmt.Errorf("sqlproc %s: %w", p.cfg.Name, err)
 		}
+		foreign, err := p.checkReads(ctx, s, g, map[string]bool{})
+		if err != nil {
+			return err
+		}
+		g.foreign = foreign
 		if err := p.checkSetup(ctx, s, g); err != nil {
 			return err
 		}

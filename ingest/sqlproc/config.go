@@ -67,6 +67,14 @@ type Config struct {
 	// their versions, after setup, in the transaction that records it (see
 	// Migration).
 	Migrations []Migration `yaml:"migrations,omitempty" usage:"a list of {version: N, sql: ...}: each runs once, in order, after setup, in the transaction that records its version"`
+	// Reads names what the processor may read of other feeds' processors:
+	// "FEED" (every table its setup and migrations make) or "FEED.TABLE".
+	// It never writes them. The configuration resolves each into ReadFrom.
+	Reads []string `yaml:"reads,omitempty" usage:"other feeds' tables the statements may read, never write: FEED (all its processor's tables) or FEED.TABLE"`
+	// ReadFrom are the processors Reads names, resolved by the
+	// configuration (see ReadSource).
+	ReadFrom []ReadSource `yaml:"-"`
+
 	// Reject is one query run first for each item: a row returned makes
 	// the item a dead letter, its first column the reason, its second (if
 	// any) the error.
@@ -123,6 +131,7 @@ type plan struct {
 	params []string // every parameter: deliveryParams, then the decoded ones
 	setup  []statement
 	migs   []migration
+	reads  []readPlan
 	reject *statement
 	apply  []statement
 	emit   *statement
@@ -147,6 +156,9 @@ func (c Config) compile() (*plan, error) {
 		return nil, err
 	}
 	if p.migs, err = c.migrations(); err != nil {
+		return nil, err
+	}
+	if p.reads, err = c.readPlans(); err != nil {
 		return nil, err
 	}
 	if p.apply, err = c.statements("apply", c.Apply, p.params); err != nil {

@@ -82,8 +82,9 @@ func newProcessor(p *plan) *Processor {
 // Name is the processor's name.
 func (p *Processor) Name() string { return p.plan.cfg.Name }
 
-// Setup runs the setup statements in tx, then the migrations that have
-// not run (see Migration), then compiles every other
+// Setup runs in tx what the processors it reads need (see ReadSource),
+// then its setup statements, then its migrations that have not run (see
+// Migration), then compiles every other
 // statement against the database as it now is, so a schema that differs
 // from the one Check saw (tables an earlier setup left) fails the start,
 // not each item. It fails on a store without the guard (see Guard).
@@ -91,12 +92,7 @@ func (p *Processor) Setup(ctx context.Context, tx *outbox.Tx) error {
 	if err := p.checkGuard(ctx, tx); err != nil {
 		return err
 	}
-	for i, s := range p.plan.setup {
-		if _, err := tx.Exec(ctx, s.text); err != nil {
-			return fmt.Errorf("sqlproc %s: %s: %s", p.Name(), stmtName("setup", i, len(p.plan.setup), s.text), sqliteMessage(err))
-		}
-	}
-	if err := p.plan.migrate(ctx, tx); err != nil {
+	if err := p.plan.prepare(ctx, tx); err != nil {
 		return err
 	}
 	for _, r := range p.statements() {

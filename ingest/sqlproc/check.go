@@ -49,6 +49,14 @@ func (p *plan) check(ctx context.Context) error {
 		if err := p.checkSetup(ctx, s, g); err != nil {
 			return err
 		}
+		if err := p.checkWindowTable(ctx, s); err != nil {
+			return err
+		}
+		if p.window != nil {
+			if err := p.checkQuery(ctx, s, g, "window.time", 0, 1, *p.window.time); err != nil {
+				return err
+			}
+		}
 		if p.reject != nil {
 			if err := p.checkQuery(ctx, s, g, "reject", 0, 1, *p.reject); err != nil {
 				return err
@@ -156,6 +164,10 @@ func (p *plan) checkColumns(field string, cols []string) error {
 		}
 	case "emit":
 		return p.checkEmitColumns(cols)
+	case "window.time":
+		if len(cols) != 1 {
+			return fmt.Errorf("returns %d columns, want the event time", len(cols))
+		}
 	}
 	return nil
 }

@@ -75,6 +75,12 @@ type Config struct {
 	// configuration (see ReadSource).
 	ReadFrom []ReadSource `yaml:"-"`
 
+	// Window makes the processor aggregate in windows of event time (see
+	// Window): apply runs per open window of the item, emit once per
+	// window when the watermark passes its end.
+	// The zero Window is none.
+	Window Window `yaml:"window,omitempty"`
+
 	// Reject is one query run first for each item: a row returned makes
 	// the item a dead letter, its first column the reason, its second (if
 	// any) the error.
@@ -85,6 +91,9 @@ type Config struct {
 	// each row is an output, from its columns topic, key, value and headers.
 	Emit string `yaml:"emit,omitempty" usage:"one query run last: each row is an output, columns topic, key, value and optionally headers"`
 }
+
+// Windowed reports whether c declares a window.
+func (c Config) Windowed() bool { return c.Window != (Window{}) }
 
 // Parameters every statement may use, bound from the item's Delivery.
 const (
@@ -132,6 +141,7 @@ type plan struct {
 	setup  []statement
 	migs   []migration
 	reads  []readPlan
+	window *windowPlan
 	reject *statement
 	apply  []statement
 	emit   *statement
@@ -152,6 +162,14 @@ func (c Config) compile() (*plan, error) {
 		return nil, fail("%v", err)
 	}
 	p := &plan{cfg: c, params: append(slices.Clip(deliveryParams), decoded...)}
+	itemParams, emitParams := p.params, p.params
+	if c.Windowed() {
+		p.params = append(slices.Clip(p.params), ParamWindowStart, ParamWindowEnd)
+		emitParams = []string{ParamWindowStart, ParamWindowEnd}
+		if p.window, err = c.windowPlan(p, itemParams); err != nil {
+			return nil, err
+		}
+	}
 	if p.setup, err = c.statements("setup", c.Setup, nil); err != nil {
 		return nil, err
 	}
@@ -164,11 +182,14 @@ func (c Config) compile() (*plan, error) {
 	if p.apply, err = c.statements("apply", c.Apply, p.params); err != nil {
 		return nil, err
 	}
-	if p.reject, err = c.single("reject", c.Reject, p.params); err != nil {
+	if p.reject, err = c.single("reject", c.Reject, itemParams); err != nil {
 		return nil, err
 	}
-	if p.emit, err = c.single("emit", c.Emit, p.params); err != nil {
+	if p.emit, err = c.single("emit", c.Emit, emitParams); err != nil {
 		return nil, err
+	}
+	if p.window != nil && len(p.apply) == 0 {
+		return nil, fail("window: apply holds no statement: nothing would count in the windows")
 	}
 	if len(p.apply) == 0 && p.emit == nil {
 		return nil, fail("neither apply nor emit holds a statement: the processor would do nothing")

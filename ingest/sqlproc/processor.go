@@ -20,6 +20,7 @@ type Processor struct {
 	reject *runStmt
 	apply  []runStmt
 	emit   *runStmt
+	wtime  *runStmt  // a window's event time
 	used   []bool    // per parameter slot: some statement uses it
 	states sync.Pool // *itemState
 
@@ -75,6 +76,10 @@ func newProcessor(p *plan) *Processor {
 		r := prep("emit", 0, 1, *p.emit)
 		proc.emit = &r
 	}
+	if p.window != nil {
+		r := prep("window.time", 0, 1, *p.window.time)
+		proc.wtime = &r
+	}
 	proc.states.New = func() any { return proc.newState() }
 	return proc
 }
@@ -100,11 +105,17 @@ func (p *Processor) Setup(ctx context.Context, tx *outbox.Tx) error {
 			return fmt.Errorf("sqlproc %s: %s: %s", p.Name(), r.name, sqliteMessage(err))
 		}
 	}
+	if w := p.plan.window; w != nil {
+		return w.checkTable(ctx, tx, p.Name())
+	}
 	return nil
 }
 
 func (p *Processor) statements() []*runStmt {
 	var all []*runStmt
+	if p.wtime != nil {
+		all = append(all, p.wtime)
+	}
 	if p.reject != nil {
 		all = append(all, p.reject)
 	}
@@ -153,13 +164,15 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 	if err := s.bind(d, item); err != nil {
 		return ingest.Permanent(ingest.ReasonMalformed, err)
 	}
-	s.failed, s.verdict = nil, nil
+	s.failed, s.verdict, s.bad = nil, nil, s.bad[:0]
 	err := tx.Batch(func(b *outbox.Batch) error { return p.run(ctx, tx, b, s) })
 	switch {
 	case err != nil && s.failed != nil:
 		return p.stmtError(s.failed, err)
 	case err != nil:
 		return fmt.Errorf("sqlproc %s: %w", p.Name(), err)
+	case s.verdict == nil && len(s.bad) > 0:
+		return p.deadWindows(ctx, tx, d, s)
 	}
 	return s.verdict
 }
@@ -173,6 +186,9 @@ func (p *Processor) run(ctx context.Context, tx *outbox.Tx, b *outbox.Batch, s *
 		if err := p.runReject(ctx, b, s); err != nil || s.verdict != nil {
 			return err
 		}
+	}
+	if p.wtime != nil {
+		return p.runWindowed(ctx, tx, b, s)
 	}
 	for i := range p.apply {
 		r := &p.apply[i]

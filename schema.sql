@@ -233,3 +233,26 @@ CREATE TABLE sink_progress (
     last_id    INTEGER NOT NULL,
     updated_at INTEGER NOT NULL -- unix nanoseconds
 ) STRICT;
+
+-- migration: 9
+
+-- The migrations of each SQL processor that ran, each once, in the
+-- transaction that records it: its version and the SHA-256 of its SQL, so
+-- that a migration whose SQL changed after it ran, or a configuration older
+-- than the database, is refused at start.
+CREATE TABLE processor_migrations (
+    processor TEXT NOT NULL,
+    version   INTEGER NOT NULL,
+    sha256    TEXT NOT NULL,
+    at        INTEGER NOT NULL, -- unix nanoseconds
+    PRIMARY KEY (processor, version)
+) STRICT;
+
+-- A windowed SQL processor's event time: the largest seen (its watermark is
+-- this less the allowed lateness) and the late items it counted, written in
+-- the transaction of the item that moved it, with the feed's position.
+CREATE TABLE processor_watermarks (
+    processor      TEXT PRIMARY KEY,
+    max_event_time INTEGER NOT NULL, -- the largest event time seen, Unix seconds
+    late           INTEGER NOT NULL DEFAULT 0 -- late items counted (late: count)
+) STRICT;

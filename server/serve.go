@@ -53,6 +53,9 @@ type Main struct {
 	// starting says, while the API serves before the database is claimed,
 	// what the start waits for ("" once claimed): see open.
 	starting atomic.Pointer[string]
+	// seams are the test seams installed (testseams_on.go); none in the
+	// shipped binary.
+	seams testSeams
 }
 
 // NewMain returns a service for cfg; nothing is opened until Run.
@@ -338,6 +341,7 @@ func (m *Main) newLoop(name string, fc *FeedConfig) (*ingest.Loop, error) {
 	if err != nil {
 		return nil, err
 	}
+	feed = m.seamFeed(name, feed)
 	cfg := ingest.DefaultConfig(name)
 	cfg.Processor = fc.Processor
 	cfg.BatchMax, cfg.BatchBytes, cfg.BatchWait = m.Config.BatchMax, m.Config.BatchBytes, m.Config.BatchWait

@@ -404,3 +404,27 @@ func TestConfig_Check(t *testing.T) {
 	}
 	testutil.Must(t, pgtable.Config{Sink: "s", DSN: "postgres://x/y", Table: "s.t"}.Check())
 }
+
+func TestConfigFrom(t *testing.T) {
+	c, err := pgtable.ConfigFrom("s", "postgres://x/y", map[string]string{"a": "ta", "b": ""},
+		map[string]string{"mode": "upsert", "value": "bytea", "create": "false", "table": "main", "max_conns": "3"})
+	testutil.Must(t, err)
+	if c.Mode != pgtable.Upsert || c.Value != pgtable.Bytea || c.Create || c.Table != "main" || c.MaxConns != 3 ||
+		len(c.Tables) != 1 || c.Tables["a"] != "ta" || c.Sink != "s" || c.DSN != "postgres://x/y" {
+		t.Fatalf("ConfigFrom: %+v", c)
+	}
+	c, err = pgtable.ConfigFrom("s", "postgres://x/y", nil, nil)
+	testutil.Must(t, err)
+	testutil.Equal(t, "create by default", c.Create, true)
+	for opts, want := range map[string]string{
+		"colour=red":  `option "colour": a PostgreSQL sink reads table, mode`,
+		"create=yes!": `option create: "yes!": want true or false`,
+		"mode=merge":  `mode "merge"`,
+		"max_conns=0": `option max_conns: "0"`,
+	} {
+		k, v, _ := strings.Cut(opts, "=")
+		if _, err := pgtable.ConfigFrom("s", "postgres://x/y", nil, map[string]string{k: v}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ConfigFrom(%s) = %v, want %q", opts, err, want)
+		}
+	}
+}

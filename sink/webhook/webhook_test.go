@@ -412,3 +412,26 @@ func TestConfig_Check(t *testing.T) {
 	}
 	testutil.Must(t, webhook.Config{URL: "https://x/", Secret: "s"}.Check())
 }
+
+func TestConfigFrom(t *testing.T) {
+	c, err := webhook.ConfigFrom("h", "https://x/in", "s", map[string]string{"a": "/a", "b": ""},
+		map[string]string{"concurrency": "3", "timeout": "2s", "attempts": "4", "breaker_open": "1m", "max_error_body": "10"})
+	testutil.Must(t, err)
+	if c.Concurrency != 3 || c.Timeout != 2*time.Second || c.Attempts != 4 || c.BreakerOpen != time.Minute ||
+		c.MaxErrorBody != 10 || len(c.Paths) != 1 || c.Paths["a"] != "/a" || c.Secret != "s" || c.Sink != "h" {
+		t.Fatalf("ConfigFrom: %+v", c)
+	}
+	for opts, want := range map[string]string{
+		"colour=red":    `option "colour": a webhook sink reads concurrency, timeout`,
+		"timeout=-1s":   `option timeout: "-1s": want a positive duration`,
+		"concurrency=0": `option concurrency: "0": want a number from 1 to 1024`,
+	} {
+		k, v, _ := strings.Cut(opts, "=")
+		if _, err := webhook.ConfigFrom("h", "https://x/", "s", nil, map[string]string{k: v}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ConfigFrom(%s) = %v, want %q", opts, err, want)
+		}
+	}
+	if _, err := webhook.ConfigFrom("h", "https://x/", "", nil, nil); err == nil || !strings.Contains(err.Error(), "no secret") {
+		t.Errorf("ConfigFrom without a secret: %v", err)
+	}
+}

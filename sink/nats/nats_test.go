@@ -157,6 +157,7 @@ func TestTarget_ResumeAfterLostAcks(t *testing.T) {
 	testutil.Must(t, err)
 	proc := serverProcess(t, srv)
 	testutil.Must(t, proc.Signal(syscall.SIGSTOP))
+	testutil.Wait(t, 10*time.Second, func() error { return stopped(srv.Process().Pid) })
 	_, err = tg.Deliver(ctx, rowsOf(11, 10, "a"))
 	testutil.Must(t, proc.Signal(syscall.SIGCONT))
 	if err == nil {
@@ -370,4 +371,18 @@ func serverProcess(t *testing.T, srv *natstest.Server) interface{ Signal(os.Sign
 		t.Fatal("the server is not running")
 	}
 	return p
+}
+
+// stopped says whether process pid is stopped (state T in /proc).
+func stopped(pid int) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return err
+	}
+	// pid (comm) STATE ...: the state follows the last ')'.
+	rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+	if f := strings.Fields(rest); len(f) == 0 || f[0] != "T" {
+		return fmt.Errorf("process %d state %q, not stopped yet", pid, f)
+	}
+	return nil
 }

@@ -26,14 +26,14 @@ type Config struct {
 	// Retry is the schedule for an item's transient errors; OnFailure says
 	// what happens when it is spent (OnFailureDeadLetter or OnFailureStop).
 	Retry     Retry
-	OnFailure string
+	OnFailure FailurePolicy
 	// CommitRetry is the schedule for a batch whose transaction fails for
 	// a passing reason (a busy database, an unknown error); a full disk, an
 	// I/O error or a read-only database go to the policy at once.
 	// OnCompletionFailure says what happens then (OnCompletionStop or
 	// OnCompletionSkip).
 	CommitRetry         Retry
-	OnCompletionFailure string
+	OnCompletionFailure CompletionPolicy
 	// StallMaxDelay caps the wait between the tries of a stalled feed
 	// (0: DefaultStallMaxDelay). The waits start at a second (or this,
 	// when shorter) and double.

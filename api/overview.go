@@ -151,7 +151,7 @@ func verdict(ov Overview) Verdict {
 			"make sure one outboxd runs on this database, then restart it")
 	case rs.State == RelayStateRefusing:
 		add(CondRelayRefusing, LevelCritical, "relay", "the relay publishes nothing: "+rs.LastError,
-			"the database is older than what the relay published: see Guarantees in README (restore the newer file, or start afresh with --new-database)")
+			"the database is older than what the relay published: see Published once in docs/guarantees.md (restore the newer file, or start afresh with --new-database)")
 	case rs.State == RelayStateUnauthorized:
 		add(CondRelayUnauthorized, LevelCritical, "relay", "Kafka refuses the relay: "+rs.LastError,
 			"grant the ACLs the error names (or fix the credentials); the relay asks again every 10 s, nothing is lost meanwhile")

@@ -72,9 +72,8 @@ const DefaultStallMaxDelay = 30 * time.Second
 // DefaultBatchMax is Config.BatchMax unless set. A batch's commit writes
 // each page it dirtied once, whatever number of its items touched it:
 // with a state of millions of keys, where items dirty pages of their own,
-// a bigger batch shares each page among more items (at a million ledger
-// accounts, 16,000 items a batch ingest about 1.5 times as fast as 4,000).
-// At a moderate load batches close after Config.BatchWait, far below this
+// a bigger batch shares each page among more items (figures:
+// docs/performance.md). At a moderate load batches close after Config.BatchWait, far below this
 // size, so it costs no latency there.
 const DefaultBatchMax = 16000
 

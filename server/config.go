@@ -523,7 +523,7 @@ func (l list) Set(s string) error {
 // flagSet binds every flag to c; given tracks the per-feed settings. A
 // flag bound to a field of Config (fs.IntVar(&c.X, ...)) is that field's
 // flag everywhere: in the file (by the field's yaml tag), the environment,
-// the help, the README's table and `server config`. Back-quoted words in
+// the help, docs/configuration.md's table and `server config`. Back-quoted words in
 // the help name the flag's value.
 func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet {
 	fs := flag.NewFlagSet(programName, flag.ContinueOnError)
@@ -574,7 +574,7 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	c.Query.flags(fs)
 	fs.BoolVar(&c.NewDatabase, "new-database", c.NewDatabase,
 		"start afresh although an earlier database at this --db path published: every output is published again "+
-			"(see Guarantees; command line only, recorded in the database, so needed once)")
+			"(see docs/guarantees.md; command line only, recorded in the database, so needed once)")
 	return fs
 }
 

@@ -228,6 +228,4 @@ func TestRecorder_PauseAndResume(t *testing.T) {
 	}
 }
 
-
-
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

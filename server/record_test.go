@@ -80,6 +80,10 @@ func TestRecordConfig_Refused(t *testing.T) {
 		{"MaxBytes", []string{"--record", t.TempDir(), "--record-max-bytes", "100"}, "--record-max-bytes: 100, want at least 65536"},
 		{"NotADirectory", []string{"--record", filepath.Join(notDir, "sub")}, "not a directory"},
 		{"BadSnapshot", []string{"--record-snapshot=maybe"}, `"maybe": want true or false`},
+		{"MaxAge", []string{"--record", t.TempDir(), "--record-max-age", "-1h"}, "--record-max-age: -1h0m0s, want 0 (never) or more"},
+		{"MaxTotal", []string{"--record", t.TempDir(), "--record-max-total-bytes", "1000"},
+			"--record-max-total-bytes: 1000, want 0 (no cap) or at least --record-max-bytes (1073741824)"},
+		{"SnapshotInterval", []string{"--record", t.TempDir(), "--record-snapshot-interval", "-1s"}, "--record-snapshot-interval: -1s, want 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -109,6 +113,22 @@ func TestMain_Recording(t *testing.T) {
 	st := feedRecording(t, r.m.URL())
 	if st == nil || !st.Recording || filepath.Dir(st.File) != dir || st.Bytes == 0 || st.Files != 1 || st.Error != "" {
 		t.Fatalf("status recording %+v: want it recording into %s", st, dir)
+	}
+	// Every file of the feed's recordings on disk: the snapshot and the part.
+	var onDisk int64
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		fi, _ := e.Info()
+		onDisk += fi.Size()
+	}
+	if len(ents) != 2 || st.DiskBytes != onDisk || st.Paused != "" || st.RemovedFiles != 0 {
+		t.Fatalf("status recording %+v: want %d bytes on disk in 2 files (%d files)", st, onDisk, len(ents))
+	}
+	if m, want := metricLine(t, r.m.URL(), api.MetricFeedRecordingDiskBytes), fmt.Sprintf(`%s{feed="l"} %d`, api.MetricFeedRecordingDiskBytes, onDisk); m != want {
+		t.Fatalf("metric %q, want %q", m, want)
+	}
+	if m, want := metricLine(t, r.m.URL(), api.MetricFeedRecordingPaused), api.MetricFeedRecordingPaused+`{feed="l"} 0`; m != want {
+		t.Fatalf("metric %q, want %q", m, want)
 	}
 	// Idle now: the bytes stay as the status said.
 	if m, want := metricLine(t, r.m.URL(), api.MetricFeedRecordingBytes), fmt.Sprintf(`%s{feed="l"} %d`, api.MetricFeedRecordingBytes, st.Bytes); m != want {

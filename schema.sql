@@ -225,6 +225,17 @@ ALTER TABLE losses ADD COLUMN ack_reason TEXT NOT NULL DEFAULT '';
 
 -- migration: 8
 
+-- Each sink's progress (see sink.Runner): the last outbox id it delivered,
+-- or passed over as none of its topics. Apart from relay_progress, whose
+-- largest id is the Kafka relay's resume point and the backlog's start.
+CREATE TABLE sink_progress (
+    sink       TEXT PRIMARY KEY,
+    last_id    INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL -- unix nanoseconds
+) STRICT;
+
+-- migration: 9
+
 -- The migrations of each SQL processor that ran, each once, in the
 -- transaction that records it: its version and the SHA-256 of its SQL, so
 -- that a migration whose SQL changed after it ran, or a configuration older

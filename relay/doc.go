@@ -79,11 +79,11 @@
 //
 // # Kafka clients
 //
-// Records are produced with sarama: the exactly-once relay drives the
-// transaction protocol itself with sarama's client and request types
+// The relay speaks to Kafka with sarama only: the exactly-once relay
+// drives the transaction protocol itself with sarama's request types
 // (txnProducer), the at-least-once relay uses sarama's idempotent
-// AsyncProducer. The relay's reads (topic metadata and
-// creation, the progress topic) and Consume use franz-go, whose raw fetch
-// processing reports the offset after aborted batches and transaction
-// markers: "read to the end" then stops exactly at the end.
+// AsyncProducer, and its reads (topic metadata and creation, ACL probes,
+// the progress topic) go through internal/kafka, whose raw fetches report
+// the offset after aborted batches and transaction markers: "read to the
+// end" then stops exactly at the end.
 package relay

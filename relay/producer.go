@@ -9,6 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	kafkaclient "github.com/outboxd/outboxd/internal/kafka"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -20,14 +21,10 @@ import (
 // partitioner) and sends its requests itself; the at-least-once relay's
 // is sarama's AsyncProducer.
 func saramaConfig(c Config, txnID string) *sarama.Config {
-	sc := sarama.NewConfig()
-	sc.ClientID = "outboxd-relay"
-	sc.Version = sarama.V3_6_0_0
+	sc := kafkaclient.Config("outboxd-relay", c.Kafka) // version, TLS, SASL
 	sc.ChannelBufferSize = 1024
 	sc.Net.MaxOpenRequests = 1
-	sc.Net.DialTimeout = 5 * time.Second
 	sc.Net.ReadTimeout = c.RequestTimeout
-	sc.Net.WriteTimeout = 5 * time.Second
 	// Topics are created on purpose (kafka.ensureTopics), never by a
 	// metadata request.
 	sc.Metadata.AllowAutoTopicCreation = false
@@ -66,7 +63,6 @@ func saramaConfig(c Config, txnID string) *sarama.Config {
 	// MaxMessageBytes uncompressed (see fits), so a batch that fits
 	// uncompressed fits compressed.
 	sc.Producer.Compression = sarama.CompressionLZ4
-	c.Kafka.Sarama(sc)
 	if txnID != "" {
 		sc.Producer.Transaction.ID = txnID
 		sc.Producer.Transaction.Timeout = c.TransactionTimeout

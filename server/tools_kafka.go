@@ -99,5 +99,5 @@ func (k *toolKafka) clientOpts(ctx context.Context) ([]kgo.Opt, error) {
 			return nil, err
 		}
 	}
-	return s.Kgo(), nil
+	return kgoOpts(s), nil
 }

@@ -54,7 +54,7 @@ func (k kafkaTopics) admin() (*kadm.Client, error) {
 		kgo.ClientID("outboxd-api-topics"),
 		kgo.DialTimeout(5 * time.Second),
 		kgo.RetryTimeout(5 * time.Second),
-	}, k.sec.Kgo()...)...)
+	}, kgoOpts(k.sec)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}

@@ -11,7 +11,8 @@ import (
 
 // Topic is a topic as metadata describes it.
 type Topic struct {
-	Name string
+	Name     string
+	Internal bool
 	// Err is the topic's error code: ErrUnknownTopicOrPartition for a
 	// topic that does not exist, an authorization failure for one the
 	// principal may not describe.
@@ -47,7 +48,7 @@ func (c *Client) Metadata(ctx context.Context, topics []string, authorizedOps bo
 	}
 	m := make(map[string]Topic, len(resp.Topics))
 	for _, t := range resp.Topics {
-		td := Topic{Name: t.Name, Err: t.Err, ID: t.Uuid}
+		td := Topic{Name: t.Name, Internal: t.IsInternal, Err: t.Err, ID: t.Uuid}
 		// Kafka sends INT32_MIN when it was not asked or cannot say.
 		if authorizedOps && t.TopicAuthorizedOperations != math.MinInt32 {
 			td.AuthorizedOps, td.KnowsOps = t.TopicAuthorizedOperations, true
@@ -113,7 +114,9 @@ func (c *Client) ListOffset(ctx context.Context, topic string, partition, leader
 // Record is a record of a fetch, control records included.
 type Record struct {
 	Offset        int64
+	Timestamp     time.Time
 	Key, Value    []byte
+	Headers       []*sarama.RecordHeader
 	Control       bool // a transaction marker; Key holds its type
 	Transactional bool
 	ProducerID    int64
@@ -178,8 +181,12 @@ func (c *Client) Fetch(ctx context.Context, topic string, partition, leader int3
 		if !ab.skip(rb) {
 			for _, r := range rb.Records {
 				if o := rb.FirstOffset + r.OffsetDelta; o >= offset {
-					f.Records = append(f.Records, Record{Offset: o, Key: r.Key, Value: r.Value, Control: rb.Control,
-						Transactional: rb.IsTransactional, ProducerID: rb.ProducerID})
+					ts := rb.FirstTimestamp.Add(r.TimestampDelta)
+					if rb.LogAppendTime {
+						ts = rb.MaxTimestamp
+					}
+					f.Records = append(f.Records, Record{Offset: o, Timestamp: ts, Key: r.Key, Value: r.Value,
+						Headers: r.Headers, Control: rb.Control, Transactional: rb.IsTransactional, ProducerID: rb.ProducerID})
 				}
 			}
 		}
@@ -321,4 +328,54 @@ func (c *Client) TopicConfigs(ctx context.Context, topic string) (map[string]str
 		return m, nil
 	}
 	return nil, fmt.Errorf("describe configs of %s: no answer for it", topic)
+}
+
+// CommittedOffsets returns the offsets group committed on topic's
+// partitions, asked of the group's coordinator; a partition without one
+// is left out, and so is every partition of a group that never committed.
+func (c *Client) CommittedOffsets(ctx context.Context, group, topic string, partitions []int32) (map[int32]int64, error) {
+	var coord *sarama.FindCoordinatorResponse
+	if err := c.any(ctx, func(b *sarama.Broker) (err error) {
+		coord, err = b.FindCoordinator(&sarama.FindCoordinatorRequest{Version: 2, CoordinatorKey: group,
+			CoordinatorType: sarama.CoordinatorGroup})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("coordinator of group %s: %w", group, err)
+	}
+	if coord.Err != sarama.ErrNoError {
+		return nil, fmt.Errorf("coordinator of group %s: %w", group, coord.Err)
+	}
+	b := coord.Coordinator
+	c.mu.Lock()
+	if known, ok := c.brokers[b.ID()]; ok && known.Addr() == b.Addr() {
+		b = known
+	} else {
+		c.brokers[b.ID()] = b
+	}
+	c.mu.Unlock()
+	req := &sarama.OffsetFetchRequest{Version: 5, ConsumerGroup: group}
+	for _, p := range partitions {
+		req.AddPartition(topic, p)
+	}
+	var resp *sarama.OffsetFetchResponse
+	if err := c.do(ctx, b, func(b *sarama.Broker) (err error) {
+		resp, err = b.FetchOffset(req)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("offsets of group %s: %w", group, err)
+	}
+	switch resp.Err {
+	case sarama.ErrNoError:
+	case sarama.ErrGroupIDNotFound:
+		return map[int32]int64{}, nil
+	default:
+		return nil, fmt.Errorf("offsets of group %s: %w", group, resp.Err)
+	}
+	out := map[int32]int64{}
+	for _, p := range partitions {
+		if blk := resp.GetBlock(topic, p); blk != nil && blk.Err == sarama.ErrNoError && blk.Offset >= 0 {
+			out[p] = blk.Offset
+		}
+	}
+	return out, nil
 }

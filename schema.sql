@@ -222,3 +222,37 @@ CREATE INDEX dead_letters_open ON dead_letters (feed, at) WHERE requeued_at = 0 
 -- Who acknowledged a loss (the API token's name), and why.
 ALTER TABLE losses ADD COLUMN acked_by TEXT NOT NULL DEFAULT '';
 ALTER TABLE losses ADD COLUMN ack_reason TEXT NOT NULL DEFAULT '';
+
+-- migration: 8
+
+-- Each sink's progress (see sink.Runner): the last outbox id it delivered,
+-- or passed over as none of its topics. Apart from relay_progress, whose
+-- largest id is the Kafka relay's resume point and the backlog's start.
+CREATE TABLE sink_progress (
+    sink       TEXT PRIMARY KEY,
+    last_id    INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL -- unix nanoseconds
+) STRICT;
+
+-- migration: 9
+
+-- The migrations of each SQL processor that ran, each once, in the
+-- transaction that records it: its version and the SHA-256 of its SQL, so
+-- that a migration whose SQL changed after it ran, or a configuration older
+-- than the database, is refused at start.
+CREATE TABLE processor_migrations (
+    processor TEXT NOT NULL,
+    version   INTEGER NOT NULL,
+    sha256    TEXT NOT NULL,
+    at        INTEGER NOT NULL, -- unix nanoseconds
+    PRIMARY KEY (processor, version)
+) STRICT;
+
+-- A windowed SQL processor's event time: the largest seen (its watermark is
+-- this less the allowed lateness) and the late items it counted, written in
+-- the transaction of the item that moved it, with the feed's position.
+CREATE TABLE processor_watermarks (
+    processor      TEXT PRIMARY KEY,
+    max_event_time INTEGER NOT NULL, -- the largest event time seen, Unix seconds
+    late           INTEGER NOT NULL DEFAULT 0 -- late items counted (late: count)
+) STRICT;

@@ -167,11 +167,13 @@ func (h *harness) start(rewind map[int32]int64) {
 	cfg.CommitRetry = ingest.Retry{Attempts: 2, MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, AttemptTimeout: 5 * time.Second}
 	cfg.OnCompletionFailure = ingest.OnCompletionSkip
 	cfg.Logger = quiet()
-	h.t.Cleanup(testseam.SetIngest(feedName, testseam.Ingest{Rewind: rewind})) // read as the loop starts
 	if h.tune != nil {
 		h.tune(&cfg)
 	}
-	feed := filefeed.New(h.path, filefeed.Options{PollInterval: 20 * time.Millisecond, Logger: quiet()})
+	var feed ingest.Feed = filefeed.New(h.path, filefeed.Options{PollInterval: 20 * time.Millisecond, Logger: quiet()})
+	if rewind != nil {
+		feed = testseam.Rewound(feed, rewind)
+	}
 	l, err := ingest.NewLoop(h.store, feed, h.proc, cfg)
 	if err != nil {
 		h.t.Fatal(err)

@@ -10,13 +10,6 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// tries is what the loop knows of a batch's first item from its earlier
-// tries.
-type tries struct {
-	attempt int   // the try this is (1 = first)
-	spent   error // set when it must not be tried again: dead-letter it with this
-}
-
 // batch is a run of records and the sequence of each item.
 type batch struct {
 	recs []Record
@@ -46,111 +39,6 @@ func (b batch) from(i int) batch { return batch{recs: b.recs[i:], seqs: b.seqs[i
 func (b batch) first(n int) batch {
 	n = min(n, len(b.recs))
 	return batch{recs: b.recs[:n], seqs: b.seqs[:n]}
-}
-
-// outcome is what one transaction over the start of a batch came to.
-type outcome struct {
-	// committed counts the records committed, from the batch's first.
-	committed int
-	// itemFailed is the transient error of the item right after them: it
-	// is tried again alone, after a backoff.
-	itemFailed error
-	// storeFailed is why the transaction did not commit; then nothing of it
-	// did, and reached counts the records it had taken in, the one being
-	// applied when the store failed included.
-	storeFailed error
-	reached     int
-}
-
-// step is what applying one record inside a transaction came to; at most
-// one of itemFailed and storeFailed is set.
-type step struct {
-	itemFailed  error // the item failed transiently: nothing of it is kept
-	storeFailed error // the store failed: the transaction is lost
-	// txLost: SQLite rolled the whole transaction back when the item
-	// failed (an interrupted write): itemFailed is the item's error, and
-	// nothing of the transaction stands.
-	txLost bool
-}
-
-// process applies and commits recs, in as many transactions as it takes.
-// An item failing transiently ends the transaction before it (the items
-// ahead of it are committed) and is tried again alone after a backoff; a
-// transaction the store fails is retried, cut in pieces or stalled on, as
-// the error and the completion failure policy say (see storeFailed). It
-// returns an error only when the feed cannot go on (see Run), or ctx's
-// error when ctx ends while it waits. The waits between transactions apply
-// the requeues that come meanwhile, so a requeue is never held up by a
-// stall.
-func (l *Loop) process(ctx context.Context, recs []Record) error {
-	p := l.newPass(l.newBatch(recs))
-	for len(p.b.recs) > 0 {
-		out := l.applyOnce(ctx, p.b.first(p.limit), p.head)
-		var err error
-		if out.storeFailed != nil {
-			err = l.storeFailed(ctx, p, out)
-		} else {
-			err = l.committed(ctx, p, out)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// committed moves p past what a transaction committed, and decides what
-// follows the transient failure of the item after it, if any.
-func (l *Loop) committed(ctx context.Context, p *pass, out outcome) error {
-	stallEnded := false
-	if out.committed > 0 || out.itemFailed == nil {
-		stallEnded = p.stalled
-		l.resumed(ctx, p) // it moved: whatever stalled it is gone
-	}
-	// Whole; or the piece that held the item to dead-letter is in; or a
-	// piece ended a stall, so its cause (a full disk, a database that
-	// could not be written) is gone and the rest of the batch need not go
-	// a record at a time: should it fail again, it is cut again.
-	if !p.pieces || (out.committed > 0 && p.head.spent != nil) || stallEnded {
-		p.whole()
-	}
-	p.b = p.b.from(out.committed)
-	if out.committed > 0 { // a new first item: its own tries start over
-		p.head = firstTries(p.b)
-		p.itemWait.Reset()
-	}
-	if out.itemFailed == nil {
-		return nil
-	}
-	var err error
-	p.head, err = l.afterItemFailure(ctx, p, out.itemFailed)
-	return err
-}
-
-// afterItemFailure decides what follows a transient failure of the first
-// item of p: another try after a backoff, or its failure policy once its
-// tries are spent: a dead letter, or a stall that tries it again slowly
-// until it succeeds.
-func (l *Loop) afterItemFailure(ctx context.Context, p *pass, failed error) (tries, error) {
-	r, h := p.b.recs[0], p.head
-	l.status.setError(failed)
-	if h.attempt < l.cfg.Retry.Attempts {
-		wait := p.itemWait.NextBackOff()
-		l.log.Warn("item failed: will retry", "partition", r.Partition, "position", r.Position, "attempt", h.attempt, "wait", wait, "err", failed)
-		if err := l.wait(ctx, wait); err != nil {
-			return h, err
-		}
-		return tries{attempt: h.attempt + 1}, nil
-	}
-	if l.cfg.OnFailure == OnFailureStop {
-		cause := fmt.Errorf("item at %s[%d] position %d failed %d times: %w", l.cfg.Name, r.Partition, r.Position, h.attempt, failed)
-		if err := l.stallOn(ctx, p, cause); err != nil {
-			return h, err
-		}
-		return tries{attempt: h.attempt + 1}, nil
-	}
-	l.log.Warn("retries spent: dead-lettering", "partition", r.Partition, "position", r.Position, "attempts", h.attempt, "err", failed)
-	return tries{attempt: h.attempt, spent: failed}, nil
 }
 
 // work is one transaction's work in progress over the records of a batch.
@@ -183,42 +71,15 @@ func (w *work) advance(p int32, epoch string, pos int64) {
 // afterCommit runs f once the transaction has committed.
 func (w *work) afterCommit(f func()) { w.logs = append(w.logs, f) }
 
-// applyOnce applies b's records in one transaction, stopping before an item
-// that fails transiently, and commits.
-//
-// When an item's failure made SQLite roll the whole transaction back (a
-// write interrupted by the attempt's deadline), nothing of it stands: the
-// records before the item are applied again in a new transaction, and the
-// failure counts against the item, as any other of its transient failures
-// (another try after a backoff, then its failure policy). It is not the
-// store's failure: nothing is wrong with the database.
-func (l *Loop) applyOnce(ctx context.Context, b batch, h tries) outcome {
-	out, lostAt := l.transact(ctx, b, h, false)
-	if lostAt < 0 {
-		return out
-	}
-	r := b.recs[lostAt]
-	l.log.Warn("an item's failure rolled the whole transaction back: applying the records before it again",
-		"partition", r.Partition, "position", r.Position, "records", lostAt, "err", out.itemFailed)
-	redo, again := l.transact(ctx, b.first(lostAt), h, lostAt == 0 && h.attempt > 1)
-	if again >= 0 || redo.storeFailed != nil || redo.itemFailed != nil {
-		// A record before the item failed this time: that comes first; the
-		// item is tried again when its turn comes.
-		return redo
-	}
-	return outcome{committed: redo.committed, itemFailed: out.itemFailed}
-}
-
 // transact applies b's records in one transaction, stopping before an item
-// that fails transiently, and commits; retried counts a retry of the first
-// record in the stats although b does not hold it (its try was lost with a
-// transaction). It returns the index of the record whose failure lost the
-// transaction, nothing committed, or -1. A requeue's batch (b.requeue)
-// is applied by applyRequeue.
-func (l *Loop) transact(ctx context.Context, b batch, h tries, retried bool) (outcome, int) {
+// that fails transiently, and commits; attempt and spent are the tries of
+// b's first record, and retried counts a retry of it in the stats although
+// b does not hold it (its try was lost with a transaction). A requeue's
+// batch (b.requeue) is applied by applyRequeue.
+func (l *Loop) transact(ctx context.Context, b batch, attempt int, spent error, retried bool) result {
 	tx, err := l.store.Begin(ctx)
 	if err != nil {
-		return outcome{storeFailed: err}, -1
+		return result{storeFailed: err}
 	}
 	defer tx.Rollback()
 	l.obs.begun()
@@ -233,20 +94,20 @@ func (l *Loop) transact(ctx context.Context, b batch, h tries, retried bool) (ou
 		// Every record of b was about to be taken in: under the skip
 		// policy a read that keeps failing is looked for in pieces, as a
 		// write would be.
-		return outcome{storeFailed: err, reached: len(b.recs)}, -1
+		return result{storeFailed: err, reached: len(b.recs)}
 	}
 	n, itemFailed := len(b.recs), error(nil)
 	for i, r := range b.recs {
-		hi := replayedTries(r)
-		if i == 0 {
-			hi = h
+		ai, si := attempt, spent
+		if i > 0 {
+			ai, si = replayedTries(r)
 		}
-		st := l.applyRecord(ctx, w, r, b.seqs[i], hi)
+		st := l.applyRecord(ctx, w, r, b.seqs[i], ai, si)
 		if st.txLost {
-			return outcome{itemFailed: st.itemFailed}, i
+			return result{itemFailed: st.itemFailed, txLost: true, reached: i + 1}
 		}
 		if st.storeFailed != nil {
-			return outcome{storeFailed: st.storeFailed, reached: i + 1}, -1
+			return result{storeFailed: st.storeFailed, reached: i + 1}
 		}
 		if st.itemFailed != nil {
 			n, itemFailed = i, st.itemFailed
@@ -255,9 +116,9 @@ func (l *Loop) transact(ctx context.Context, b batch, h tries, retried bool) (ou
 	}
 	w.records = n
 	if err := l.finish(ctx, w); err != nil {
-		return outcome{storeFailed: err, reached: n}, -1
+		return result{storeFailed: err, reached: n}
 	}
-	return outcome{committed: n, itemFailed: itemFailed}, -1
+	return result{committed: n, itemFailed: itemFailed}
 }
 
 // finish writes the transaction's checkpoints and stats, commits, and then
@@ -313,97 +174,153 @@ func (l *Loop) finish(ctx context.Context, w *work) error {
 	return nil
 }
 
-// applyRecord handles one record inside w.
-func (l *Loop) applyRecord(ctx context.Context, w *work, r Record, seq int64, h tries) step {
+// skip moves the feed past recs without their effects, counting a
+// completion failure and recording the loss of each partition's range of
+// skipped items; cause is why they could not commit.
+func (l *Loop) skip(ctx context.Context, recs []Record, cause error) error {
+	tx, err := l.store.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	l.obs.begun()
+	w := l.newWork(tx)
+	lost := map[int32]outbox.Loss{}
+	for _, r := range recs {
+		switch r.Kind {
+		case RecordLoss:
+			l.obs.handled(r, Delivery{}, Outcome{})
+			if err := l.storeLoss(ctx, w, r); err != nil {
+				return err
+			}
+			continue
+		case RecordEpoch:
+			l.obs.handled(r, Delivery{}, Outcome{})
+			l.changeEpoch(w, r.Partition, r.Epoch, r.Position)
+			continue
+		}
+		l.obs.handled(r, Delivery{Feed: l.cfg.Name, Partition: r.Partition, Topic: r.Topic, Epoch: r.Epoch, Position: r.Position},
+			Outcome{Result: ResultSkipped})
+		p, cp := r.Partition, w.cps[r.Partition]
+		if _, ok := lost[p]; !ok {
+			from := cp.Position
+			if cp.Epoch != r.Epoch {
+				from = 0
+			}
+			lost[p] = outbox.Loss{Feed: l.cfg.Name, Partition: p, Epoch: r.Epoch, From: from,
+				Reason: "completion failure skipped: " + cause.Error()}
+		}
+		loss := lost[p]
+		loss.To = r.Position
+		lost[p] = loss
+		w.advance(p, r.Epoch, r.Position)
+	}
+	for _, loss := range lost {
+		if err := tx.RecordLoss(ctx, loss); err != nil {
+			return err
+		}
+		l.obs.handled(Record{Kind: RecordLoss, Partition: loss.Partition, Epoch: loss.Epoch,
+			From: loss.From, To: loss.To, Reason: loss.Reason}, Delivery{}, Outcome{})
+	}
+	w.delta.CompletionFailures = 1
+	w.records = len(recs)
+	l.log.Error("completion failure: skipping, the feed is no longer lossless", "records", len(recs), "err", cause)
+	return l.finish(ctx, w)
+}
+
+// applyRecord handles one record inside w, at its try attempt (spent: to
+// be dead-lettered with that error).
+func (l *Loop) applyRecord(ctx context.Context, w *work, r Record, seq int64, attempt int, spent error) result {
 	switch r.Kind {
 	case RecordEpoch:
 		l.obs.handled(r, Delivery{}, Outcome{})
 		l.changeEpoch(w, r.Partition, r.Epoch, r.Position)
-		return step{}
+		return result{}
 	case RecordLoss:
 		l.obs.handled(r, Delivery{}, Outcome{})
-		return step{storeFailed: l.storeLoss(ctx, w, r)}
+		return result{storeFailed: l.storeLoss(ctx, w, r)}
 	}
 	cp := w.cps[r.Partition]
-	d := Delivery{Feed: l.cfg.Name, Partition: r.Partition, Topic: r.Topic, Sequence: seq, Epoch: r.Epoch, Position: r.Position, Attempt: h.attempt}
-	if !l.seam.DisableGuard && d.AlreadyApplied(cp.Epoch, cp.Position) {
+	d := Delivery{Feed: l.cfg.Name, Partition: r.Partition, Topic: r.Topic, Sequence: seq, Epoch: r.Epoch, Position: r.Position, Attempt: attempt}
+	if d.AlreadyApplied(cp.Epoch, cp.Position) {
 		w.delta.ReplaysSkipped++
 		l.obs.handled(r, d, Outcome{Result: ResultReplaySkipped})
-		return step{}
+		return result{}
 	}
 	if cp.Epoch != r.Epoch {
 		l.changeEpoch(w, r.Partition, r.Epoch, 0)
 	}
-	st, o := l.applyItem(ctx, w, d, r, h)
+	st, o := l.applyItem(ctx, w, d, r, spent)
 	l.obs.handled(r, d, o)
-	if st == (step{}) {
+	if st == (result{}) {
 		w.advance(r.Partition, r.Epoch, r.Position)
 	}
 	return st
 }
 
 // applyItem runs the processor in a savepoint, or dead-letters the item;
-// the Outcome is zero when the transaction failed before one.
-func (l *Loop) applyItem(ctx context.Context, w *work, d Delivery, r Record, h tries) (step, Outcome) {
+// the Outcome is zero when the transaction failed before one. d.Attempt
+// is the try; spent, when set, dead-letters the item with that error.
+func (l *Loop) applyItem(ctx context.Context, w *work, d Delivery, r Record, spent error) (result, Outcome) {
 	switch {
 	case r.BadReason != "":
 		return l.deadLettered(ctx, w, d, r, r.BadReason, r.BadErr, 1, ResultDeadLettered)
-	case h.spent != nil:
-		return l.deadLettered(ctx, w, d, r, reasonOf(h.spent, ReasonRetriesSpent), h.spent, h.attempt, ResultSpent)
+	case spent != nil:
+		return l.deadLettered(ctx, w, d, r, reasonOf(spent, ReasonRetriesSpent), spent, d.Attempt, ResultSpent)
 	}
-	if h.attempt > 1 {
+	if d.Attempt > 1 {
 		w.delta.Retries++
 	}
 	st, err := l.runItem(l.attemptContext(ctx), w, d, r.Item)
-	if st != (step{}) {
+	if st != (result{}) {
 		return st, Outcome{}
 	}
 	if err == nil {
 		w.delta.Applied++
-		return step{}, Outcome{Result: ResultApplied}
+		return result{}, Outcome{Result: ResultApplied}
 	}
 	if p, ok := IsPermanent(err); ok {
-		return l.deadLettered(ctx, w, d, r, p.Reason, p.Err, max(h.attempt, p.Attempts), ResultDeadLettered)
+		return l.deadLettered(ctx, w, d, r, p.Reason, p.Err, max(d.Attempt, p.Attempts), ResultDeadLettered)
 	}
 	if outbox.Classify(err) == outbox.ClassConstraint {
 		// The item's writes broke a rule of the schema: they would again.
-		return l.deadLettered(ctx, w, d, r, ReasonConstraint, err, h.attempt, ResultDeadLettered)
+		return l.deadLettered(ctx, w, d, r, ReasonConstraint, err, d.Attempt, ResultDeadLettered)
 	}
-	return step{itemFailed: err}, Outcome{Result: ResultRetried, Error: err.Error()}
+	return result{itemFailed: err}, Outcome{Result: ResultRetried, Error: err.Error()}
 }
 
 // runItem runs the processor on item with the attempt's context actx, in
 // a savepoint of w's transaction. It returns the processor's error (its
-// writes rolled back) or nil (they stand), or a step saying that the
+// writes rolled back) or nil (they stand), or a result saying that the
 // store failed or that the item's failure lost the transaction.
-func (l *Loop) runItem(actx context.Context, w *work, d Delivery, item Item) (step, error) {
+func (l *Loop) runItem(actx context.Context, w *work, d Delivery, item Item) (result, error) {
 	if err := w.tx.BeginItem(d.Place()); err != nil {
-		return step{storeFailed: err}, nil
+		return result{storeFailed: err}, nil
 	}
 	err := l.apply(actx, w.tx, d, item)
 	if err == nil {
 		if err = w.tx.EndItem(); err == nil {
-			return step{}, nil
+			return result{}, nil
 		}
 		if !errors.Is(err, outbox.ErrTxLost) {
-			return step{storeFailed: err}, nil
+			return result{storeFailed: err}, nil
 		}
 		// The processor went on after a statement that ended the
 		// transaction: the item failed.
-		return step{itemFailed: err, txLost: true}, nil
+		return result{itemFailed: err, txLost: true}, nil
 	}
 	if outbox.Classify(err).Store() {
 		// The database failed under the processor (a full disk, an I/O
 		// error): not the item's fault, and the transaction is lost.
-		return step{storeFailed: err}, nil
+		return result{storeFailed: err}, nil
 	}
 	if rerr := w.tx.RollbackItem(); rerr != nil {
 		if errors.Is(rerr, outbox.ErrTxLost) {
-			return step{itemFailed: err, txLost: true}, nil
+			return result{itemFailed: err, txLost: true}, nil
 		}
-		return step{storeFailed: rerr}, nil
+		return result{storeFailed: rerr}, nil
 	}
-	return step{}, err
+	return result{}, err
 }
 
 // apply runs the processor with the attempt's context actx, turning a

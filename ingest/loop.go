@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/outboxd/outboxd/internal/testseam"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -169,8 +168,7 @@ type Loop struct {
 
 	cps   map[int32]outbox.Checkpoint // committed: the guard's authority
 	seq   int64
-	carry []Record        // read but not yet taken into a batch
-	seam  testseam.Ingest // what a test asked of this feed (see internal/testseam)
+	carry []Record // read but not yet taken into a batch
 
 	obs     observer      // told of each transaction: the recording, if any
 	reqs    requests      // the requeues waiting for the loop's goroutine
@@ -350,17 +348,9 @@ func (l *Loop) start(ctx context.Context) error {
 	}
 	l.status.committed(l.cps)
 	from := make(map[int32]outbox.Checkpoint, len(l.cps))
-	l.seam = testseam.IngestFor(l.cfg.Name)
 	for p, c := range l.cps {
-		if pos, ok := l.seam.Rewind[p]; ok && pos < c.Position {
-			l.log.Warn("rewinding feed (test seam): stored items will be re-delivered", "partition", p, "from", pos)
-			c.Position = pos
-		}
 		from[p] = c
 		l.log.Info("resuming", "partition", p, "epoch", c.Epoch, "position", c.Position)
-	}
-	if l.seam.DisableGuard {
-		l.log.Warn("the replay guard is disabled (test seam): re-delivered items will be applied again")
 	}
 	// Opening a Kafka feed waits for the brokers; meanwhile the state
 	// says what the feed meets (a refusal: see Troubler), not stopped,

@@ -40,7 +40,7 @@ func (l *Loop) prepare(ctx context.Context, w *work, b batch) error {
 		}
 		cp := w.cps[r.Partition]
 		d := Delivery{Epoch: r.Epoch, Position: r.Position}
-		if !l.seam.DisableGuard && d.AlreadyApplied(cp.Epoch, cp.Position) {
+		if d.AlreadyApplied(cp.Epoch, cp.Position) {
 			continue
 		}
 		items = append(items, r.Item)

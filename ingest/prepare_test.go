@@ -79,13 +79,12 @@ func TestLoop_Prepare(t *testing.T) {
 		// record of the feed, and an item the processor finds bad: it is
 		// shown, as Apply is.
 		cfg := testConfig()
-		reset := testseam.SetIngest(cfg.Name, testseam.Ingest{Rewind: map[int32]int64{0: 1}})
-		defer reset()
 		p2 := &preparing{counter: newCounter()}
-		f2 := newMemFeed("e1", "a", "b", "c", "d")
-		f2.add(ingest.Record{Kind: ingest.RecordItem, Epoch: "e1", Position: 5, Item: ingest.Item{Value: []byte("too long")},
+		mf2 := newMemFeed("e1", "a", "b", "c", "d")
+		f2 := testseam.Rewound(mf2, map[int32]int64{0: 1})
+		mf2.add(ingest.Record{Kind: ingest.RecordItem, Epoch: "e1", Position: 5, Item: ingest.Item{Value: []byte("too long")},
 			BadReason: ingest.ReasonTooLong, BadErr: errors.New("line too long")})
-		f2.append("e1", "bad-e", "f")
+		mf2.append("e1", "bad-e", "f")
 		_, stop = running(t, s, f2, p2, cfg)
 		wait(t, 5*time.Second, positionIs(s, "f", "e1", 7))
 		stop()

@@ -116,17 +116,17 @@ type Replayed struct {
 }
 
 // replayedTries is the first try of r: the recorded one for a replayed
-// record, the first otherwise.
-func replayedTries(r Record) tries {
+// record, the first otherwise; spent is set when the recorded run
+// dead-lettered it with its tries spent.
+func replayedTries(r Record) (attempt int, spent error) {
 	rp := r.Replayed
 	if rp == nil {
-		return tries{attempt: 1}
+		return 1, nil
 	}
-	t := tries{attempt: max(rp.Attempt, 1)}
 	if rp.SpentReason != "" {
-		t.spent = spentError(rp.SpentReason, rp.SpentError)
+		spent = spentError(rp.SpentReason, rp.SpentError)
 	}
-	return t
+	return max(rp.Attempt, 1), spent
 }
 
 // spentError rebuilds the cause of a recorded spent dead letter so that
@@ -193,11 +193,11 @@ func (o recording) closed() { o.rec.Close() }
 
 // deadLettered dead-letters the item; its outcome's result says whose
 // decision it was.
-func (l *Loop) deadLettered(ctx context.Context, w *work, d Delivery, r Record, reason string, cause error, attempts int, result Result) (step, Outcome) {
+func (l *Loop) deadLettered(ctx context.Context, w *work, d Delivery, r Record, reason string, cause error, attempts int, res Result) (result, Outcome) {
 	if err := l.deadLetter(ctx, w, d, r, reason, cause, attempts); err != nil {
-		return step{storeFailed: err}, Outcome{}
+		return result{storeFailed: err}, Outcome{}
 	}
-	return step{}, Outcome{Result: result, Reason: reason, Error: causeText(cause), Attempts: attempts}
+	return result{}, Outcome{Result: res, Reason: reason, Error: causeText(cause), Attempts: attempts}
 }
 
 // causeText is a dead letter's error text, as deadLetter stores it.
@@ -206,12 +206,4 @@ func causeText(cause error) string {
 		return "unknown error"
 	}
 	return cause.Error()
-}
-
-// firstTries is the tries of b's first record.
-func firstTries(b batch) tries {
-	if len(b.recs) == 0 {
-		return tries{attempt: 1}
-	}
-	return replayedTries(b.recs[0])
 }

@@ -289,9 +289,9 @@ func (l *Loop) serveRequeue(q *requeueReq) requeueResult {
 	b := batch{recs: []Record{rec}, seqs: []int64{d.Sequence}, requeue: q}
 	commitWait := l.cfg.CommitRetry.backoff()
 	for try := 1; ; try++ {
-		out, lostAt := l.transact(q.ctx, b, tries{attempt: d.Attempt}, false)
+		out := l.transact(q.ctx, b, d.Attempt, nil, false)
 		switch {
-		case lostAt >= 0 || out.itemFailed != nil:
+		case out.txLost || out.itemFailed != nil:
 			return requeueResult{err: fmt.Errorf("requeue dead letter %d: the processor failed again: %w", q.id, out.itemFailed)}
 		case out.storeFailed == nil && out.committed == 0:
 			return requeueResult{} // requeued or discarded meanwhile
@@ -320,38 +320,38 @@ func (l *Loop) serveRequeue(q *requeueReq) requeueResult {
 // applyRequeue is transact's work for a requeue (b.requeue): it marks the
 // dead letter requeued and applies its item, and commits; nothing commits
 // when the dead letter is resolved already or the processor fails.
-func (l *Loop) applyRequeue(ctx context.Context, w *work, b batch) (outcome, int) {
+func (l *Loop) applyRequeue(ctx context.Context, w *work, b batch) result {
 	q, r := b.requeue, b.recs[0]
 	ok, err := w.tx.MarkRequeuedBy(ctx, l.cfg.Name, q.id, q.r)
 	if err != nil {
-		return outcome{storeFailed: err}, -1
+		return result{storeFailed: err}
 	}
 	if !ok {
-		return outcome{}, -1
+		return result{}
 	}
 	d := Delivery{Feed: l.cfg.Name, Partition: r.Partition, Sequence: b.seqs[0], Epoch: r.Epoch,
 		Position: r.Position, Attempt: q.dl.Attempts + 1}
 	actx, cancel := l.newAttemptContext(ctx)
 	defer cancel()
 	st, perr := l.runItem(actx, w, d, r.Item)
-	if st != (step{}) || perr != nil {
+	if st != (result{}) || perr != nil {
 		l.obs.handled(r, d, Outcome{}) // the transaction is abandoned
 	}
 	switch {
 	case st.txLost:
-		return outcome{itemFailed: st.itemFailed}, 0
+		return result{itemFailed: st.itemFailed, txLost: true, reached: 1}
 	case st.storeFailed != nil:
-		return outcome{storeFailed: st.storeFailed, reached: 1}, -1
+		return result{storeFailed: st.storeFailed, reached: 1}
 	case perr != nil:
-		return outcome{itemFailed: perr}, -1
+		return result{itemFailed: perr}
 	}
 	w.delta.Applied++
 	l.obs.handled(r, d, Outcome{Result: ResultRequeued, DeadLetterID: q.id})
 	w.requeue = true
 	if err := l.finish(ctx, w); err != nil {
-		return outcome{storeFailed: err, reached: 1}, -1
+		return result{storeFailed: err, reached: 1}
 	}
-	return outcome{committed: 1}, -1
+	return result{committed: 1}
 }
 
 // Processor is the processor's name, as configured.

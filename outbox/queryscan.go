@@ -5,16 +5,18 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/outboxd/outboxd/internal/sqllex"
 )
 
-// scanQuery reads text as SQLite's tokenizer would, as far as a query's
-// check needs: it must be one statement (a ';' may only end it), start
-// with SELECT, VALUES or WITH (and then its main statement, the first
-// verb outside the common table expressions' parentheses, must be SELECT
-// or VALUES: WITH x AS (...) DELETE ... writes), and name its parameters
-// (:name, @name, $name; a '?' is refused, since HTTP parameters are
-// named). It returns the parameters' names, in the order they first
-// appear.
+// scanQuery reads text as SQLite's tokenizer would (internal/sqllex), as
+// far as a query's check needs: it must be one statement (a ';' may only
+// end it), start with SELECT, VALUES or WITH (and then its main statement,
+// the first verb outside the common table expressions' parentheses, must
+// be SELECT or VALUES: WITH x AS (...) DELETE ... writes), and name its
+// parameters (:name, @name, $name; a '?' is refused, since HTTP
+// parameters are named). It returns the parameters' names, in the order
+// they first appear.
 func scanQuery(text string) ([]string, error) {
 	var params []string
 	first, ended := "", false
@@ -23,43 +25,32 @@ func scanQuery(text string) ([]string, error) {
 	// also name a common table expression).
 	depth, verb, replace := 0, "", false
 	for i := 0; i < len(text); {
-		c := text[i]
-		n, err := skipToken(text[i:])
+		t, err := sqllex.Next(text[i:])
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("at byte %d: %w", i, err)
 		}
-		if n > 0 { // a space, a comment, a string or a quoted name
-			i += n
+		i += len(t.Text)
+		if t.Kind == sqllex.Space { // SQLite ends an open comment at the end
 			continue
 		}
 		if ended {
 			return nil, errors.New("more than one statement (a query is one SELECT)")
 		}
-		switch {
-		case c == ';':
+		switch t.Kind {
+		case sqllex.Semi:
 			ended = true
-			i++
-		case c == '?':
+		case sqllex.Position:
 			return nil, errors.New("a positional parameter '?': name each parameter (:name)")
-		case (c == ':' || c == '@' || c == '$') && i+1 < len(text) && isNameChar(text[i+1]):
-			j := i + 1
-			for j < len(text) && isNameChar(text[j]) {
-				j++
-			}
-			name := text[i+1 : j]
+		case sqllex.Variable:
+			name := t.Text[1:]
 			if name[0] >= '0' && name[0] <= '9' {
-				return nil, fmt.Errorf("parameter %c%s: a name starts with a letter or '_'", c, name)
+				return nil, fmt.Errorf("parameter %s: a name starts with a letter or '_'", t.Text)
 			}
 			if !slices.Contains(params, name) {
 				params = append(params, name)
 			}
-			i = j
-		case isNameChar(c):
-			j := i
-			for j < len(text) && (isNameChar(text[j]) || text[j] == '$') { // a$b is one name
-				j++
-			}
-			word := strings.ToUpper(text[i:j])
+		case sqllex.Word:
+			word := strings.ToUpper(t.Text)
 			if first == "" {
 				first = word
 			} else if first == "WITH" && depth == 0 && verb == "" {
@@ -71,19 +62,17 @@ func scanQuery(text string) ([]string, error) {
 				}
 				replace = word == "REPLACE"
 			}
-			i = j
 		default:
 			if first == "" {
-				first = string(c)
+				first = t.Text
 			}
-			switch c {
-			case '(':
+			switch t.Text {
+			case "(":
 				depth++
-			case ')':
+			case ")":
 				depth--
 			}
 			replace = false
-			i++
 		}
 	}
 	switch first {
@@ -98,53 +87,6 @@ func scanQuery(text string) ([]string, error) {
 		return nil, errors.New("no statement")
 	}
 	return nil, fmt.Errorf("starts with %s: a query is a SELECT, VALUES or WITH ... SELECT", first)
-}
-
-// skipToken returns the length of the space, comment, string literal or
-// quoted identifier s starts with, 0 when it starts with none of them.
-func skipToken(s string) (int, error) {
-	switch {
-	case s[0] == ' ' || s[0] == '\t' || s[0] == '\n' || s[0] == '\r' || s[0] == '\f':
-		return 1, nil
-	case strings.HasPrefix(s, "--"):
-		if i := strings.IndexByte(s, '\n'); i >= 0 {
-			return i + 1, nil
-		}
-		return len(s), nil
-	case strings.HasPrefix(s, "/*"):
-		if i := strings.Index(s[2:], "*/"); i >= 0 {
-			return i + 4, nil
-		}
-		return len(s), nil // SQLite ends an unterminated comment at the end
-	case s[0] == '\'' || s[0] == '"' || s[0] == '`':
-		return quotedLen(s, s[0])
-	case s[0] == '[':
-		if i := strings.IndexByte(s, ']'); i >= 0 {
-			return i + 1, nil
-		}
-		return 0, errors.New("an unterminated [name]")
-	}
-	return 0, nil
-}
-
-// quotedLen is the length of the token quoted by q at s's start, a doubled
-// q standing for itself.
-func quotedLen(s string, q byte) (int, error) {
-	for i := 1; i < len(s); i++ {
-		if s[i] != q {
-			continue
-		}
-		if i+1 < len(s) && s[i+1] == q {
-			i++
-			continue
-		}
-		return i + 1, nil
-	}
-	return 0, fmt.Errorf("an unterminated %c", q)
-}
-
-func isNameChar(c byte) bool {
-	return c == '_' || c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
 }
 
 // CheckQueryText checks, without a database, what PrepareQuery checks

@@ -75,7 +75,7 @@ ON CONFLICT(relay_id) DO UPDATE SET last_id = max(last_id, excluded.last_id), up
 	if err != nil {
 		return fmt.Errorf("store relay progress of %s: %w", relayID, err)
 	}
-	s.meter.publishedThrough(lastID)
+	s.relayStored(lastID)
 	return nil
 }
 

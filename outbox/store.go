@@ -98,10 +98,12 @@ type Store struct {
 	// committed is signalled (without blocking) after every commit that
 	// wrote output rows, so the relay need not poll.
 	committed chan struct{}
-	recent    recentRows   // rows of the latest commits, see RecentRows
-	rowsHint  atomic.Int64 // outputs of the last commit: the next one's first allocation
-	backlogs  feedBacklogs // the last backlog scan of each feed
-	meter     backlogMeter // the whole outbox's backlog, see PendingBacklog
+	commits   commitBroadcast // Commits' channel, for any number of consumers
+	recent    recentRows      // rows of the latest commits, see RecentRows
+	rowsHint  atomic.Int64    // outputs of the last commit: the next one's first allocation
+	backlogs  feedBacklogs    // the last backlog scan of each feed
+	meter     backlogMeter    // the whole outbox's backlog, see PendingBacklog
+	consumers consumers       // whose progress the backlog and pruning count
 
 	hookMu     sync.Mutex
 	commitHook func(ctx context.Context) error
@@ -190,6 +192,7 @@ func (s *Store) openMeter(ctx context.Context) error {
 		return fmt.Errorf("read relay progress: %w", err)
 	}
 	s.meter.opened(last, published)
+	s.consumers.relayAt = published
 	return nil
 }
 

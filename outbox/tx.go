@@ -441,6 +441,7 @@ func (tx *Tx) Commit() error {
 		case tx.store.committed <- struct{}{}:
 		default:
 		}
+		tx.store.commits.fire()
 	}
 	for _, f := range tx.onCommit {
 		f()

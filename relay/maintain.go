@@ -49,9 +49,10 @@ func (r *Relay) prunePublished() {
 }
 
 // prune deletes the rows published (and recorded in SQLite) longer than
-// Retention ago, in bulk.
+// Retention ago, in bulk, never past a row a configured sink has not
+// taken yet (outbox.Store.ConsumedThrough).
 func (r *Relay) prune(ctx context.Context) {
-	through := r.recorded.Load()
+	through := min(r.recorded.Load(), r.store.ConsumedThrough())
 	if through <= 0 {
 		return
 	}

@@ -77,6 +77,8 @@ func CommandSignals(args []string, stdout, stderr io.Writer, sigs <-chan os.Sign
 			return produceCommand(sd.ctx, args[1:], os.Stdin, stdout, stderr)
 		case "replay":
 			return replayCommand(sd.ctx, args[1:], stdout, stderr, opts...)
+		case "test":
+			return testCommand(sd.ctx, args[1:], stdout, stderr, opts...)
 		case "status":
 			return statusCommand(sd.ctx, args[1:], stdout, stderr)
 		case "dead-letters":

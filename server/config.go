@@ -69,7 +69,10 @@ type Config struct {
 	// Processors are the processors declared in the file (sql_processors.go).
 	Processors map[string]*ProcessorConfig `yaml:"processors"`
 
-	Relay     RelayConfig     `yaml:"relay"`
+	Relay RelayConfig `yaml:"relay"`
+	// Sinks are the targets besides Kafka the outbox is relayed to
+	// (sinks.go, docs/sinks.md).
+	Sinks     []SinkConfig    `yaml:"sinks"`
 	DevBroker DevBrokerConfig `yaml:"devBroker"`
 
 	// Kafka, HTTPTLS and Backlog are the production settings: see
@@ -178,6 +181,9 @@ func (c *Config) FeedNames() []string {
 // fillDefaults completes each feed's settings.
 func (c *Config) fillDefaults() {
 	c.fillProcessors()
+	if len(c.Sinks) == 0 {
+		c.Sinks = nil // "sinks: []" is none, as no key is
+	}
 	for name, f := range c.Feeds {
 		if f.Processor == "" {
 			f.Processor = "forward"
@@ -257,6 +263,7 @@ func (c *Config) Validate() error {
 	add(c.validateProduction())
 	add(c.Query.validate())
 	add(c.Relay.Validate())
+	add(c.validateSinks())
 	return joinConfigErrors(errs...)
 }
 
@@ -559,6 +566,8 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 		"a feed whose state another processor made, `NAME=P`: restart (read its source again from the beginning) or keep "+
 			"(keep its position and state); none: the start is refused; recorded, so needed once")
 	c.Relay.flags(fs)
+	fs.Var(sinkFlag{c}, "sink", "relay the outbox also to the sink `NAME=URL` (repeatable): the scheme picks the target, "+
+		"nats:// (JetStream), postgres:// (a table), https:// or http:// (webhooks); every topic unless the file's sinks entry NAME maps some (docs/sinks.md)")
 	c.DevBroker.flags(fs)
 	addProductionFlags(fs, c)
 	c.Record.flags(fs)
@@ -714,6 +723,9 @@ func repeatable(f *flag.Flag) bool {
 	v := f.Value
 	if t, ok := v.(*tracked); ok {
 		v = t.Value
+	}
+	if _, ok := v.(interface{ repeatable() }); ok {
+		return true
 	}
 	_, ok := v.(perFeed)
 	return ok

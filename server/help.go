@@ -154,6 +154,7 @@ var commands = []struct{ name, synopsis, about string }{
 	{"produce", "produce --topic TOPIC [-p N] [-H KEY=VALUE] [--key-json FIELD | --json] < FILE", "put a record per line of the input on a topic, like kcat -P"},
 	{"config", "config [flags]", "print the configuration the flags make, as YAML for --config"},
 	{"replay", "replay RECORDING... [--db OUT] [--diff DB]", "apply recorded feeds again, and compare with a database"},
+	{"test", "test FILE.test.yaml... [--run NAME]", "run a processor over given input, offline, and compare with expected outputs and state"},
 	{"status", "status [--json]", "a running server's verdict, feeds, relay and losses"},
 	{"dead-letters", "dead-letters list|show|requeue|discard FEED ...", "read and resolve a running server's dead letters"},
 	{"losses", "losses list|ack FEED [--reason WHY]", "a feed's losses; acknowledge them"},
@@ -188,9 +189,15 @@ var commandHelp = map[string]struct {
 		[]string{"config --feed ledger=file:./ledger.csv --processor ledger=ledger > outboxd.yaml",
 			"config --config outboxd.yaml"}},
 	"replay": {"Applies recorded feeds (--record) again, in a database of their own, and says whether the outputs " +
-		"and state are those of the recorded run; --diff compares them with another database.",
+		"and state are those of the recorded run; --diff DB compares them with another database, --diff alone with " +
+		"what the recorded processor makes of the same recordings (--config new.yaml: a new version of a SQL processor).",
 		[]string{"replay /var/lib/outboxd/rec --db /tmp/replay.db --diff /var/lib/outboxd/outboxd.db",
+			"replay /var/lib/outboxd/rec/ledger --config new.yaml --diff",
 			"replay /var/lib/outboxd/rec/ledger --processor ledger --json"}},
+	"test": {"Runs a processor (a SQL processor of a configuration file, or a built-in or registered one) over " +
+		"each test's input lines, items or recording, on a temporary database, and compares the outputs, dead letters " +
+		"and state rows with the expected ones, printing what differs (see docs/processors.md).",
+		[]string{"test examples/ledger.test.yaml", "test examples/*.test.yaml --run malformed"}},
 	"status": {"Prints a running server's verdict (what is wrong first, with what to do), every feed, the relay, " +
 		"the backlog and the losses, from its API (what the dashboard shows).",
 		[]string{"status", "status --url http://10.0.0.5:8080 --token-file /etc/outboxd/read.token --json"}},
@@ -247,6 +254,9 @@ var flagGroups = []flagGroup{
 			"relay-delivery-timeout", "max-message-bytes", "transactional-id", "progress-topic",
 			"create-topics", "topic-partitions", "topic-replication", "dev-broker-addr", "dev-broker-data"},
 		"--brokers kafka-1:9092,kafka-2:9092 --create-topics --topic-replication 3"},
+	{"Sinks: relaying the outbox also to NATS JetStream, a PostgreSQL table or webhooks (docs/sinks.md)",
+		[]string{"sink"},
+		"--sink events=nats://127.0.0.1:4222 --sink audit=postgres://outboxd@db/audit"},
 	{"Kafka security: TLS and SASL to the brokers (the relay, Kafka feeds, consume and produce)",
 		[]string{"kafka-tls", "kafka-tls-ca", "kafka-tls-cert", "kafka-tls-key", "kafka-tls-server-name",
 			"kafka-tls-insecure-skip-verify", "kafka-sasl-mechanism", "kafka-sasl-user", "kafka-sasl-password-file"},

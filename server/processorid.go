@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/ingest/sqlproc"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -38,8 +39,16 @@ func (c *Config) processorID(fc *FeedConfig) outbox.ProcessorID {
 		Columns, Text, Required         []string
 		Fields                          map[string]string
 		Setup, Reject, Apply            string
+		// Set only when used, so that the fingerprints of processors
+		// without them stay those they had. Migrations are not in it:
+		// they evolve the state, and processor_migrations records them.
+		Window *sqlproc.Window `json:",omitempty"`
+		Reads  []string        `json:",omitempty"`
 	}{sc.Kind, sc.Input, sc.Delimiter, sc.Quoting, sc.Trim, sc.Columns, sc.Text, sc.Required, sc.Fields,
-		sc.Setup, sc.Reject, sc.Apply}
+		sc.Setup, sc.Reject, sc.Apply, nil, sc.Reads}
+	if sc.Windowed() {
+		state.Window = &sc.Window
+	}
 	b, err := json.Marshal(state) // map keys sorted: the same configuration, the same bytes
 	if err != nil {
 		panic(fmt.Sprintf("fingerprint of processor %s: %v", fc.Processor, err)) // strings, bools and a map of strings

@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/orders"
 	"github.com/outboxd/outboxd/ingest/recording"
+	"github.com/outboxd/outboxd/ingest/sqlproc"
 )
 
 // RecordConfig says which feeds are recorded, and where (see
@@ -200,11 +201,30 @@ func (m *Main) newRecorder(name string, fc *FeedConfig, cfg ingest.Config) (inge
 	return rec, nil
 }
 
+// Keys of a recorded SQL processor's configuration (Header.ProcessorConfig).
+const (
+	recordedKind       = "kind"       // sqlproc.Kind
+	recordedDefinition = "definition" // sqlproc.Config.Definition
+	recordedVersion    = "version"    // sqlproc.DefinitionVersion
+)
+
 // processorConfig is what a processor's decisions depend on, besides its
 // code: recorded with each recording, and what a replay builds the
 // processor from.
 func processorConfig(fc *FeedConfig, c Config) map[string]string {
 	pc := map[string]string{"topic": fc.Topic}
+	if c.declaredProcessor(fc.Processor) {
+		// A SQL processor's whole definition: its SQL text, its input's
+		// description and settings, and its version, so that two versions
+		// fingerprint differently and a replay can build it again.
+		def, err := c.Processors[fc.Processor].sqlConfig(fc.Processor, fc.Topic).Definition()
+		if err != nil {
+			panic(fmt.Sprintf("definition of processor %s: %v", fc.Processor, err)) // strings, bools, lists and maps of them
+		}
+		pc[recordedKind], pc[recordedDefinition] = sqlproc.Kind, string(def)
+		pc[recordedVersion] = strconv.Itoa(sqlproc.DefinitionVersion(def))
+		return pc
+	}
 	switch fc.Processor {
 	case "forward":
 		pc["keyField"] = strconv.Itoa(fc.KeyField)
@@ -224,6 +244,14 @@ func feedConfigOf(h recording.Header, p string, c *Config) (*FeedConfig, error) 
 		fc.Topic = h.Feed + ".out"
 	}
 	var err error
+	if h.ProcessorConfig[recordedKind] == sqlproc.Kind && p == h.Processor {
+		sc, err := sqlproc.ParseDefinition(p, []byte(h.ProcessorConfig[recordedDefinition]))
+		if err != nil {
+			return nil, err
+		}
+		c.Processors = map[string]*ProcessorConfig{p: {Config: sc}}
+		return fc, nil
+	}
 	if v, ok := h.ProcessorConfig["keyField"]; ok && p == "forward" {
 		if fc.KeyField, err = strconv.Atoi(v); err != nil {
 			return nil, fmt.Errorf("recorded keyField %q: %w", v, err)

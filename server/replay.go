@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,8 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/outboxd/outboxd/ingest"
@@ -17,6 +21,7 @@ import (
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/ingest/orders"
 	"github.com/outboxd/outboxd/ingest/recording"
+	"github.com/outboxd/outboxd/ingest/sqlproc"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -31,19 +36,25 @@ const (
 	ReplayFailed = 2
 )
 
-const replaySynopsis = "replay RECORDING... [--processor P] [--db OUT] [--from DB] [--diff DB] [--json]"
+const replaySynopsis = "replay RECORDING... [--config FILE | --processor P] [--db OUT] [--from DB] [--diff [DB]] [--json]"
 
 // replayOptions are the replay command's flags.
 type replayOptions struct {
 	Processor string
+	Config    string
 	DB        string
 	Diff      string
-	From      string
-	JSON      bool
-	Verbose   bool
-	Paths     []string
+	// DiffRecorded is --diff with no database: compare with the recorded
+	// processor's replay of the same recordings.
+	DiffRecorded bool
+	DiffKeys     int
+	From         string
+	JSON         bool
+	Verbose      bool
+	Paths        []string
 
 	procs *registry // the processors a replay may name
+	opts  []Option  // the caller's, for --config
 }
 
 // replayCommand replays recordings (files, or directories of them) and,
@@ -56,6 +67,7 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 	if o.procs = newOptions(opts).procs; o.procs.err != nil {
 		return badUsage(stderr, o.procs.err)
 	}
+	o.opts = opts
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if o.Verbose {
 		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -88,19 +100,25 @@ func parseReplay(args []string, stdout, stderr io.Writer) (replayOptions, int, b
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.Processor, "processor", "", "the processor (`P`) to replay with: forward, ledger or orders (default: the recorded one)")
+	fs.StringVar(&o.Config, "config", "", "build the feed's processor from this configuration (`FILE`: the server's, or a new version of it) "+
+		"rather than from the recording's header")
 	fs.StringVar(&o.DB, "db", "", "the database (`OUT`) to replay into: made from the first recording's snapshot when missing, "+
 		"taken as it is when it exists (a replay of the recordings before); default: a temporary one")
 	fs.StringVar(&o.From, "from", "", "start from a copy of this database (`DB`; yours, or the live one: it is only read) "+
 		"rather than the recording's snapshot; --db must not exist")
-	fs.StringVar(&o.Diff, "diff", "", "compare the outputs and state with this database (`DB`: the live one, or another replay's)")
+	fs.Var(diffFlag{&o}, "diff", "compare the outputs and state with this database (`DB`: the live one, or another replay's); "+
+		"alone, with what was recorded: the recorded processor's replay of the same recordings")
+	fs.IntVar(&o.DiffKeys, "diff-keys", recording.DefaultListed, "list up to `N` differing deliveries, and N differing rows per table "+
+		"(every one is counted; 0: none listed)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object")
 	fs.BoolVar(&o.Verbose, "verbose", false, "show the replay loop's warnings on stderr")
+	args = joinDiffValue(args)
 	for {
 		err := fs.Parse(args)
 		switch {
 		case errors.Is(err, flag.ErrHelp):
 			helpOf(stdout, "replay", replaySynopsis, fs)
-			fmt.Fprintln(stdout, "\nExit codes: 0 replayed (identical, with --diff), 1 divergent, 2 a bad recording or a replay that could not be made.")
+			fmt.Fprintln(stdout, "\nExit codes: 0 replayed (identical, with --diff), 1 divergent, 2 a bad usage, a bad recording or a replay that could not be made.")
 			return o, 0, true
 		case err != nil:
 			return o, commandUsage(stderr, "replay", flagError(fs, err)), true
@@ -114,6 +132,12 @@ func parseReplay(args []string, stdout, stderr io.Writer) (replayOptions, int, b
 	if len(o.Paths) == 0 {
 		return o, commandUsage(stderr, "replay", errors.New("name a recording (a .rec file, or a directory of them)")), true
 	}
+	if o.DiffKeys < 0 {
+		return o, commandUsage(stderr, "replay", fmt.Errorf("--diff-keys %d: want 0 or more", o.DiffKeys)), true
+	}
+	if o.Config != "" && o.Processor != "" {
+		return o, commandUsage(stderr, "replay", errors.New("--config and --processor: give one (the processor comes from the configuration)")), true
+	}
 	switch o.Processor {
 	case "", forward.Name, ledger.Name, orders.Name:
 	default:
@@ -122,24 +146,86 @@ func parseReplay(args []string, stdout, stderr io.Writer) (replayOptions, int, b
 	return o, 0, false
 }
 
+// diffFlag is --diff: --diff DB (--diff=DB) compares with a database,
+// --diff alone with what was recorded.
+type diffFlag struct{ o *replayOptions }
+
+func (f diffFlag) String() string   { return "" }
+func (f diffFlag) IsBoolFlag() bool { return true }
+
+func (f diffFlag) Set(s string) error {
+	switch s {
+	case "true":
+		f.o.DiffRecorded, f.o.Diff = true, ""
+	case "false", "":
+		f.o.DiffRecorded, f.o.Diff = false, ""
+	default:
+		f.o.DiffRecorded, f.o.Diff = false, s
+	}
+	return nil
+}
+
+// joinDiffValue makes "--diff DB" one argument, "--diff=DB", when what
+// follows --diff is not a flag nor a recording (a .rec file or a
+// directory): --diff alone compares with the recording.
+func joinDiffValue(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if (a == "--diff" || a == "-diff") && i+1 < len(args) && isDiffValue(args[i+1]) {
+			out = append(out, a+"="+args[i+1])
+			i++
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func isDiffValue(s string) bool {
+	if strings.HasPrefix(s, "-") || strings.HasSuffix(s, ".rec") {
+		return false
+	}
+	st, err := os.Stat(s)
+	return err != nil || !st.IsDir()
+}
+
 // replayReport is what the command prints.
 type replayReport struct {
 	Database string `json:"database"`
 	// Restored names what the database was made from (the snapshot, or
 	// --from; "" when it existed, or was made new).
-	Restored  string                `json:"restored"`
-	Processor replayProcessor       `json:"processor"`
-	Files     []string              `json:"recordings"`
-	Replay    recording.Summary     `json:"replay"`
-	DiffWith  string                `json:"diffWith,omitempty"`
-	Diff      *recording.DiffResult `json:"diff"`
-	Verdict   string                `json:"verdict"`
-	set       *recording.Set
+	Restored  string            `json:"restored"`
+	Processor replayProcessor   `json:"processor"`
+	Files     []string          `json:"recordings"`
+	Replay    recording.Summary `json:"replay"`
+	DiffWith  string            `json:"diffWith,omitempty"`
+	// Baseline is the recorded processor's replay, with --diff alone:
+	// what the diff compares with.
+	Baseline *baselineReport       `json:"baseline,omitempty"`
+	Diff     *recording.DiffResult `json:"diff"`
+	Verdict  string                `json:"verdict"`
+	set      *recording.Set
+}
+
+// baselineReport is the recorded processor's replay that --diff alone
+// compares with.
+type baselineReport struct {
+	Processor replayProcessor   `json:"processor"`
+	Replay    recording.Summary `json:"replay"`
 }
 
 // replayProcessor says which processor replayed, against the recorded one.
 type replayProcessor struct {
-	Name                string `json:"name"`
+	Name string `json:"name"`
+	// Kind is "sql" for a SQL processor (Version its version), "" for a
+	// built-in or registered one.
+	Kind                string `json:"kind,omitempty"`
+	Version             int    `json:"version,omitempty"`
+	Config              string `json:"config,omitempty"`
 	Fingerprint         string `json:"fingerprint"`
 	Recorded            string `json:"recorded"`
 	RecordedFingerprint string `json:"recordedFingerprint"`
@@ -157,7 +243,12 @@ func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*repl
 	for _, f := range set.Files {
 		rep.Files = append(rep.Files, f.Path)
 	}
-	proc, err := replayProcessorOf(h, o.Processor, o.procs, logger, &rep.Processor)
+	var proc ingest.Processor
+	if o.Config != "" {
+		proc, err = configProcessorOf(h, o.Config, o.opts, logger, &rep.Processor)
+	} else {
+		proc, err = replayProcessorOf(h, o.Processor, o.procs, logger, &rep.Processor)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -175,8 +266,13 @@ func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*repl
 	}
 	defer store.Close()
 	rep.Restored = restored
+	if rep.Processor.Kind == sqlproc.Kind {
+		if err := sqlproc.Guard(ctx, store); err != nil {
+			return nil, err
+		}
+	}
 	rep.Replay, err = recording.Replay(ctx, recording.ReplayConfig{Set: set, Store: store, Processor: proc,
-		ProcessorName: rep.Processor.Name, Logger: logger, KeepPlaces: o.Diff != ""})
+		ProcessorName: rep.Processor.Name, Logger: logger, KeepPlaces: o.Diff != "" || o.DiffRecorded})
 	if err != nil && existed && errors.Is(err, recording.ErrBadSet) {
 		return nil, existingTarget(ctx, store, set, out, err)
 	}
@@ -184,13 +280,64 @@ func runReplay(ctx context.Context, o replayOptions, logger *slog.Logger) (*repl
 		return nil, err
 	}
 	rep.Verdict = "replayed"
-	if o.Diff == "" {
-		return rep, nil
-	}
-	if err := rep.diff(ctx, store, h.Feed, o.Diff); err != nil {
-		return nil, err
+	switch {
+	case o.DiffRecorded:
+		base, done, err := rep.baseline(ctx, o, logger)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		rep.DiffWith = fmt.Sprintf("the recording (replayed with processor %s)", describeFingerprint(rep.Baseline.Processor))
+		return rep, rep.diffWith(ctx, store, base, h.Feed, o.DiffKeys)
+	case o.Diff != "":
+		other, err := outbox.OpenExisting(ctx, o.Diff)
+		if err != nil {
+			return nil, fmt.Errorf("--diff: %w", err)
+		}
+		defer other.Close()
+		return rep, rep.diffWith(ctx, store, other, h.Feed, o.DiffKeys)
 	}
 	return rep, nil
+}
+
+// baseline replays the recordings with the recorded processor, from the
+// same start, into a temporary database: what was recorded, for --diff
+// alone. done closes and removes it.
+func (rep *replayReport) baseline(ctx context.Context, o replayOptions, logger *slog.Logger) (*outbox.Store, func(), error) {
+	b := &baselineReport{}
+	proc, err := replayProcessorOf(rep.set.Header(), "", o.procs, logger, &b.Processor)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--diff compares with the recorded processor: %w; or give --diff DB", err)
+	}
+	out, cleanup, err := replayTarget("")
+	if err != nil {
+		return nil, nil, err
+	}
+	store, _, err := recording.OpenTarget(ctx, rep.set, out, o.From)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	done := func() { store.Close(); cleanup() }
+	if b.Processor.Kind == sqlproc.Kind {
+		if err := sqlproc.Guard(ctx, store); err != nil {
+			done()
+			return nil, nil, err
+		}
+	}
+	b.Replay, err = recording.Replay(ctx, recording.ReplayConfig{Set: rep.set, Store: store, Processor: proc,
+		ProcessorName: b.Processor.Name, Logger: logger})
+	if err != nil {
+		done()
+		return nil, nil, fmt.Errorf("replay with the recorded processor: %w", err)
+	}
+	rep.Baseline = b
+	return store, done, nil
+}
+
+// describeFingerprint names a processor with its fingerprint.
+func describeFingerprint(p replayProcessor) string {
+	return fmt.Sprintf("%s, fingerprint %s", p.Name, p.Fingerprint)
 }
 
 // existingTarget is the error of a replay into a database --db that
@@ -216,13 +363,8 @@ func existingTarget(ctx context.Context, store *outbox.Store, set *recording.Set
 		"or name only the recordings after it to go on from it", out, where, out)
 }
 
-func (rep *replayReport) diff(ctx context.Context, store *outbox.Store, feed, path string) error {
-	other, err := outbox.OpenExisting(ctx, path)
-	if err != nil {
-		return fmt.Errorf("--diff: %w", err)
-	}
-	defer other.Close()
-	res, err := recording.Diff(ctx, store, other, feed, rep.Replay.Places)
+func (rep *replayReport) diffWith(ctx context.Context, store, other *outbox.Store, feed string, listed int) error {
+	res, err := recording.DiffListing(ctx, store, other, feed, rep.Replay.Places, listed)
 	if err != nil {
 		return err
 	}
@@ -235,13 +377,18 @@ func (rep *replayReport) diff(ctx context.Context, store *outbox.Store, feed, pa
 }
 
 // replayProcessorOf builds the processor to replay with: name, or the
-// recorded one, with the recorded configuration.
+// recorded one, with the recorded configuration (a SQL processor's whole
+// definition is in it).
 func replayProcessorOf(h recording.Header, name string, procs *registry, logger *slog.Logger, info *replayProcessor) (ingest.Processor, error) {
 	if name == "" {
 		name = h.Processor
 	}
 	c := DefaultConfig()
 	c.procs = procs
+	if name == h.Processor && procs.check(name) != nil && h.ProcessorConfig[recordedKind] != sqlproc.Kind {
+		return nil, fmt.Errorf("processor %s is neither built in nor registered, and the recording (made by %s) "+
+			"keeps no SQL processor's definition: give --config FILE, the configuration the server ran", name, h.Outboxd)
+	}
 	fc, err := feedConfigOf(h, name, &c)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", recording.ErrBadRecord, err)
@@ -249,13 +396,39 @@ func replayProcessorOf(h recording.Header, name string, procs *registry, logger 
 	if name == orders.Name && h.Kind != ingest.KindKafka {
 		return nil, fmt.Errorf("--processor orders: it reads a Kafka feed, and %s is a %s feed", h.Feed, h.Kind)
 	}
+	return buildReplayProcessor(h, fc, c, logger, info)
+}
+
+// configProcessorOf builds the processor the configuration file path
+// gives the recorded feed, as a server started with it would.
+func configProcessorOf(h recording.Header, path string, opts []Option, logger *slog.Logger, info *replayProcessor) (ingest.Processor, error) {
+	c, err := ParseConfig([]string{"--config", path}, os.Getenv, opts...)
+	if err != nil {
+		return nil, err
+	}
+	fc, ok := c.Feeds[h.Feed]
+	if !ok {
+		return nil, fmt.Errorf("--config %s: no feed %s (the recording's); it has %s", path, h.Feed, strings.Join(c.FeedNames(), ", "))
+	}
+	if fc.Processor == "" {
+		fc.Processor = h.Processor
+	}
+	info.Config = path
+	return buildReplayProcessor(h, fc, c, logger, info)
+}
+
+func buildReplayProcessor(h recording.Header, fc *FeedConfig, c Config, logger *slog.Logger, info *replayProcessor) (ingest.Processor, error) {
 	proc, err := newProcessor(h.Feed, h.Source, fc, c, logger)
 	if err != nil {
 		return nil, err
 	}
 	pc := processorConfig(fc, c)
-	*info = replayProcessor{Name: name, Fingerprint: recording.Fingerprint(name, pc), Recorded: h.Processor,
-		RecordedFingerprint: h.Fingerprint, RecordedBy: h.Outboxd, ReplayedBy: Version()}
+	*info = replayProcessor{Name: fc.Processor, Fingerprint: recording.Fingerprint(fc.Processor, pc), Recorded: h.Processor,
+		RecordedFingerprint: h.Fingerprint, RecordedBy: h.Outboxd, ReplayedBy: Version(), Config: info.Config}
+	if pc[recordedKind] == sqlproc.Kind {
+		info.Kind = sqlproc.Kind
+		info.Version, _ = strconv.Atoi(pc[recordedVersion])
+	}
 	return proc, nil
 }
 
@@ -323,10 +496,26 @@ func (rep *replayReport) printDiff(w io.Writer) {
 	if d.Positions != "" {
 		fmt.Fprintf(w, "  note: %s\n", d.Positions)
 	}
+	if len(d.Topics) > 0 {
+		fmt.Fprintf(w, "  differing deliveries by topic:")
+		for i, topic := range slices.Sorted(maps.Keys(d.Topics)) {
+			if i > 0 {
+				fmt.Fprint(w, ",")
+			}
+			fmt.Fprintf(w, " %s %d", cmp.Or(topic, "(no outputs)"), d.Topics[topic])
+		}
+		fmt.Fprintln(w)
+	}
 	if f := d.First; f != nil {
 		fmt.Fprintf(w, "  first divergent delivery: %s[%d] epoch %s position %d\n", rep.Replay.Feed, f.Partition, f.Epoch, f.Position)
+	}
+	for _, f := range d.Divergences {
+		fmt.Fprintf(w, "  delivery %s[%d] epoch %s position %d\n", rep.Replay.Feed, f.Partition, f.Epoch, f.Position)
 		printOutputs(w, "expected", f.Expected)
 		printOutputs(w, "got", f.Got)
+	}
+	if d.Unlisted > 0 {
+		fmt.Fprintf(w, "  ... and %d more differing deliveries (--diff-keys)\n", d.Unlisted)
 	}
 	for _, t := range d.Tables {
 		if !t.Same() {
@@ -365,7 +554,12 @@ func printTable(w io.Writer, t recording.TableDiff) {
 	default:
 		fmt.Fprintf(w, "  table %s: %d rows differ, %d only in the replay, %d only in the database; the first: %s\n",
 			t.Table, t.Differing, t.OnlyReplayed, t.OnlyDatabase, t.FirstKey)
-		fmt.Fprintf(w, "    expected %s\n    got      %s\n", orNone(t.Expected), orNone(t.Got))
+		for _, r := range t.Rows {
+			fmt.Fprintf(w, "    row %s\n      expected %s\n      got      %s\n", r.Key, orNone(r.Expected), orNone(r.Got))
+		}
+		if t.Unlisted > 0 {
+			fmt.Fprintf(w, "    ... and %d more differing rows (--diff-keys)\n", t.Unlisted)
+		}
 	}
 }
 

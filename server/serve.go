@@ -21,6 +21,7 @@ import (
 	"github.com/outboxd/outboxd/internal/devkafka"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/relay"
+	"github.com/outboxd/outboxd/sink"
 )
 
 // Main is the whole service: the store, a loop per feed, the relay and the
@@ -32,6 +33,7 @@ type Main struct {
 	Store  *outbox.Store
 	Loops  []*ingest.Loop
 	Relay  *relay.Relay
+	Sinks  []*sink.Runner // the targets besides Kafka (sinks.go)
 	Broker *devkafka.Broker
 	API    *api.Server
 
@@ -51,6 +53,9 @@ type Main struct {
 	// starting says, while the API serves before the database is claimed,
 	// what the start waits for ("" once claimed): see open.
 	starting atomic.Pointer[string]
+	// seams are the test seams installed (testseams_on.go); none in the
+	// shipped binary.
+	seams testSeams
 }
 
 // NewMain returns a service for cfg; nothing is opened until Run.
@@ -258,6 +263,9 @@ func (m *Main) build() error {
 	if err := m.newRelay(); err != nil {
 		return err
 	}
+	if err := m.newSinks(); err != nil {
+		return err
+	}
 	return m.newAPI()
 }
 
@@ -333,6 +341,7 @@ func (m *Main) newLoop(name string, fc *FeedConfig) (*ingest.Loop, error) {
 	if err != nil {
 		return nil, err
 	}
+	feed = m.seamFeed(name, feed)
 	cfg := ingest.DefaultConfig(name)
 	cfg.Processor = fc.Processor
 	cfg.BatchMax, cfg.BatchBytes, cfg.BatchWait = m.Config.BatchMax, m.Config.BatchBytes, m.Config.BatchWait
@@ -500,6 +509,9 @@ func (m *Main) serve(ctx context.Context) error {
 	} else {
 		relayDone <- nil
 	}
+	sinkCtx, stopSinks := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSinks()
+	waitSinks := m.runSinks(sinkCtx)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	// The watchdog and the checkpoints end before serve returns, so none of
@@ -523,6 +535,8 @@ func (m *Main) serve(ctx context.Context) error {
 	stopLoops()
 	loops.Wait() // every loop has committed its batch in hand
 	stopRelay()
+	stopSinks()
+	waitSinks()
 	if rerr := <-relayDone; err == nil && rerr != nil {
 		err = fmt.Errorf("relay: %w", rerr)
 	}
@@ -573,6 +587,7 @@ func (m *Main) close() error {
 		m.listener.Close() // bound, never served
 	}
 	m.closeQueries()
+	m.closeSinks()
 	if m.Store != nil {
 		errs = append(errs, m.Store.Close())
 	}

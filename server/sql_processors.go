@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -56,8 +57,17 @@ func (c *Config) fillProcessors() {
 		c.Processors = nil
 	}
 	for _, pc := range c.Processors {
-		if pc != nil && len(pc.Fields) == 0 {
+		if pc == nil {
+			continue
+		}
+		if len(pc.Fields) == 0 {
 			pc.Fields = nil
+		}
+		if len(pc.Migrations) == 0 {
+			pc.Migrations = nil
+		}
+		if len(pc.Reads) == 0 {
+			pc.Reads = nil
 		}
 	}
 }
@@ -97,8 +107,11 @@ func (pc *ProcessorConfig) sqlConfig(name, feedTopic string) sqlproc.Config {
 // outboxd's tables is a *ConfigError of one line naming the processor and
 // the statement: the start fails with exit code 2.
 func newSQLProcessor(feed string, fc *FeedConfig, c Config) (ingest.Processor, error) {
-	pc := c.Processors[fc.Processor]
-	p, err := sqlproc.New(pc.sqlConfig(fc.Processor, fc.Topic))
+	sc, err := c.resolvedSQLConfig(fc.Processor, fc.Topic, nil)
+	if err != nil {
+		return nil, &ConfigError{Err: fmt.Errorf("feed %s: processors.%s: %w", feed, fc.Processor, err)}
+	}
+	p, err := sqlproc.New(sc)
 	if err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("feed %s: processors.%w", feed, trimKind(err))}
 	}
@@ -150,4 +163,51 @@ func (m *Main) guardSQL(ctx context.Context, s *outbox.Store) error {
 		}
 	}
 	return nil
+}
+
+// resolvedSQLConfig is processor name's sqlConfig with its reads resolved
+// into the processors they name, theirs in turn (path: the processors
+// that read this one, to refuse a cycle). A reads entry is a feed's name
+// (every table of its processor) or FEED.TABLE.
+func (c Config) resolvedSQLConfig(name, feedTopic string, path []string) (sqlproc.Config, error) {
+	sc := c.Processors[name].sqlConfig(name, feedTopic)
+	path = append(path, name)
+	whole := map[string]bool{}
+	for _, r := range sc.Reads {
+		feed, table := r, ""
+		if _, ok := c.Feeds[r]; !ok {
+			if i := strings.LastIndexByte(r, '.'); i > 0 {
+				feed, table = r[:i], r[i+1:]
+			}
+		}
+		fc, ok := c.Feeds[feed]
+		switch {
+		case !ok || fc == nil:
+			return sc, fmt.Errorf("reads: %q names no feed (FEED or FEED.TABLE; feeds: %s)", r, strings.Join(c.FeedNames(), ", "))
+		case !c.declaredProcessor(fc.Processor):
+			return sc, fmt.Errorf("reads: feed %s's processor %s is not a SQL processor: only a SQL processor's tables are read", feed, fc.Processor)
+		case slices.Contains(path, fc.Processor):
+			return sc, fmt.Errorf("reads: feed %s's processor %s reads this one: %s", feed, fc.Processor, strings.Join(append(path, fc.Processor), " -> "))
+		}
+		i := slices.IndexFunc(sc.ReadFrom, func(s sqlproc.ReadSource) bool { return s.Feed == feed })
+		if i < 0 {
+			src, err := c.resolvedSQLConfig(fc.Processor, fc.Topic, path)
+			if err != nil {
+				return sc, fmt.Errorf("feed %s: %w", feed, err)
+			}
+			sc.ReadFrom = append(sc.ReadFrom, sqlproc.ReadSource{Feed: feed, Config: src})
+			i = len(sc.ReadFrom) - 1
+		}
+		if table == "" {
+			whole[feed] = true
+			continue
+		}
+		sc.ReadFrom[i].Tables = append(sc.ReadFrom[i].Tables, table)
+	}
+	for i := range sc.ReadFrom {
+		if whole[sc.ReadFrom[i].Feed] {
+			sc.ReadFrom[i].Tables = nil
+		}
+	}
+	return sc, nil
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -111,6 +112,8 @@ func TestRenderConfig_Processors(t *testing.T) {
     required: [id]
     topic: events.out
     emit: "SELECT :id AS key, :n AS value"
+    migrations:
+      - {version: 2, sql: "CREATE INDEX e_id ON e (id)"}
 `
 	path := writeYAML(t, balancesYAML("/var/log/p.csv", extra))
 	c, err := ParseConfig([]string{"--config", path}, env(nil))
@@ -265,4 +268,52 @@ func readRows(t *testing.T, db string) []string {
 		out = append(out, fmt.Sprintf("%s %s %s", r.Topic, r.Key, r.Value))
 	}
 	return out
+}
+
+// readsYAML has a processor statements reading the balances of feed
+// payments, with reads: reads.
+func readsYAML(reads string) string {
+	return balancesYAML("/var/log/p.csv", `  audit:
+    kind: sql
+    input: csv
+    columns: [account]
+    topic: audit.out
+    reads: `+reads+`
+    emit: |
+      SELECT :account AS key, CAST(coalesce(max(balance), 0) AS TEXT) AS value FROM balances WHERE account = :account;
+`) + `  audits: {source: "file:/var/log/a.csv", processor: audit}
+`
+}
+
+func TestSQLProcessor_Reads(t *testing.T) {
+	start := func(reads string) error {
+		t.Helper()
+		c, err := ParseConfig([]string{"--config", writeYAML(t, readsYAML(reads))}, env(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = newSQLProcessor("audits", c.Feeds["audits"], c)
+		return err
+	}
+	for _, reads := range []string{"[payments]", "[payments.balances]", "[payments.balances, payments]"} {
+		if err := start(reads); err != nil {
+			t.Fatalf("reads %s: %v", reads, err)
+		}
+	}
+	for reads, want := range map[string]string{
+		"[]":                "feed audits: processors.audit: emit (SELECT :account AS key, CAST(coalesce(max(balanc ...): no such table: balances",
+		"[nofeed]":          `feed audits: processors.audit: reads: "nofeed" names no feed (FEED or FEED.TABLE; feeds: audits, payments)`,
+		"[payments.nope]":   "feed audits: processors.audit: reads: feed payments's processor balances makes no table nope (its tables: balances)",
+		"[audits]":          "feed audits: processors.audit: reads: feed audits's processor audit reads this one: audit -> audit",
+		"[audits.balances]": "feed audits: processors.audit: reads: feed audits's processor audit reads this one: audit -> audit",
+	} {
+		err := start(reads)
+		if err == nil || err.Error() != want {
+			t.Errorf("reads %s: %v\nwant %s", reads, err, want)
+		}
+		var ce *ConfigError
+		if err != nil && !errors.As(err, &ce) {
+			t.Errorf("reads %s: %T is not a *ConfigError (exit 2)", reads, err)
+		}
+	}
 }

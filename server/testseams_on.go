@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/internal/testseam"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -18,12 +19,13 @@ import (
 // Test seams: environment variables that end-to-end tests use to reach into
 // a running binary. They break guarantees on purpose and are logged loudly.
 // They exist only in a binary built with the testseams tag, as tests/ builds
-// one for the tests that need them; the shipped binary has none.
+// one for the tests that need them; the shipped binary has none. (A test
+// that wants re-delivered items applied again moves the stored position
+// back before the start: see testseam.MoveBack.)
 const (
-	// envDisableGuard=1 applies re-delivered items again.
-	envDisableGuard = "OUTBOXD_TEST_DISABLE_GUARD"
 	// envRewind=NAME=POS[,NAME=POS] opens feed NAME's partition 0 at POS of
-	// its stored epoch, so stored items are re-delivered.
+	// its stored epoch, so stored items are re-delivered (and skipped by
+	// the replay guard).
 	envRewind = "OUTBOXD_TEST_REWIND"
 	// envFailCommits=PATH: when the file PATH appears holding a number N,
 	// the next N store commits fail, then the file is removed.
@@ -32,33 +34,38 @@ const (
 
 // seamEnvs are the seams' variables, known to the check of OUTBOXD_*
 // variables.
-var seamEnvs = []string{envDisableGuard, envRewind, envFailCommits}
+var seamEnvs = []string{envRewind, envFailCommits}
 
 // installTestSeams reads the seams from the environment and installs them:
-// the ingest loops' (internal/testseam) and the store's commit hook.
+// the feeds' rewinds (see seamFeed) and the store's commit hook.
 func (m *Main) installTestSeams() error {
 	s, err := loadTestSeams(m.Logger)
 	if err != nil {
 		return err
 	}
 	s.installCommitHook(m.Store)
-	for _, name := range m.Config.FeedNames() {
-		if s.disableGuard || s.rewind[name] != nil {
-			testseam.SetIngest(name, testseam.Ingest{DisableGuard: s.disableGuard, Rewind: s.rewind[name]})
-		}
-	}
+	m.seams = s
 	return nil
 }
 
+// seamFeed is feed, opened at the rewind the environment asks for feed
+// name, if any (see testseam.Rewound).
+func (m *Main) seamFeed(name string, feed ingest.Feed) ingest.Feed {
+	at := m.seams.rewind[name]
+	if at == nil {
+		return feed
+	}
+	m.Logger.Warn("rewinding feed (test seam): stored items will be re-delivered", "feed", name, "from", at)
+	return testseam.Rewound(feed, at)
+}
+
 type testSeams struct {
-	disableGuard bool
-	rewind       map[string]map[int32]int64
-	failFile     string
+	rewind   map[string]map[int32]int64
+	failFile string
 }
 
 func loadTestSeams(log *slog.Logger) (testSeams, error) {
 	var s testSeams
-	s.disableGuard = os.Getenv(envDisableGuard) == "1"
 	if v := os.Getenv(envRewind); v != "" {
 		s.rewind = map[string]map[int32]int64{}
 		for _, kv := range strings.Split(v, ",") {
@@ -71,9 +78,9 @@ func loadTestSeams(log *slog.Logger) (testSeams, error) {
 		}
 	}
 	s.failFile = os.Getenv(envFailCommits)
-	if s.disableGuard || s.rewind != nil || s.failFile != "" {
+	if s.rewind != nil || s.failFile != "" {
 		log.Warn("TEST SEAMS ENABLED: exactly-once is not guaranteed",
-			"disableGuard", s.disableGuard, "rewind", s.rewind, "failCommits", s.failFile)
+			"rewind", s.rewind, "failCommits", s.failFile)
 	}
 	return s, nil
 }

@@ -149,51 +149,26 @@ func TestExamples_Dedup(t *testing.T) {
 	}
 }
 
-// TestExamples_Windows: examples/windows.yaml publishes, for each click,
-// its page's count in the click's minute so far, for clicks in any order,
-// and dead-letters the clicks without a page or a time.
+// TestExamples_Windows: examples/windows.yaml publishes each closed
+// window's count per page once, for clicks out of order, and dead-letters
+// the late clicks and those without a page or a time.
 func TestExamples_Windows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
-	base := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	pages := []string{"/", "/cart", "/a&b", "/ü"}
-	bad := []string{`{"page":"/"}`, `{"at":"2026-12-01T10:00:00Z"}`, `{"page":"/","at":"yesterday"}`,
-		`{"page":"/","at":"now"}`, `{"page":5,"at":"2026-12-01T10:00:00Z"}`, `{"page":"/","at":"2026-12-01 10:00:00"}`, `nope`}
-	counts := map[string]int{}
-	var b strings.Builder
-	var want, wantDead []string
-	for range 1500 {
-		if rng.IntN(30) == 0 {
-			b.WriteString(bad[rng.IntN(len(bad))] + "\n")
-			wantDead = append(wantDead, fmt.Sprintf("%d malformed", b.Len()))
-			continue
-		}
-		page := pages[rng.IntN(len(pages))]
-		at := base.Add(time.Duration(rng.IntN(600_000)) * time.Millisecond) // ten minutes, late clicks included
-		stamp := at.Format(time.RFC3339Nano)
-		if rng.IntN(4) == 0 {
-			stamp = at.In(time.FixedZone("", 2*3600)).Format(time.RFC3339Nano) // the same instant elsewhere
-		}
-		fmt.Fprintf(&b, `{"page":%q,"at":%q}`+"\n", page, stamp)
-		window := at.Truncate(time.Minute).Format(time.RFC3339)
-		counts[page+" "+window]++
-		v, _ := json.Marshal(struct {
-			Page   string `json:"page"`
-			Window string `json:"window"`
-			Clicks int    `json:"clicks"`
-		}{page, window, counts[page+" "+window]})
-		want = append(want, page+" "+strings.ReplaceAll(string(v), `\u0026`, "&"))
-	}
-	s := runFileExample(t, "windows.yaml", "clicks", b.String())
-	if got := keyValues(allRows(t, s), "clicks.per-minute"); !reflect.DeepEqual(got, want) {
-		for i := range min(len(got), len(want)) {
-			if got[i] != want[i] {
-				t.Fatalf("output %d of %d/%d: %s, want %s", i, len(got), len(want), got[i], want[i])
+	cf := makeClicks(rng, 1500, 20)
+	s := runFileExample(t, "windows.yaml", "clicks", cf.data)
+	if got := keyValues(allRows(t, s), "clicks.per-minute"); !reflect.DeepEqual(got, cf.outputs) {
+		for i := range min(len(got), len(cf.outputs)) {
+			if got[i] != cf.outputs[i] {
+				t.Fatalf("output %d of %d/%d: %s, want %s", i, len(got), len(cf.outputs), got[i], cf.outputs[i])
 			}
 		}
-		t.Fatalf("%d outputs, want %d", len(got), len(want))
+		t.Fatalf("%d outputs, want %d", len(got), len(cf.outputs))
 	}
-	if got := deadReasons(t, s, "clicks"); !reflect.DeepEqual(got, wantDead) {
-		t.Fatalf("dead letters %q\nwant %q", got, wantDead)
+	if got := deadReasons(t, s, "clicks"); !reflect.DeepEqual(got, cf.dead) {
+		t.Fatalf("dead letters %q\nwant %q", got, cf.dead)
+	}
+	if len(cf.outputs) < 60 || len(cf.dead) < 40 {
+		t.Fatalf("%d outputs and %d dead letters: the input tests too little", len(cf.outputs), len(cf.dead))
 	}
 }
 

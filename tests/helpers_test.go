@@ -181,7 +181,7 @@ func TestBinary_NoTestSeams(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, v := range []string{"OUTBOXD_TEST_DISABLE_GUARD", "OUTBOXD_TEST_REWIND", "OUTBOXD_TEST_FAIL_COMMITS"} {
+		for _, v := range []string{"OUTBOXD_TEST_REWIND", "OUTBOXD_TEST_FAIL_COMMITS"} {
 			if got := bytes.Contains(b, []byte(v)); got != c.want {
 				t.Errorf("%s holds %s: %v, want %v", filepath.Base(c.bin), v, got, c.want)
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/ingest/ledger"
+	"github.com/outboxd/outboxd/internal/testseam"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -152,10 +153,14 @@ func TestIngest_KillNine(t *testing.T) {
 
 	t.Run("WithoutGuardDoubleApplies", func(t *testing.T) {
 		from := lf.valid[len(lf.valid)-100]
-		env := []string{"OUTBOXD_TEST_REWIND=ledger=" + itoa(from), "OUTBOXD_TEST_DISABLE_GUARD=1"}
+		// The guard's authority moved back: the shipped binary resumes at
+		// from and applies the lines after it again.
 		s := readStore(t, db)
 		before, _ := s.Feed(context.Background(), "ledger")
-		p := start(t, env, args...)
+		if err := testseam.MoveBack(context.Background(), s, "ledger", 0, from); err != nil {
+			t.Fatal(err)
+		}
+		p := start(t, nil, args...)
 		wantApplied := before.Applied + 99 // the last 99 valid lines, applied again
 		wait(t, 60*time.Second, func() error {
 			f, err := s.Feed(context.Background(), "ledger")

@@ -33,6 +33,14 @@ type DiffResult struct {
 	OutputsDatabase int64 `json:"outputsDatabase"`
 	// First is the first divergent delivery, in replay order.
 	First *Divergence `json:"firstDivergence"`
+	// Divergences lists every divergent delivery, in place order (by
+	// partition, epoch and position), up to the listing's limit;
+	// Unlisted counts those left out past it.
+	Divergences []Divergence `json:"divergences"`
+	Unlisted    int64        `json:"unlisted,omitempty"`
+	// Topics counts the divergent deliveries by topic (a delivery counts
+	// under each topic either side has an output on, "" for none).
+	Topics map[string]int64 `json:"topics,omitempty"`
 	// Tables compares each state table; DivergentTables counts those that
 	// differ.
 	Tables          []TableDiff `json:"tables"`
@@ -81,7 +89,24 @@ type TableDiff struct {
 	FirstKey string `json:"firstKey,omitempty"`
 	Expected string `json:"expected,omitempty"`
 	Got      string `json:"got,omitempty"`
+	// Rows lists every divergent row in key order, up to the listing's
+	// limit; Unlisted counts those left out past it.
+	Rows     []RowDiff `json:"rows,omitempty"`
+	Unlisted int64     `json:"unlisted,omitempty"`
+	limit    int
 }
+
+// RowDiff is a state row that differs: its key, and each side's row (""
+// for a side that lacks it).
+type RowDiff struct {
+	Key      string `json:"key"`
+	Expected string `json:"expected"`
+	Got      string `json:"got"`
+}
+
+// DefaultListed is how many divergent deliveries, and rows per table,
+// Diff lists (every one is counted).
+const DefaultListed = 1000
 
 // Same reports whether the table is the same in both.
 func (t TableDiff) Same() bool {
@@ -93,12 +118,22 @@ func (t TableDiff) Same() bool {
 // epoch, position and output index (topic, key, value and headers; not
 // ids, times, or the dead-letter id header), and every state table, row by
 // row (only feed's rows of a table with a feed column).
+// It lists DefaultListed divergent deliveries and rows per table (see
+// DiffListing).
 func Diff(ctx context.Context, replayed, db *outbox.Store, feed string, places []Place) (DiffResult, error) {
+	return DiffListing(ctx, replayed, db, feed, places, DefaultListed)
+}
+
+// DiffListing is Diff listing up to limit divergent deliveries, and limit
+// divergent rows per table (0: none listed; every one is counted). A
+// listed delivery holds its outputs, a row its values: the listing's size
+// is about limit times the largest.
+func DiffListing(ctx context.Context, replayed, db *outbox.Store, feed string, places []Place, limit int) (DiffResult, error) {
 	var res DiffResult
-	if err := diffOutputs(ctx, replayed, db, feed, places, &res); err != nil {
+	if err := diffOutputs(ctx, replayed, db, feed, places, &res, limit); err != nil {
 		return res, err
 	}
-	if err := diffTables(ctx, replayed, db, feed, &res); err != nil {
+	if err := diffTables(ctx, replayed, db, feed, &res, limit); err != nil {
 		return res, err
 	}
 	if err := diffPositions(ctx, replayed, db, feed, &res); err != nil {
@@ -122,7 +157,7 @@ func samePlace(a, b Place) bool {
 	return a.Partition == b.Partition && a.Epoch == b.Epoch && a.Position == b.Position
 }
 
-func diffOutputs(ctx context.Context, replayed, db *outbox.Store, feed string, places []Place, res *DiffResult) error {
+func diffOutputs(ctx context.Context, replayed, db *outbox.Store, feed string, places []Place, res *DiffResult, limit int) error {
 	ps := slices.Clone(places)
 	slices.SortFunc(ps, placeOrder)
 	// A place delivered twice (a dead letter requeued) is compared once,
@@ -151,13 +186,38 @@ func diffOutputs(ctx context.Context, replayed, db *outbox.Store, feed string, p
 		if len(want) == 0 {
 			res.MissingInDatabase++
 		}
+		countTopics(res, got, want)
+		d := Divergence{Partition: p.Partition, Epoch: p.Epoch, Position: p.Position,
+			Expected: showOutputs(want), Got: showOutputs(got)}
 		if first < 0 || p.Ordinal < first {
 			first = p.Ordinal
-			res.First = &Divergence{Partition: p.Partition, Epoch: p.Epoch, Position: p.Position,
-				Expected: showOutputs(want), Got: showOutputs(got)}
+			res.First = &d
+		}
+		if len(res.Divergences) < limit {
+			res.Divergences = append(res.Divergences, d)
+		} else {
+			res.Unlisted++
 		}
 	}
 	return cmp.Or(a.c.Err(), b.c.Err())
+}
+
+// countTopics counts a divergent delivery under each topic its outputs
+// are on, on either side.
+func countTopics(res *DiffResult, got, want []outbox.Row) {
+	if res.Topics == nil {
+		res.Topics = map[string]int64{}
+	}
+	seen := map[string]bool{}
+	for _, r := range slices.Concat(got, want) {
+		if !seen[r.Topic] {
+			seen[r.Topic] = true
+			res.Topics[r.Topic]++
+		}
+	}
+	if len(seen) == 0 {
+		res.Topics[""]++
+	}
 }
 
 // outputs walks one database's outputs in place order.
@@ -248,7 +308,7 @@ func textOf(b []byte) *string {
 	return &s
 }
 
-func diffTables(ctx context.Context, replayed, db *outbox.Store, feed string, res *DiffResult) error {
+func diffTables(ctx context.Context, replayed, db *outbox.Store, feed string, res *DiffResult, limit int) error {
 	ta, err := replayed.StateTables(ctx)
 	if err != nil {
 		return err
@@ -270,7 +330,7 @@ func diffTables(ctx context.Context, replayed, db *outbox.Store, feed string, re
 	}
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		pair := byName[name]
-		td := TableDiff{Table: name}
+		td := TableDiff{Table: name, limit: limit}
 		switch {
 		case pair[1] == nil:
 			td.Missing = "database"
@@ -344,10 +404,11 @@ func diffTable(ctx context.Context, replayed, db *outbox.Store, t outbox.StateTa
 	return cmp.Or(ca.Err(), cb.Err())
 }
 
-// first keeps the first divergent row: got (the replay's) or want may be
-// nil when that side lacks it.
+// first keeps a divergent row: the first, and the listed ones. got (the
+// replay's) or want may be nil when that side lacks it.
 func (td *TableDiff) first(t outbox.StateTable, keyIdx []int, got, want []any) {
-	if td.FirstKey != "" {
+	if td.FirstKey != "" && len(td.Rows) >= td.limit {
+		td.Unlisted++
 		return
 	}
 	row := got
@@ -358,8 +419,15 @@ func (td *TableDiff) first(t outbox.StateTable, keyIdx []int, got, want []any) {
 	for i, k := range keyIdx {
 		parts[i] = t.Columns[k] + "=" + showValue(row[k])
 	}
-	td.FirstKey = strings.Join(parts, ", ")
-	td.Got, td.Expected = showRow(t.Columns, got), showRow(t.Columns, want)
+	rd := RowDiff{Key: strings.Join(parts, ", "), Got: showRow(t.Columns, got), Expected: showRow(t.Columns, want)}
+	if td.FirstKey == "" {
+		td.FirstKey, td.Got, td.Expected = rd.Key, rd.Got, rd.Expected
+	}
+	if len(td.Rows) < td.limit {
+		td.Rows = append(td.Rows, rd)
+	} else {
+		td.Unlisted++
+	}
 }
 
 func showRow(cols []string, row []any) string {

@@ -69,7 +69,6 @@ func (r run) record(t *testing.T) recording.Status {
 	defer store.Close()
 	cfg := ingest.DefaultConfig("ledger")
 	cfg.Processor = ledger.Name
-	defer testseam.SetIngest("ledger", testseam.Ingest{Rewind: r.rewind})()
 	cfg.BatchMax = 500 // several transactions per run
 	cfg.Logger = quiet
 	maxBytes := r.maxBytes
@@ -86,7 +85,11 @@ func (r run) record(t *testing.T) recording.Status {
 		t.Fatal(err)
 	}
 	cfg.Recorder = rec
-	loop, err := ingest.NewLoop(store, filefeed.New(r.input, filefeed.Options{Logger: quiet}), ledger.New("ledger.out"), cfg)
+	var feed ingest.Feed = filefeed.New(r.input, filefeed.Options{Logger: quiet})
+	if r.rewind != nil {
+		feed = testseam.Rewound(feed, r.rewind)
+	}
+	loop, err := ingest.NewLoop(store, feed, ledger.New("ledger.out"), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

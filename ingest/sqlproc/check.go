@@ -41,8 +41,21 @@ func (p *plan) check(ctx context.Context) error {
 		if err := s.SetAuthorizer(ctx, g.allowUser); err != nil {
 			return fmt.Errorf("sqlproc %s: %w", p.cfg.Name, err)
 		}
+		foreign, err := p.checkReads(ctx, s, g, map[string]bool{})
+		if err != nil {
+			return err
+		}
+		g.foreign = foreign
 		if err := p.checkSetup(ctx, s, g); err != nil {
 			return err
+		}
+		if err := p.checkWindowTable(ctx, s); err != nil {
+			return err
+		}
+		if p.window != nil {
+			if err := p.checkQuery(ctx, s, g, "window.time", 0, 1, *p.window.time); err != nil {
+				return err
+			}
 		}
 		if p.reject != nil {
 			if err := p.checkQuery(ctx, s, g, "reject", 0, 1, *p.reject); err != nil {
@@ -61,7 +74,8 @@ func (p *plan) check(ctx context.Context) error {
 	})
 }
 
-// checkSetup runs the setup statements in the scratch database.
+// checkSetup runs the setup statements, then the migrations', in the
+// scratch database.
 func (p *plan) checkSetup(ctx context.Context, s *outbox.Store, g *guard) error {
 	tx, err := s.Begin(ctx)
 	if err != nil {
@@ -75,6 +89,17 @@ func (p *plan) checkSetup(ctx context.Context, s *outbox.Store, g *guard) error 
 		})
 		if err != nil {
 			return p.stmtFailed("setup", i, len(p.setup), st, denied, err)
+		}
+	}
+	for _, m := range p.migs {
+		for i, st := range m.stmts {
+			denied, err := g.asUser(func() error {
+				_, err := tx.Exec(ctx, st.text)
+				return err
+			})
+			if err != nil {
+				return p.stmtFailed(m.field(), i, len(m.stmts), st, denied, err)
+			}
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -139,6 +164,10 @@ func (p *plan) checkColumns(field string, cols []string) error {
 		}
 	case "emit":
 		return p.checkEmitColumns(cols)
+	case "window.time":
+		if len(cols) != 1 {
+			return fmt.Errorf("returns %d columns, want the event time", len(cols))
+		}
 	}
 	return nil
 }

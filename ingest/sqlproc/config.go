@@ -63,6 +63,24 @@ type Config struct {
 	// number of statements (CREATE TABLE IF NOT EXISTS ...). It takes no
 	// parameters.
 	Setup string `yaml:"setup,omitempty" usage:"statements run at start, in their own transaction (CREATE TABLE IF NOT EXISTS ...); no parameters"`
+	// Migrations change the tables setup made, each once, in the order of
+	// their versions, after setup, in the transaction that records it (see
+	// Migration).
+	Migrations []Migration `yaml:"migrations,omitempty" usage:"a list of {version: N, sql: ...}: each runs once, in order, after setup, in the transaction that records its version"`
+	// Reads names what the processor may read of other feeds' processors:
+	// "FEED" (every table its setup and migrations make) or "FEED.TABLE".
+	// It never writes them. The configuration resolves each into ReadFrom.
+	Reads []string `yaml:"reads,omitempty" usage:"other feeds' tables the statements may read, never write: FEED (all its processor's tables) or FEED.TABLE"`
+	// ReadFrom are the processors Reads names, resolved by the
+	// configuration (see ReadSource).
+	ReadFrom []ReadSource `yaml:"-"`
+
+	// Window makes the processor aggregate in windows of event time (see
+	// Window): apply runs per open window of the item, emit once per
+	// window when the watermark passes its end.
+	// The zero Window is none.
+	Window Window `yaml:"window,omitempty"`
+
 	// Reject is one query run first for each item: a row returned makes
 	// the item a dead letter, its first column the reason, its second (if
 	// any) the error.
@@ -73,6 +91,9 @@ type Config struct {
 	// each row is an output, from its columns topic, key, value and headers.
 	Emit string `yaml:"emit,omitempty" usage:"one query run last: each row is an output, columns topic, key, value and optionally headers"`
 }
+
+// Windowed reports whether c declares a window.
+func (c Config) Windowed() bool { return c.Window != (Window{}) }
 
 // Parameters every statement may use, bound from the item's Delivery.
 const (
@@ -118,6 +139,9 @@ type plan struct {
 	cfg    Config
 	params []string // every parameter: deliveryParams, then the decoded ones
 	setup  []statement
+	migs   []migration
+	reads  []readPlan
+	window *windowPlan
 	reject *statement
 	apply  []statement
 	emit   *statement
@@ -138,17 +162,34 @@ func (c Config) compile() (*plan, error) {
 		return nil, fail("%v", err)
 	}
 	p := &plan{cfg: c, params: append(slices.Clip(deliveryParams), decoded...)}
+	itemParams, emitParams := p.params, p.params
+	if c.Windowed() {
+		p.params = append(slices.Clip(p.params), ParamWindowStart, ParamWindowEnd)
+		emitParams = []string{ParamWindowStart, ParamWindowEnd}
+		if p.window, err = c.windowPlan(p, itemParams); err != nil {
+			return nil, err
+		}
+	}
 	if p.setup, err = c.statements("setup", c.Setup, nil); err != nil {
+		return nil, err
+	}
+	if p.migs, err = c.migrations(); err != nil {
+		return nil, err
+	}
+	if p.reads, err = c.readPlans(); err != nil {
 		return nil, err
 	}
 	if p.apply, err = c.statements("apply", c.Apply, p.params); err != nil {
 		return nil, err
 	}
-	if p.reject, err = c.single("reject", c.Reject, p.params); err != nil {
+	if p.reject, err = c.single("reject", c.Reject, itemParams); err != nil {
 		return nil, err
 	}
-	if p.emit, err = c.single("emit", c.Emit, p.params); err != nil {
+	if p.emit, err = c.single("emit", c.Emit, emitParams); err != nil {
 		return nil, err
+	}
+	if p.window != nil && len(p.apply) == 0 {
+		return nil, fail("window: apply holds no statement: nothing would count in the windows")
 	}
 	if len(p.apply) == 0 && p.emit == nil {
 		return nil, fail("neither apply nor emit holds a statement: the processor would do nothing")

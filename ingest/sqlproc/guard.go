@@ -134,7 +134,8 @@ var errNoGuard = errors.New("the store has no SQL guard: call sqlproc.Guard afte
 
 // guard judges the operations SQLite presents while compiling statements.
 type guard struct {
-	set protectedSet
+	set     protectedSet
+	foreign map[string]foreignTable // Check: the tables of the processors read, lower case
 
 	mu     sync.Mutex
 	user   bool   // allowUser judges: a user's statement is being compiled
@@ -218,6 +219,9 @@ func (g *guard) allowUser(r outbox.AuthRequest) bool {
 	if !g.userMode() {
 		return true
 	}
+	if denied, ok := g.foreignRule(r); !ok {
+		return g.refuse("%s", denied)
+	}
 	switch r.Action {
 	case sqlite.AuthInsert, sqlite.AuthUpdate, sqlite.AuthDelete:
 		if !g.set.has(r.Arg1) {
@@ -260,6 +264,12 @@ func (g *guard) allowUser(r outbox.AuthRequest) bool {
 	case sqlite.AuthAnalyze:
 		return g.refuse("ANALYZE: its statistics would steer outboxd's own queries")
 	case sqlite.AuthPragma:
+		// ALTER TABLE ... ADD COLUMN on a STRICT table, or with a NOT NULL
+		// or CHECK constraint, checks the table's rows through
+		// pragma_quick_check: SQLite's own read, allowed there.
+		if strings.EqualFold(r.Arg1, "quick_check") && g.droppingOrAltering() {
+			return true
+		}
 		if !readOnlyPragmas[strings.ToLower(r.Arg1)] {
 			return g.refuse("PRAGMA %s: user SQL may only run the pragmas that describe the schema", r.Arg1)
 		}
@@ -289,6 +299,8 @@ func verb(a sqlite.AuthorizerActionCode) string {
 		return "creates"
 	case sqlite.AuthCreateIndex:
 		return "creates index"
+	case sqlite.AuthCreateTrigger, sqlite.AuthCreateTempTrigger:
+		return "creates trigger"
 	case sqlite.AuthDropIndex, sqlite.AuthDropTempIndex:
 		return "drops index"
 	case sqlite.AuthDropTrigger, sqlite.AuthDropTempTrigger:
@@ -299,4 +311,41 @@ func verb(a sqlite.AuthorizerActionCode) string {
 		return "DETACH"
 	}
 	return "drops"
+}
+
+// foreignRule judges user SQL's use of another feed's tables: read when
+// Reads names them, never written, altered, dropped, indexed or given a
+// trigger.
+func (g *guard) foreignRule(r outbox.AuthRequest) (string, bool) {
+	if len(g.foreign) == 0 {
+		return "", true
+	}
+	table := func(name string) (foreignTable, bool) {
+		f, ok := g.foreign[strings.ToLower(name)]
+		return f, ok
+	}
+	switch r.Action {
+	case sqlite.AuthRead:
+		if f, ok := table(r.Arg1); ok && !f.readable {
+			return fmt.Sprintf("reads table %s of feed %s, which reads does not name", r.Arg1, f.feed), false
+		}
+	case sqlite.AuthInsert, sqlite.AuthUpdate, sqlite.AuthDelete:
+		if f, ok := table(r.Arg1); ok {
+			return fmt.Sprintf("writes table %s of feed %s (another feed's tables are read, never written)", r.Arg1, f.feed), false
+		}
+	case sqlite.AuthDropTable, sqlite.AuthDropView:
+		if f, ok := table(r.Arg1); ok {
+			return fmt.Sprintf("drops table %s of feed %s, which only its own processor changes", r.Arg1, f.feed), false
+		}
+	case sqlite.AuthAlterTable:
+		if f, ok := table(r.Arg2); ok {
+			return fmt.Sprintf("alters table %s of feed %s, which only its own processor changes", r.Arg2, f.feed), false
+		}
+	case sqlite.AuthCreateIndex, sqlite.AuthDropIndex, sqlite.AuthCreateTrigger, sqlite.AuthDropTrigger,
+		sqlite.AuthCreateTempTrigger:
+		if f, ok := table(r.Arg2); ok {
+			return fmt.Sprintf("%s %s on table %s of feed %s, which only its own processor changes", verb(r.Action), r.Arg1, r.Arg2, f.feed), false
+		}
+	}
+	return "", true
 }

@@ -20,6 +20,7 @@ type Processor struct {
 	reject *runStmt
 	apply  []runStmt
 	emit   *runStmt
+	wtime  *runStmt  // a window's event time
 	used   []bool    // per parameter slot: some statement uses it
 	states sync.Pool // *itemState
 
@@ -75,6 +76,10 @@ func newProcessor(p *plan) *Processor {
 		r := prep("emit", 0, 1, *p.emit)
 		proc.emit = &r
 	}
+	if p.window != nil {
+		r := prep("window.time", 0, 1, *p.window.time)
+		proc.wtime = &r
+	}
 	proc.states.New = func() any { return proc.newState() }
 	return proc
 }
@@ -82,7 +87,9 @@ func newProcessor(p *plan) *Processor {
 // Name is the processor's name.
 func (p *Processor) Name() string { return p.plan.cfg.Name }
 
-// Setup runs the setup statements in tx, then compiles every other
+// Setup runs in tx what the processors it reads need (see ReadSource),
+// then its setup statements, then its migrations that have not run (see
+// Migration), then compiles every other
 // statement against the database as it now is, so a schema that differs
 // from the one Check saw (tables an earlier setup left) fails the start,
 // not each item. It fails on a store without the guard (see Guard).
@@ -90,21 +97,25 @@ func (p *Processor) Setup(ctx context.Context, tx *outbox.Tx) error {
 	if err := p.checkGuard(ctx, tx); err != nil {
 		return err
 	}
-	for i, s := range p.plan.setup {
-		if _, err := tx.Exec(ctx, s.text); err != nil {
-			return fmt.Errorf("sqlproc %s: %s: %s", p.Name(), stmtName("setup", i, len(p.plan.setup), s.text), sqliteMessage(err))
-		}
+	if err := p.plan.prepare(ctx, tx); err != nil {
+		return err
 	}
 	for _, r := range p.statements() {
 		if _, err := tx.Stmt(ctx, r.stmt.String()); err != nil {
 			return fmt.Errorf("sqlproc %s: %s: %s", p.Name(), r.name, sqliteMessage(err))
 		}
 	}
+	if w := p.plan.window; w != nil {
+		return w.checkTable(ctx, tx, p.Name())
+	}
 	return nil
 }
 
 func (p *Processor) statements() []*runStmt {
 	var all []*runStmt
+	if p.wtime != nil {
+		all = append(all, p.wtime)
+	}
 	if p.reject != nil {
 		all = append(all, p.reject)
 	}
@@ -153,13 +164,15 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 	if err := s.bind(d, item); err != nil {
 		return ingest.Permanent(ingest.ReasonMalformed, err)
 	}
-	s.failed, s.verdict = nil, nil
+	s.failed, s.verdict, s.bad = nil, nil, s.bad[:0]
 	err := tx.Batch(func(b *outbox.Batch) error { return p.run(ctx, tx, b, s) })
 	switch {
 	case err != nil && s.failed != nil:
 		return p.stmtError(s.failed, err)
 	case err != nil:
 		return fmt.Errorf("sqlproc %s: %w", p.Name(), err)
+	case s.verdict == nil && len(s.bad) > 0:
+		return p.deadWindows(ctx, tx, d, s)
 	}
 	return s.verdict
 }
@@ -173,6 +186,9 @@ func (p *Processor) run(ctx context.Context, tx *outbox.Tx, b *outbox.Batch, s *
 		if err := p.runReject(ctx, b, s); err != nil || s.verdict != nil {
 			return err
 		}
+	}
+	if p.wtime != nil {
+		return p.runWindowed(ctx, tx, b, s)
 	}
 	for i := range p.apply {
 		r := &p.apply[i]

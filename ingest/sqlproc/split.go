@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/outboxd/outboxd/internal/sqllex"
 )
 
 // statement is one SQL statement of a configuration, as SQLite will see it.
@@ -39,135 +41,6 @@ func (s statement) positional() string {
 	}
 	b.WriteString(s.text[last:])
 	return b.String()
-}
-
-// tokenKind is what the statement splitter needs to tell tokens apart.
-type tokenKind uint8
-
-const (
-	tokSpace    tokenKind = iota // white space or a comment
-	tokSemi                      // ;
-	tokWord                      // a keyword or bare identifier
-	tokVariable                  // :name, @name, $name
-	tokPosition                  // ?, ?NNN
-	tokOther                     // literals, quoted identifiers, operators
-)
-
-type token struct {
-	kind tokenKind
-	text string
-}
-
-// errUnterminated is returned for a string, quoted identifier or block
-// comment that the text ends inside of.
-var errUnterminated = errors.New("unterminated")
-
-// nextToken returns the token at the start of s, which is not empty. It
-// follows SQLite's own tokenizer as far as splitting statements and finding
-// parameters needs: comments, the four quoting styles, blob literals and the
-// parameter forms.
-func nextToken(s string) (token, error) {
-	c := s[0]
-	switch {
-	case c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r':
-		n := 1
-		for n < len(s) && strings.IndexByte(" \t\n\f\r", s[n]) >= 0 {
-			n++
-		}
-		return token{tokSpace, s[:n]}, nil
-	case strings.HasPrefix(s, "--"):
-		n := strings.IndexByte(s, '\n')
-		if n < 0 {
-			n = len(s)
-		}
-		return token{tokSpace, s[:n]}, nil
-	case strings.HasPrefix(s, "/*"):
-		n := strings.Index(s[2:], "*/")
-		if n < 0 {
-			return token{}, fmt.Errorf("%w comment", errUnterminated)
-		}
-		return token{tokSpace, s[:n+4]}, nil
-	case c == ';':
-		return token{tokSemi, s[:1]}, nil
-	case c == '\'' || c == '"' || c == '`':
-		n, err := quoted(s, c)
-		return token{tokOther, s[:n]}, err
-	case c == '[':
-		n := strings.IndexByte(s, ']')
-		if n < 0 {
-			return token{}, fmt.Errorf("%w [identifier]", errUnterminated)
-		}
-		return token{tokOther, s[:n+1]}, nil
-	case (c == 'x' || c == 'X') && len(s) > 1 && s[1] == '\'':
-		n, err := quoted(s[1:], '\'')
-		return token{tokOther, s[:n+1]}, err
-	case c == '?':
-		n := 1
-		for n < len(s) && s[n] >= '0' && s[n] <= '9' {
-			n++
-		}
-		return token{tokPosition, s[:n]}, nil
-	case c == ':' || c == '@' || c == '$':
-		if n := variableLen(s); n > 1 {
-			return token{tokVariable, s[:n]}, nil
-		}
-		return token{tokOther, s[:1]}, nil
-	case isIDChar(c) && !(c >= '0' && c <= '9') && c != '$':
-		n := 1
-		for n < len(s) && isIDChar(s[n]) {
-			n++
-		}
-		return token{tokWord, s[:n]}, nil
-	default:
-		// Numbers and operators: SQLite's rules for them never hide a ";",
-		// a quote or a parameter, so one byte at a time is enough.
-		return token{tokOther, s[:1]}, nil
-	}
-}
-
-// quoted is the length of the quoted token at the start of s, quote q
-// doubled inside it for itself.
-func quoted(s string, q byte) (int, error) {
-	for i := 1; i < len(s); i++ {
-		if s[i] != q {
-			continue
-		}
-		if i+1 < len(s) && s[i+1] == q {
-			i++
-			continue
-		}
-		return i + 1, nil
-	}
-	return 0, fmt.Errorf("%w %c...%c", errUnterminated, q, q)
-}
-
-// variableLen is the length of the named parameter at the start of s (1 if
-// there is none). SQLite lets a "$" name go on with "::" and a "(...)" suffix.
-func variableLen(s string) int {
-	n := 1
-	for n < len(s) {
-		switch {
-		case isIDChar(s[n]):
-			n++
-		case s[0] == '$' && strings.HasPrefix(s[n:], "::"):
-			n += 2
-		case s[0] == '$' && s[n] == '(' && n > 1:
-			end := strings.IndexByte(s[n:], ')')
-			if end < 0 {
-				return n
-			}
-			return n + end + 1
-		default:
-			return n
-		}
-	}
-	return n
-}
-
-// isIDChar is SQLite's rule for the bytes of an identifier: letters, digits,
-// "_", "$" and every byte of a multi-byte UTF-8 character.
-func isIDChar(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '$' || c >= 0x80
 }
 
 // Where a statement stands, as sqlite3_complete follows it: a ";" ends a
@@ -213,18 +86,18 @@ var completeTable = [8][8]splitState{
 }
 
 // step is the state after token t.
-func (st splitState) step(t token) splitState {
+func (st splitState) step(t sqllex.Token) splitState {
 	return completeTable[st][classOf(t)]
 }
 
-func classOf(t token) int {
-	switch t.kind {
-	case tokSemi:
+func classOf(t sqllex.Token) int {
+	switch t.Kind {
+	case sqllex.Semi:
 		return ccSemi
-	case tokSpace:
+	case sqllex.Space:
 		return ccSpace
-	case tokWord:
-		switch strings.ToUpper(t.text) {
+	case sqllex.Word:
+		switch strings.ToUpper(t.Text) {
 		case "EXPLAIN":
 			return ccExplain
 		case "CREATE":
@@ -250,26 +123,29 @@ func split(src string) ([]statement, error) {
 	start, end := 0, 0 // the current statement's first token and the end of its last
 	st := stStart
 	for i := 0; i < len(src); {
-		t, err := nextToken(src[i:])
+		t, err := sqllex.Next(src[i:])
+		if err == nil && t.Open {
+			err = fmt.Errorf("%w comment", sqllex.ErrUnterminated)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("at byte %d: %w", i, err)
 		}
 		next := st.step(t)
-		if t.kind != tokSpace {
-			if cur == nil && t.kind != tokSemi {
+		if t.Kind != sqllex.Space {
+			if cur == nil && t.Kind != sqllex.Semi {
 				out = append(out, statement{})
 				cur, start = &out[len(out)-1], i
 			}
-			if cur != nil && !(t.kind == tokSemi && next == stStart) {
+			if cur != nil && !(t.Kind == sqllex.Semi && next == stStart) {
 				cur.add(t, i-start)
-				end = i + len(t.text)
+				end = i + len(t.Text)
 			}
 		}
-		if t.kind == tokSemi && next == stStart && cur != nil {
+		if t.Kind == sqllex.Semi && next == stStart && cur != nil {
 			cur.text, cur = src[start:end], nil
 		}
 		st = next
-		i += len(t.text)
+		i += len(t.Text)
 	}
 	switch st {
 	case stTrigger, stSemi:
@@ -282,23 +158,23 @@ func split(src string) ([]statement, error) {
 }
 
 // add takes a token of the statement into account.
-func (s *statement) add(t token, at int) {
-	switch t.kind {
-	case tokWord:
-		if strings.EqualFold(t.text, "ROLLBACK") && s.refused == "" {
-			s.refused = t.text
+func (s *statement) add(t sqllex.Token, at int) {
+	switch t.Kind {
+	case sqllex.Word:
+		if strings.EqualFold(t.Text, "ROLLBACK") && s.refused == "" {
+			s.refused = t.Text
 		}
-	case tokVariable:
-		name := t.text[1:]
+	case sqllex.Variable:
+		name := t.Text[1:]
 		i := slices.Index(s.params, name)
 		if i < 0 {
 			i = len(s.params)
 			s.params = append(s.params, name)
 		}
-		s.uses = append(s.uses, paramUse{at: at, end: at + len(t.text), index: i})
-	case tokPosition:
+		s.uses = append(s.uses, paramUse{at: at, end: at + len(t.Text), index: i})
+	case sqllex.Position:
 		if s.refused == "" {
-			s.refused = t.text
+			s.refused = t.Text
 		}
 	}
 }

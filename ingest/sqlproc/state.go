@@ -44,8 +44,9 @@ type itemState struct {
 	emitAt   [4]int   // per output column, its index in the row, -1 if absent
 	hdrs     []outbox.Header
 
-	failed  *runStmt // the statement whose error the item's run returned
-	verdict error    // the item's failure that is not a statement's
+	bad     []badWindow // closed windows whose result is not an output
+	failed  *runStmt    // the statement whose error the item's run returned
+	verdict error       // the item's failure that is not a statement's
 }
 
 func (p *Processor) newState() *itemState {

@@ -1,0 +1,6 @@
+package server
+
+// The sink targets the service offers: each package registers its URL
+// schemes with sink.Register in its init function, so importing it here
+// is all that offers it (docs/sinks.md).
+import ()

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	kafkaclient "github.com/outboxd/outboxd/internal/kafka"
 )
 
 // txnProducer is the exactly-once relay's producer. It drives Kafka's
@@ -108,24 +110,29 @@ const (
 // and initialises the producer id, which fences any earlier producer with
 // that id and ends the transaction it left open. ctx bounds it.
 func openTxnProducer(ctx context.Context, cfg Config, txnID string) (*txnProducer, error) {
+	sc := saramaConfig(cfg, txnID)
+	d := kafkaclient.NewDialer(sc.Net.DialTimeout)
+	d.Use(sc)
 	type opened struct {
 		p   *txnProducer
 		err error
 	}
 	ch := make(chan opened, 1)
 	go func() {
-		p, err := newTxnProducer(ctx, cfg.Brokers, saramaConfig(cfg, txnID), cfg.Kafka.Principal(), cfg.DeliveryTimeout)
+		p, err := newTxnProducer(ctx, cfg.Brokers, sc, cfg.Kafka.Principal(), cfg.DeliveryTimeout)
 		ch <- opened{p, err}
 	}()
 	select {
 	case o := <-ch:
 		return o.p, o.err
 	case <-ctx.Done():
-		go func() {
-			if o := <-ch; o.p != nil {
-				o.p.close()
-			}
-		}()
+		// Cut the connections, so that the opening ends now and none of
+		// its requests reaches a broker after this returns, then wait
+		// for it.
+		d.CutAll()
+		if o := <-ch; o.p != nil {
+			o.p.close()
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -179,6 +186,12 @@ func (p *txnProducer) coordinated(ctx context.Context, req func(*sarama.Broker) 
 	deadline := time.Now().Add(p.delivery)
 	var last error
 	for {
+		// A request sent once ctx is done could land after the relay
+		// stopped: a late InitProducerID would fence the next producer
+		// of this transactional id.
+		if err := ctx.Err(); err != nil {
+			return errors.Join(last, err)
+		}
 		coord, err := p.client.TransactionCoordinator(p.txnID)
 		if err != nil {
 			err = fmt.Errorf("find the transaction coordinator: %w", err)

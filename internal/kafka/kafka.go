@@ -68,7 +68,7 @@ type Client struct {
 	// kafkasec.Settings.Principal).
 	Principal string
 
-	conns *conns // every connection, to cut those a done context waits on
+	conns *Dialer // every connection, to cut those a done context waits on
 
 	mu      sync.Mutex
 	brokers map[int32]*sarama.Broker // from the last metadata
@@ -84,8 +84,8 @@ func New(brokers []string, clientID string, sec kafkasec.Settings) (*Client, err
 	}
 	c := &Client{conf: Config(clientID, sec), Principal: sec.Principal(), brokers: map[int32]*sarama.Broker{}}
 	c.conf.Net.ReadTimeout = requestTimeout
-	c.conns = &conns{d: net.Dialer{Timeout: c.conf.Net.DialTimeout}, by: map[string]map[*conn]bool{}}
-	c.conf.Net.Proxy.Enable, c.conf.Net.Proxy.Dialer = true, c.conns
+	c.conns = NewDialer(c.conf.Net.DialTimeout)
+	c.conns.Use(c.conf)
 	if err := c.conf.Validate(); err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -100,6 +100,7 @@ func (c *Client) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
+	c.conns.cancel()
 	for _, b := range c.seeds {
 		_ = b.Close()
 	}
@@ -243,55 +244,95 @@ func isConnectionError(err error) bool {
 		errors.Is(err, net.ErrClosed) || errors.Is(err, sarama.ErrNotConnected) || errors.Is(err, sarama.ErrOutOfBrokers)
 }
 
-// conns dials the client's connections and keeps them by address.
-type conns struct {
-	d  net.Dialer
-	mu sync.Mutex
-	by map[string]map[*conn]bool
+// Dialer dials a sarama client's connections (set it with Use) and keeps
+// them by address, so that they can be cut: those to one broker, whose
+// call's context is done, or all of them at once, when the client's work
+// must end now and nothing of it may reach the brokers later.
+type Dialer struct {
+	d      net.Dialer
+	ctx    context.Context // ends dials in progress at CutAll
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	by     map[string]map[*conn]bool
+	closed bool
 }
 
+// NewDialer returns a Dialer whose dials time out after timeout.
+func NewDialer(timeout time.Duration) *Dialer {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Dialer{d: net.Dialer{Timeout: timeout}, ctx: ctx, cancel: cancel, by: map[string]map[*conn]bool{}}
+}
+
+// Use makes sc's connections d's.
+func (d *Dialer) Use(sc *sarama.Config) {
+	sc.Net.Proxy.Enable, sc.Net.Proxy.Dialer = true, d
+}
+
+// ErrCut is the error of a dial after CutAll.
+var ErrCut = errors.New("kafka: the client's connections were cut")
+
 // Dial connects to addr (sarama's dialer).
-func (cs *conns) Dial(network, addr string) (net.Conn, error) {
-	nc, err := cs.d.Dial(network, addr)
+func (d *Dialer) Dial(network, addr string) (net.Conn, error) {
+	nc, err := d.d.DialContext(d.ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{Conn: nc, cs: cs, addr: addr}
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if cs.by[addr] == nil {
-		cs.by[addr] = map[*conn]bool{}
+	c := &conn{Conn: nc, d: d, addr: addr}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		_ = nc.Close()
+		return nil, ErrCut
 	}
-	cs.by[addr][c] = true
+	if d.by[addr] == nil {
+		d.by[addr] = map[*conn]bool{}
+	}
+	d.by[addr][c] = true
 	return c, nil
 }
 
 // cut closes every connection to addr.
-func (cs *conns) cut(addr string) {
-	cs.mu.Lock()
-	list := make([]*conn, 0, len(cs.by[addr]))
-	for c := range cs.by[addr] {
+func (d *Dialer) cut(addr string) {
+	d.mu.Lock()
+	list := make([]*conn, 0, len(d.by[addr]))
+	for c := range d.by[addr] {
 		list = append(list, c)
 	}
-	cs.mu.Unlock()
+	d.mu.Unlock()
 	for _, c := range list {
 		_ = c.Close()
 	}
 }
 
-// conn is a connection that leaves its conns when closed.
+// CutAll closes every connection, ends dials in progress and refuses new
+// ones: every request of the client in flight fails at once.
+func (d *Dialer) CutAll() {
+	d.mu.Lock()
+	d.closed = true
+	addrs := make([]string, 0, len(d.by))
+	for a := range d.by {
+		addrs = append(addrs, a)
+	}
+	d.mu.Unlock()
+	d.cancel()
+	for _, a := range addrs {
+		d.cut(a)
+	}
+}
+
+// conn is a connection that leaves its Dialer when closed.
 type conn struct {
 	net.Conn
-	cs   *conns
+	d    *Dialer
 	addr string
 	once sync.Once
 }
 
 func (c *conn) Close() error {
 	c.once.Do(func() {
-		c.cs.mu.Lock()
-		delete(c.cs.by[c.addr], c)
-		c.cs.mu.Unlock()
+		c.d.mu.Lock()
+		delete(c.d.by[c.addr], c)
+		c.d.mu.Unlock()
 	})
 	return c.Conn.Close()
 }

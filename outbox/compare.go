@@ -257,7 +257,8 @@ func scanOutput(rows *sqlx.Rows) (Row, error) {
 // OwnTables are outboxd's own tables; every other table (sqlite_* aside)
 // is a processor's state. A migration that adds a table adds it here.
 var OwnTables = []string{"meta", "feeds", "positions", "outbox", "dead_letters", "losses", "relay_progress",
-	"outbox_chunks", "outbox_ids", "outbox_slots", "feed_processors", "sink_progress"}
+	"outbox_chunks", "outbox_ids", "outbox_slots", "feed_processors", "sink_progress",
+	"processor_migrations", "processor_watermarks"}
 
 // StateTable is a processor's state table.
 type StateTable struct {

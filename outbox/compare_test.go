@@ -108,3 +108,18 @@ func TestOutputsByPlace_Merged(t *testing.T) {
 	must(t, c.Err())
 	equal(t, "outputs", i, len(want))
 }
+
+// TestStateTables_NoneOfOutboxds: a store that only migrated has one
+// state table, the built-in ledger's (schema.sql creates it), so every
+// other table a migration creates is in OwnTables (else a replay's diff
+// would compare an engine table as a processor's).
+func TestStateTables_NoneOfOutboxds(t *testing.T) {
+	s, _ := openStore(t)
+	tables, err := s.StateTables(context.Background())
+	must(t, err)
+	for _, st := range tables {
+		if st.Name != "ledger_balances" {
+			t.Errorf("table %s is outboxd's own but not in outbox.OwnTables", st.Name)
+		}
+	}
+}

@@ -5,15 +5,6 @@ import (
 	"net/http"
 )
 
-// Relay modes and states the API reports when the relay is off.
-const (
-	RelayModeNone = "none"
-	RelayStateOff = "off"
-	// RelayStateUnauthorized is the relay's state while Kafka refuses it
-	// (relay.StateUnauthorized): /readyz fails.
-	RelayStateUnauthorized = "unauthorized"
-)
-
 // OutboxStatus is the body of GET /outbox/status.
 type OutboxStatus struct {
 	// Pending counts the rows after LastPublishedID; OldestPendingAge is

@@ -55,6 +55,9 @@ type benchOptions struct {
 	// Record adds the phases ingest_recorded (ingest with --record) and
 	// replay (server replay of that recording, diffed against its run).
 	Record bool
+	// NATS adds the phase end_to_end_nats (nats.go): the outputs to a
+	// JetStream stream of a nats-server the bench starts.
+	NATS bool
 	// Postgres (a postgres:// URL) adds the PostgreSQL sink's phases
 	// (sinkpg.go), their tables in its schema outboxd_bench.
 	Postgres string
@@ -122,6 +125,7 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 	fs.IntVar(&o.RelayBatch, "relay-batch", o.RelayBatch, "`N` rows per Kafka transaction (and per raw_produce transaction)")
 	fs.DurationVar(&o.RelayWait, "relay-wait", o.RelayWait, "how long (`D`) a short relay batch waits for more rows")
 	fs.StringVar(&o.Dir, "dir", o.Dir, "`DIR` (on the disk to measure) for the files and databases (default: the system temp dir)")
+	fs.BoolVar(&o.NATS, "nats", o.NATS, "add the phase end_to_end_nats: the outputs relayed by a sink to JetStream (a nats-server the bench starts: Debian's package)")
 	fs.StringVar(&o.Postgres, "postgres", o.Postgres, "a PostgreSQL `URL` (postgres://...): add the phases sink_postgres and sink_postgres_e2e, their tables in its schema outboxd_bench")
 	fs.BoolVar(&o.Keep, "keep", o.Keep, "keep the files, databases and topics")
 	fs.BoolVar(&o.Verify, "verify", o.Verify, "check every output arrived exactly once and the balances (exit 1 otherwise)")

@@ -32,6 +32,9 @@ type benchResult struct {
 	Replay         *replayResult    `json:"replay"`
 	Relay          *phaseResult     `json:"relay"`
 	EndToEnd       *phaseResult     `json:"end_to_end"`
+	// EndToEndNATS is end_to_end to a JetStream stream through a sink
+	// (nats.go), null where nats-server is missing.
+	EndToEndNATS *phaseResult `json:"end_to_end_nats"`
 	// SinkPostgres and SinkPostgresE2E are measured with --postgres
 	// (sinkpg.go), null without.
 	SinkPostgres    *phaseResult   `json:"sink_postgres"`
@@ -267,6 +270,7 @@ func (r *benchResult) table(w io.Writer) error {
 		{"replay", "items/s", "", r.replayPhase()},
 		{"relay", "records/s", ratioText(r.Ratios.RelayRawProduce, "raw_produce", r.Ratios.RelayRawProduceCPU), r.Relay},
 		{"end_to_end", "lines/s", ratioText(r.Ratios.EndToEndCeiling, "raw_pipeline", r.Ratios.EndToEndCeilingCPU), r.EndToEnd},
+		{"end_to_end_nats", "lines/s", "", r.EndToEndNATS},
 		{"sink_postgres", "rows/s", "", r.SinkPostgres},
 		{"sink_postgres_e2e", "lines/s", "", r.SinkPostgresE2E},
 	}
@@ -274,7 +278,7 @@ func (r *benchResult) table(w io.Writer) error {
 		if row.p == nil && !s.Record && (row.name == "ingest_recorded" || row.name == "replay") {
 			continue
 		}
-		if row.p == nil && strings.HasPrefix(row.name, "sink_postgres") {
+		if row.p == nil && (strings.HasPrefix(row.name, "sink_postgres") || row.name == "end_to_end_nats") {
 			continue
 		}
 		if row.p == nil {

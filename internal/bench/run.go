@@ -116,6 +116,9 @@ func (b *bench) runPhases(ctx context.Context) error {
 		{"relay", b.runRelay},
 		{"end_to_end", b.runEndToEnd},
 	}...)
+	if b.o.NATS {
+		phases = append(phases, benchPhase{"end_to_end_nats", b.runEndToEndNATS})
+	}
 	if b.o.Postgres != "" {
 		phases = append(phases, benchPhase{"sink_postgres", b.runSinkPostgres}, benchPhase{"sink_postgres_e2e", b.runSinkPostgresE2E})
 	}

@@ -252,7 +252,11 @@ func processorConfig(fc *FeedConfig, c Config) map[string]string {
 		// A SQL processor's whole definition: its SQL text, its input's
 		// description and settings, and its version, so that two versions
 		// fingerprint differently and a replay can build it again.
-		def, err := c.Processors[fc.Processor].sqlConfig(fc.Processor, fc.Topic).Definition()
+		sc, err := c.resolvedSQLConfig(fc.Processor, fc.Topic, nil) // with what it reads
+		if err != nil {                                             // refused at start already
+			sc = c.Processors[fc.Processor].sqlConfig(fc.Processor, fc.Topic)
+		}
+		def, err := sc.Definition()
 		if err != nil {
 			panic(fmt.Sprintf("definition of processor %s: %v", fc.Processor, err)) // strings, bools, lists and maps of them
 		}

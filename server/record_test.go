@@ -16,7 +16,6 @@ import (
 
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest/recording"
-	"github.com/outboxd/outboxd/internal/devkafka"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -240,9 +239,10 @@ func TestMain_RecordingKafka(t *testing.T) {
 	for i := range n {
 		fmt.Fprintf(&in, `{"key":"k-%d","value":"v-%d","headers":{"h":"%d"}}`+"\n", i%17, i, i)
 	}
-	if _, err := devkafka.Produce(context.Background(), devkafka.ProduceOptions{Brokers: []string{r.m.Broker.Addr()}, Topic: "events", JSON: true},
-		strings.NewReader(in.String())); err != nil {
-		t.Fatal(err)
+	if got, err := produceLines(context.Background(), produceOptions{Brokers: []string{r.m.Broker.Addr()}, Topic: "events",
+		JSON: true, Partition: unset, MaxLine: toolMaxLine, ConnectTimeout: toolConnectTimeout},
+		strings.NewReader(in.String())); err != nil || got != n {
+		t.Fatalf("produced %d of %d: %v", got, n, err)
 	}
 	wait(t, 30*time.Second, func() error {
 		s, err := outbox.OpenExisting(context.Background(), db)

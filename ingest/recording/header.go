@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -49,14 +50,14 @@ type Header struct {
 
 // LoopSettings are the settings of the recorded loop that a replay uses.
 type LoopSettings struct {
-	BatchMax            int    `json:"batchMax"`
-	BatchBytes          int    `json:"batchBytes"`
-	RetryAttempts       int    `json:"retryAttempts"`
-	AttemptTimeout      string `json:"attemptTimeout"`
-	OnFailure           string `json:"onFailure"`
-	OnCompletionFailure string `json:"onCompletionFailure"`
-	MaxMessageBytes     int    `json:"maxMessageBytes"`
-	DeadLetterTopic     string `json:"deadLetterTopic"`
+	BatchMax            int                     `json:"batchMax"`
+	BatchBytes          int                     `json:"batchBytes"`
+	RetryAttempts       int                     `json:"retryAttempts"`
+	AttemptTimeout      string                  `json:"attemptTimeout"`
+	OnFailure           ingest.FailurePolicy    `json:"onFailure"`
+	OnCompletionFailure ingest.CompletionPolicy `json:"onCompletionFailure"`
+	MaxMessageBytes     int                     `json:"maxMessageBytes"`
+	DeadLetterTopic     string                  `json:"deadLetterTopic"`
 }
 
 // Checkpoint is a partition's epoch and position.

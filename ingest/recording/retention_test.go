@@ -1,6 +1,7 @@
 package recording_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/ingest/recording"
+	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // onDisk lists dir's files (not directories) with their sizes.
@@ -241,3 +244,24 @@ func TestRecorder_PauseAndResume(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestRecorder_StoppedBeforeSnapshot: a loop that stops while its
+// recorder takes the run's snapshot leaves no error and no run.
+func TestRecorder_StoppedBeforeSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	store := testutil.OpenStore(t, outbox.DefaultConfig(filepath.Join(dir, "live.db")))
+	rec, err := recording.NewRecorder(recording.Options{Logger: quiet, Dir: filepath.Join(dir, "rec"), Store: store, Snapshot: true,
+		MaxBytes: recording.DefaultMaxBytes, Header: recording.Header{Feed: "ledger"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	rec.Start(ctx, nil)
+	if st := rec.Status(); st.Recording || st.Error != "" || st.File != "" {
+		t.Fatalf("status %+v: want no run and no error", st)
+	}
+	if files := onDisk(t, filepath.Join(dir, "rec")); len(files) != 0 {
+		t.Fatalf("files %v", files)
+	}
+}

@@ -25,6 +25,8 @@ type OutboxStatus struct {
 	LastPublishedID int64           `json:"lastPublishedId"`
 	LastOutboxID    int64           `json:"lastOutboxId"`
 	Relay           RelayStatusJSON `json:"relay"`
+	// Sinks are the configured sinks (GET /sinks has more of each).
+	Sinks []SinkSummary `json:"sinks"`
 }
 
 // RelayStatusJSON is the relay as GET /outbox/status shows it. Mode is
@@ -52,6 +54,7 @@ func (s *Server) outboxStatus(ctx context.Context) (OutboxStatus, error) {
 		Pending: snap.Backlog.Pending, OldestPendingAge: s.age(snap.Backlog.OldestAt), LastPublishedID: snap.Published,
 		LastOutboxID: snap.LastID, Relay: RelayStatusJSON{Mode: RelayModeNone, State: RelayStateOff},
 		PendingBytes: pending.Bytes, MaxBacklogBytes: s.cfg.MaxBacklog.Bytes, MaxBacklogRows: s.cfg.MaxBacklog.Rows,
+		Sinks: s.sinkSummaries(),
 	}
 	if s.relay != nil {
 		rs := s.relay.Status()

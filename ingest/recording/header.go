@@ -41,7 +41,11 @@ type Header struct {
 	From []Checkpoint `json:"from"`
 	// Snapshot names the copy of the database as of From, in the file's
 	// directory ("" when none: --record-snapshot=false, or a later part).
-	Snapshot string `json:"snapshot,omitempty"`
+	// SnapshotRun, when not "", is the earlier run whose start the
+	// snapshot holds (a run that reused it): a replay starts from that
+	// run's recordings.
+	Snapshot    string `json:"snapshot,omitempty"`
+	SnapshotRun string `json:"snapshotRun,omitempty"`
 }
 
 // LoopSettings are the settings of the recorded loop that a replay uses.

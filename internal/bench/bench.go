@@ -55,6 +55,9 @@ type benchOptions struct {
 	// Record adds the phases ingest_recorded (ingest with --record) and
 	// replay (server replay of that recording, diffed against its run).
 	Record bool
+	// Postgres (a postgres:// URL) adds the PostgreSQL sink's phases
+	// (sinkpg.go), their tables in its schema outboxd_bench.
+	Postgres string
 }
 
 // defaultBenchOptions are the engine's own defaults, so that the bench
@@ -119,6 +122,7 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 	fs.IntVar(&o.RelayBatch, "relay-batch", o.RelayBatch, "`N` rows per Kafka transaction (and per raw_produce transaction)")
 	fs.DurationVar(&o.RelayWait, "relay-wait", o.RelayWait, "how long (`D`) a short relay batch waits for more rows")
 	fs.StringVar(&o.Dir, "dir", o.Dir, "`DIR` (on the disk to measure) for the files and databases (default: the system temp dir)")
+	fs.StringVar(&o.Postgres, "postgres", o.Postgres, "a PostgreSQL `URL` (postgres://...): add the phases sink_postgres and sink_postgres_e2e, their tables in its schema outboxd_bench")
 	fs.BoolVar(&o.Keep, "keep", o.Keep, "keep the files, databases and topics")
 	fs.BoolVar(&o.Verify, "verify", o.Verify, "check every output arrived exactly once and the balances (exit 1 otherwise)")
 	fs.BoolVar(&o.Verbose, "verbose", o.Verbose, "show the engine's logs on stderr")
@@ -156,6 +160,8 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--line-fill: %q is not spaces or random", o.LineFill)
 	case o.LineFill == fillRandom && o.Processor != "forward":
 		return fmt.Errorf("--line-fill random: the %s processor reads the line whole: give --processor forward", o.Processor)
+	case o.Postgres != "" && !strings.HasPrefix(o.Postgres, "postgres://") && !strings.HasPrefix(o.Postgres, "postgresql://"):
+		return fmt.Errorf("--postgres: want a postgres:// URL")
 	case o.Sweep != "" && o.Sweep != "accounts":
 		return fmt.Errorf("--sweep: %q is not accounts", o.Sweep)
 	case o.Sweep != "" && o.Processor == "forward":

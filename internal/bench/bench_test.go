@@ -19,6 +19,7 @@ import (
 
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/ingest/recording"
+	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/relay"
 )
 
@@ -96,6 +97,34 @@ func TestBenchCommand(t *testing.T) {
 		}
 		if got, _ := res["rss"]["peak_mib"].(float64); got <= 0 {
 			t.Errorf("rss.peak_mib = %v", res["rss"]["peak_mib"])
+		}
+	})
+
+	t.Run("Postgres", func(t *testing.T) {
+		db := pgtest.New(t)
+		if !strings.HasPrefix(db.DSN, "postgres://") {
+			t.Skipf("--postgres takes a postgres:// URL; the server found is reached by %q", db.DSN)
+		}
+		res := run(t, "--lines", "20000", "--rate", "0", "--postgres", db.DSN)
+		if got, _ := res["sink_postgres"]["count"].(float64); got <= 0 || got > 20000 {
+			t.Errorf("sink_postgres.count = %v, want in (0, 20000]", res["sink_postgres"]["count"])
+		}
+		if got := res["sink_postgres_e2e"]["count"]; got != 20000.0 {
+			t.Errorf("sink_postgres_e2e.count = %v, want 20000", got)
+		}
+		for _, phase := range []string{"sink_postgres", "sink_postgres_e2e"} {
+			cpu, _ := res[phase]["cpu"].(map[string]any)
+			if got, _ := cpu["per_item_us"].(float64); got <= 0 {
+				t.Errorf("%s.cpu.per_item_us = %v, want more than 0", phase, cpu["per_item_us"])
+			}
+		}
+		if res["verify"]["ok"] != true {
+			t.Errorf("verify = %v", res["verify"])
+		}
+		// The tables are dropped after their phases.
+		var n int
+		if err := db.Conn(t).QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'outboxd_bench' AND tablename LIKE 'sink_postgres%'`).Scan(&n); err != nil || n != 0 {
+			t.Errorf("%d sink_postgres tables left (%v)", n, err)
 		}
 	})
 

@@ -32,12 +32,16 @@ type benchResult struct {
 	Replay         *replayResult    `json:"replay"`
 	Relay          *phaseResult     `json:"relay"`
 	EndToEnd       *phaseResult     `json:"end_to_end"`
-	Ratios         benchRatios      `json:"ratios"`
-	Latency        *latencyResult   `json:"latency"`
-	Sweep          *sweepResult     `json:"sweep,omitempty"`
-	RSS            rssResult        `json:"rss"`
-	Verify         verifyResult     `json:"verify"`
-	Settings       benchSettings    `json:"settings"`
+	// SinkPostgres and SinkPostgresE2E are measured with --postgres
+	// (sinkpg.go), null without.
+	SinkPostgres    *phaseResult   `json:"sink_postgres"`
+	SinkPostgresE2E *phaseResult   `json:"sink_postgres_e2e"`
+	Ratios          benchRatios    `json:"ratios"`
+	Latency         *latencyResult `json:"latency"`
+	Sweep           *sweepResult   `json:"sweep,omitempty"`
+	RSS             rssResult      `json:"rss"`
+	Verify          verifyResult   `json:"verify"`
+	Settings        benchSettings  `json:"settings"`
 }
 
 // phaseResult is one throughput measurement.
@@ -263,9 +267,14 @@ func (r *benchResult) table(w io.Writer) error {
 		{"replay", "items/s", "", r.replayPhase()},
 		{"relay", "records/s", ratioText(r.Ratios.RelayRawProduce, "raw_produce", r.Ratios.RelayRawProduceCPU), r.Relay},
 		{"end_to_end", "lines/s", ratioText(r.Ratios.EndToEndCeiling, "raw_pipeline", r.Ratios.EndToEndCeilingCPU), r.EndToEnd},
+		{"sink_postgres", "rows/s", "", r.SinkPostgres},
+		{"sink_postgres_e2e", "lines/s", "", r.SinkPostgresE2E},
 	}
 	for _, row := range rows {
 		if row.p == nil && !s.Record && (row.name == "ingest_recorded" || row.name == "replay") {
+			continue
+		}
+		if row.p == nil && strings.HasPrefix(row.name, "sink_postgres") {
 			continue
 		}
 		if row.p == nil {

@@ -115,8 +115,11 @@ func (b *bench) runPhases(ctx context.Context) error {
 	phases = append(phases, []benchPhase{
 		{"relay", b.runRelay},
 		{"end_to_end", b.runEndToEnd},
-		{"latency", b.runLatency},
 	}...)
+	if b.o.Postgres != "" {
+		phases = append(phases, benchPhase{"sink_postgres", b.runSinkPostgres}, benchPhase{"sink_postgres_e2e", b.runSinkPostgresE2E})
+	}
+	phases = append(phases, benchPhase{"latency", b.runLatency})
 	for _, p := range phases {
 		if err := b.runPhase(ctx, p); err != nil {
 			return err

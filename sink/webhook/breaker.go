@@ -26,13 +26,14 @@ func newBreaker(failures int, openFor time.Duration) *breaker {
 	return &breaker{failures: failures, openFor: openFor, changed: make(chan struct{})}
 }
 
-// acquire waits until a request may go, or ctx is done.
-func (b *breaker) acquire(ctx context.Context) error {
+// acquire waits until a request may go, or ctx is done; probe says the
+// request is the half-open breaker's one probe.
+func (b *breaker) acquire(ctx context.Context) (probe bool, err error) {
 	for {
 		b.mu.Lock()
 		if !b.open {
 			b.mu.Unlock()
-			return nil
+			return false, nil
 		}
 		var wait <-chan time.Time
 		if !b.probing {
@@ -40,7 +41,7 @@ func (b *breaker) acquire(ctx context.Context) error {
 			if d <= 0 {
 				b.probing = true
 				b.mu.Unlock()
-				return nil
+				return true, nil
 			}
 			wait = time.After(d)
 		}
@@ -48,25 +49,30 @@ func (b *breaker) acquire(ctx context.Context) error {
 		b.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			return false, context.Cause(ctx)
 		case <-wait:
 		case <-changed:
 		}
 	}
 }
 
-// done records the outcome of a request acquire let go.
-func (b *breaker) done(ok bool) {
+// done records the outcome of a request acquire let go (probe as acquire
+// said). Any success closes the breaker: the endpoint answers. A failed
+// probe opens it again; a request sent before it opened and failing after
+// only counts.
+func (b *breaker) done(probe, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	wasProbe := b.probing
+	if probe {
+		b.probing = false
+	}
 	if ok {
 		b.fails = 0
-		b.open, b.probing = false, false
+		b.open = false
 	} else {
 		b.fails++
-		if wasProbe || (!b.open && b.fails >= b.failures) {
-			b.open, b.probing = true, false
+		if probe || (!b.open && b.fails >= b.failures) {
+			b.open = true
 			b.until = time.Now().Add(b.openFor)
 		}
 	}

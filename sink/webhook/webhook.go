@@ -290,20 +290,21 @@ func sortByID(dls []outbox.RowDeadLetter) {
 func (t *Target) post(ctx context.Context, r outbox.Row) (*outbox.RowDeadLetter, error) {
 	var last error
 	for attempt := 1; ; attempt++ {
-		if err := t.br.acquire(ctx); err != nil {
+		probe, err := t.br.acquire(ctx)
+		if err != nil {
 			return nil, fmt.Errorf("webhook: output %d: %w (last failure: %v)", r.ID, err, last)
 		}
 		status, body, retryAfter, err := t.send(ctx, r)
 		switch {
 		case err == nil && status/100 == 2:
-			t.br.done(true)
+			t.br.done(probe, true)
 			return nil, nil
 		case err == nil && status/100 == 4 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests:
-			t.br.done(true) // the endpoint answers: not its failure
+			t.br.done(probe, true) // the endpoint answers: not its failure
 			return &outbox.RowDeadLetter{Row: r, Reason: ReasonRejected,
 				Error: fmt.Sprintf("HTTP %d: %s", status, body)}, nil
 		}
-		t.br.done(false)
+		t.br.done(probe, false)
 		if err == nil {
 			err = fmt.Errorf("HTTP %d: %s", status, body)
 		}

@@ -205,6 +205,11 @@ func (r *Recorder) startRun(reuse bool) {
 			began := time.Now()
 			note := fmt.Sprintf("snapshot of feed %s as of run %s", h.Feed, h.Run)
 			if err := r.o.Store.Snapshot(r.ctx, filepath.Join(r.o.Dir, h.Snapshot), note); err != nil {
+				if r.ctx.Err() != nil {
+					// The loop is stopping: no run to record, nothing failed.
+					r.log.Info("recording: the loop stopped before the run's snapshot was taken")
+					return
+				}
 				r.fail(err)
 				return
 			}

@@ -1,6 +1,7 @@
 package recording_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/ingest/recording"
+	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // onDisk lists dir's files (not directories) with their sizes.
@@ -191,6 +194,7 @@ func TestRecorder_PauseAndResume(t *testing.T) {
 	var paused recording.Status
 	var gone map[string]int64
 	resumed := lines(rng, 300)
+	second := 0
 	r.during = func(rec *recording.Recorder) {
 		waitFor(t, func() error {
 			if paused = rec.Status(); paused.Paused == "" {
@@ -202,7 +206,18 @@ func TestRecorder_PauseAndResume(t *testing.T) {
 		// Two hours on: every file is past the age; the next commit after
 		// a retention pass resumes.
 		skew.Store(int64(2 * time.Hour))
-		appendFile(t, r.input, resumed)
+		// The first half's commits resume the recording (with a snapshot);
+		// the second half is recorded in the new run.
+		half := strings.Index(resumed[len(resumed)/2:], "\n") + len(resumed)/2 + 1
+		appendFile(t, r.input, resumed[:half])
+		waitFor(t, func() error {
+			if s := rec.Status(); !s.Recording || s.Paused != "" {
+				return fmt.Errorf("not resumed: %+v", s)
+			}
+			return nil
+		})
+		appendFile(t, r.input, resumed[half:])
+		second = countOf(resumed[half:]).lines
 	}
 	st := r.record(t)
 	if paused.Recording || paused.DiskBytes != total(gone) || paused.DiskBytes < r.retention.MaxTotalBytes ||
@@ -223,9 +238,30 @@ func TestRecorder_PauseAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Items == 0 || sum.Items > int64(countOf(resumed).lines) || !res.Identical || res.Divergent != 0 {
+	if sum.Items < int64(second) || sum.Items > int64(countOf(resumed).lines) || !res.Identical || res.Divergent != 0 {
 		t.Fatalf("replay of the resumed run: %+v, diff %+v", sum, res)
 	}
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestRecorder_StoppedBeforeSnapshot: a loop that stops while its
+// recorder takes the run's snapshot leaves no error and no run.
+func TestRecorder_StoppedBeforeSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	store := testutil.OpenStore(t, outbox.DefaultConfig(filepath.Join(dir, "live.db")))
+	rec, err := recording.NewRecorder(recording.Options{Logger: quiet, Dir: filepath.Join(dir, "rec"), Store: store, Snapshot: true,
+		MaxBytes: recording.DefaultMaxBytes, Header: recording.Header{Feed: "ledger"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	rec.Start(ctx, nil)
+	if st := rec.Status(); st.Recording || st.Error != "" || st.File != "" {
+		t.Fatalf("status %+v: want no run and no error", st)
+	}
+	if files := onDisk(t, filepath.Join(dir, "rec")); len(files) != 0 {
+		t.Fatalf("files %v", files)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/sink"
 )
 
 func init() {
@@ -146,6 +147,7 @@ func TestOpenAPI_ResponsesMatch(t *testing.T) {
 	c.check(base, "GET", "/metrics", "", 200)
 	c.check(base, "GET", "/feeds", "", 200)
 	c.check(base, "GET", "/outbox/status", "", 200)
+	c.check(base, "GET", "/sinks", "", 200) // none
 	c.check(base, "GET", "/feeds/ledger/status", "", 200)
 	c.check(base, "GET", "/feeds/nope/status", "", 404)
 	c.check(base, "GET", "/feeds/ledger/dead-letters", "", 401)
@@ -238,6 +240,16 @@ func TestOpenAPI_ResponsesMatch(t *testing.T) {
 	c.check(other, "GET", "/status", "", 200) // the relay down, a feed not lossless, dead letters
 	c.check(other, "GET", "/readyz", "", 503)
 	c.check(other, "GET", "/outbox/status", "", 200)
+	srv.SetSinks(func() []api.SinkStatus {
+		return []api.SinkStatus{
+			{Name: "js", Kind: "nats", URL: "nats://u:xxxxx@h:4222", State: sink.StateBackingOff, Topics: []string{"ledger.out"},
+				Delivered: 7, Stored: 7, LagRows: 3, LagBytes: 300, DeliveredTotal: 7, Errors: 2, LastError: "connection refused",
+				LastErrorAt: time.Unix(1, 0).UTC(), LastDeliveryAt: time.Unix(2, 0).UTC()},
+			{Name: "all", Kind: "https", URL: "https://h/x", State: sink.StateIdle, Topics: []string{}},
+		}
+	})
+	c.check(other, "GET", "/sinks", "", 200)
+	c.check(other, "GET", "/outbox/status", "", 200)       // with sinks
 	c.check(other, "GET", "/feeds/ledger/status", "", 200) // configured: false
 	srv, err = api.New(api.Config{AdminToken: testToken}, h.store, nil, nil, quiet())
 	if err != nil {

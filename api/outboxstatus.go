@@ -5,15 +5,6 @@ import (
 	"net/http"
 )
 
-// Relay modes and states the API reports when the relay is off.
-const (
-	RelayModeNone = "none"
-	RelayStateOff = "off"
-	// RelayStateUnauthorized is the relay's state while Kafka refuses it
-	// (relay.StateUnauthorized): /readyz fails.
-	RelayStateUnauthorized = "unauthorized"
-)
-
 // OutboxStatus is the body of GET /outbox/status.
 type OutboxStatus struct {
 	// Pending counts the rows after LastPublishedID; OldestPendingAge is
@@ -34,6 +25,8 @@ type OutboxStatus struct {
 	LastPublishedID int64           `json:"lastPublishedId"`
 	LastOutboxID    int64           `json:"lastOutboxId"`
 	Relay           RelayStatusJSON `json:"relay"`
+	// Sinks are the configured sinks (GET /sinks has more of each).
+	Sinks []SinkSummary `json:"sinks"`
 }
 
 // RelayStatusJSON is the relay as GET /outbox/status shows it. Mode is
@@ -61,6 +54,7 @@ func (s *Server) outboxStatus(ctx context.Context) (OutboxStatus, error) {
 		Pending: snap.Backlog.Pending, OldestPendingAge: s.age(snap.Backlog.OldestAt), LastPublishedID: snap.Published,
 		LastOutboxID: snap.LastID, Relay: RelayStatusJSON{Mode: RelayModeNone, State: RelayStateOff},
 		PendingBytes: pending.Bytes, MaxBacklogBytes: s.cfg.MaxBacklog.Bytes, MaxBacklogRows: s.cfg.MaxBacklog.Rows,
+		Sinks: s.sinkSummaries(),
 	}
 	if s.relay != nil {
 		rs := s.relay.Status()

@@ -20,16 +20,16 @@ const (
 // listed, and in which the dashboard's banner and `outboxd status` pick
 // the one to say first.
 const (
-	CondDatabase          = "database"           // the database takes no writes
-	CondNotLossless       = "not-lossless"       // a feed moved past input it did not keep
-	CondFailed            = "failed"             // a feed stopped until a restart
-	CondRelayFenced       = "relay-fenced"       // another producer took the relay's transactional id
-	CondRelayUnauthorized = "relay-unauthorized" // Kafka refuses the relay
-	CondRelayRefusing     = "relay-refusing"     // the relay refuses a database gone back in time
-	CondStalled           = "stalled"            // a feed cannot move
-	CondBackpressure      = "backpressure"       // the outbox is past its bound: ingest waits for the relay
-	CondRelayDown         = "relay-down"         // the relay is not connected
-	CondDeadLetters       = "dead-letters"       // dead letters nobody resolved, stored in the last hour
+	CondDatabase          = "database"                        // the database takes no writes
+	CondNotLossless       = "not-lossless"                    // a feed moved past input it did not keep
+	CondFailed            = string(outbox.StateFailed)        // a feed stopped until a restart
+	CondRelayFenced       = "relay-" + RelayStateFenced       // another producer took the relay's transactional id
+	CondRelayUnauthorized = "relay-" + RelayStateUnauthorized // Kafka refuses the relay
+	CondRelayRefusing     = "relay-" + RelayStateRefusing     // the relay refuses a database gone back in time
+	CondStalled           = string(outbox.StateStalled)       // a feed cannot move
+	CondBackpressure      = string(outbox.StateBackpressure)  // the outbox is past its bound: ingest waits for the relay
+	CondRelayDown         = "relay-down"                      // the relay is not connected
+	CondDeadLetters       = "dead-letters"                    // dead letters nobody resolved, stored in the last hour
 )
 
 // DeadLetterWindow is how far back the verdict looks for dead letters no
@@ -151,7 +151,7 @@ func verdict(ov Overview) Verdict {
 			"make sure one outboxd runs on this database, then restart it")
 	case rs.State == RelayStateRefusing:
 		add(CondRelayRefusing, LevelCritical, "relay", "the relay publishes nothing: "+rs.LastError,
-			"the database is older than what the relay published: see Guarantees in README (restore the newer file, or start afresh with --new-database)")
+			"the database is older than what the relay published: see Published once in docs/guarantees.md (restore the newer file, or start afresh with --new-database)")
 	case rs.State == RelayStateUnauthorized:
 		add(CondRelayUnauthorized, LevelCritical, "relay", "Kafka refuses the relay: "+rs.LastError,
 			"grant the ACLs the error names (or fix the credentials); the relay asks again every 10 s, nothing is lost meanwhile")

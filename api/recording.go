@@ -14,6 +14,17 @@ type RecordingStatus struct {
 	Bytes int64  `json:"bytes"`
 	Files int    `json:"files"`
 	Error string `json:"error"`
+	// DiskBytes is what the feed's recordings (parts and snapshots) hold
+	// on disk, as last counted.
+	DiskBytes int64 `json:"diskBytes"`
+	// Paused, when not "", says the recording is paused at its total cap
+	// (--record-max-total-bytes) and why: the feed goes on unrecorded
+	// until retention frees room.
+	Paused string `json:"paused"`
+	// RemovedFiles and RemovedBytes count what retention removed since
+	// the server started.
+	RemovedFiles int   `json:"removedFiles"`
+	RemovedBytes int64 `json:"removedBytes"`
 }
 
 // Recorded is implemented by a Feed that may be recorded. Recording
@@ -35,12 +46,16 @@ func recordingOf(f Feed) *RecordingStatus {
 const (
 	MetricFeedRecording      = "outboxd_feed_recording"
 	MetricFeedRecordingBytes = "outboxd_feed_recording_bytes"
+	// MetricFeedRecordingDiskBytes is what the recordings hold on disk,
+	// MetricFeedRecordingPaused 1 while the recorder is paused at its cap.
+	MetricFeedRecordingDiskBytes = "outboxd_feed_recording_disk_bytes"
+	MetricFeedRecordingPaused    = "outboxd_feed_recording_paused"
 )
 
 // recordingCollector reports each recorded feed's recording.
 type recordingCollector struct {
-	s            *Server
-	active, size *prometheus.Desc
+	s                          *Server
+	active, size, disk, paused *prometheus.Desc
 }
 
 func newRecordingCollector(s *Server) *recordingCollector {
@@ -50,6 +65,10 @@ func newRecordingCollector(s *Server) *recordingCollector {
 			"1 while the feed's recording writes, 0 once it stopped (its error is in the feed's status).", []string{"feed"}, nil),
 		size: prometheus.NewDesc(MetricFeedRecordingBytes,
 			"Bytes the feed's recording wrote since the server started, in every file.", []string{"feed"}, nil),
+		disk: prometheus.NewDesc(MetricFeedRecordingDiskBytes,
+			"Bytes the feed's recordings (parts and snapshots) hold on disk, after retention.", []string{"feed"}, nil),
+		paused: prometheus.NewDesc(MetricFeedRecordingPaused,
+			"1 while the feed's recorder is paused at its total cap (--record-max-total-bytes); the feed goes on unrecorded.", []string{"feed"}, nil),
 	}
 }
 
@@ -57,6 +76,8 @@ func newRecordingCollector(s *Server) *recordingCollector {
 func (c *recordingCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.active
 	ch <- c.size
+	ch <- c.disk
+	ch <- c.paused
 }
 
 // Collect reports the recorded feeds.
@@ -68,5 +89,7 @@ func (c *recordingCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, bool01(r.Recording), name)
 		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(r.Bytes), name)
+		ch <- prometheus.MustNewConstMetric(c.disk, prometheus.GaugeValue, float64(r.DiskBytes), name)
+		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, bool01(r.Paused != ""), name)
 	}
 }

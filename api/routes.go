@@ -43,6 +43,7 @@ func (s *Server) routes() http.Handler {
 	r.Get("/topics/{name}", s.handleTopic)
 	r.Get("/feeds", s.handleFeeds)
 	r.Get("/outbox/status", s.handleOutboxStatus)
+	r.Get("/sinks", s.handleSinks)
 	r.Get("/queries", s.handleQueries)
 	r.Get("/queries/{name}", s.handleQuery)
 	r.Route("/feeds/{name}", func(r chi.Router) {

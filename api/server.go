@@ -24,6 +24,7 @@ type Server struct {
 	store  *outbox.Store
 	feeds  map[string]Feed
 	relay  Relay
+	sinks  sinksField // the sinks' statuses (sinks.go); nil: none
 	log    *slog.Logger
 	tokens []tokenEntry // the configured tokens; none: what needs one is disabled
 

@@ -60,7 +60,7 @@ func TestLoop_Backpressure(t *testing.T) {
 		t.Fatalf("at 190 rows of 200: %v", err)
 	}
 	// Published as fast as it comes: the loop runs to the end.
-	for done := false; !done; {
+	wait(t, 30*time.Second, func() error {
 		last, err := s.LastOutboxID(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -69,9 +69,11 @@ func TestLoop_Backpressure(t *testing.T) {
 			t.Fatal(err)
 		}
 		cps, _ := s.Positions(ctx, "f")
-		done = cps[0].Position == 1000
-		time.Sleep(20 * time.Millisecond)
-	}
+		if cps[0].Position != 1000 {
+			return fmt.Errorf("position %d, want %d", cps[0].Position, 1000)
+		}
+		return nil
+	})
 	wait(t, 10*time.Second, stateIs(l, outbox.StateCaughtUp, ""))
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -176,7 +178,7 @@ func TestLoop_BackpressureEndsFollow(t *testing.T) {
 		t.Fatalf("position %d, want %d: held", cps[0].Position, heldAt)
 	}
 
-	for done := false; !done; {
+	wait(t, 30*time.Second, func() error {
 		last, err := s.LastOutboxID(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -185,9 +187,11 @@ func TestLoop_BackpressureEndsFollow(t *testing.T) {
 			t.Fatal(err)
 		}
 		cps, _ := s.Positions(ctx, "f")
-		done = cps[0].Position == size
-		time.Sleep(20 * time.Millisecond)
-	}
+		if cps[0].Position != size {
+			return fmt.Errorf("position %d, want %d", cps[0].Position, size)
+		}
+		return nil
+	})
 	wait(t, 10*time.Second, stateIs(l, outbox.StateCaughtUp, ""))
 	if err := stop(); err != nil {
 		t.Fatal(err)

@@ -231,8 +231,8 @@ func (l *Loop) itemFailed(ctx context.Context, p *pass, failed error) error {
 // as a loss; when the skip cannot commit either (it needs the disk too),
 // the feed stalls, and tries the record itself again first. Once it
 // commits, the rest of the batch is tried whole again: a record at a time,
-// the rest of a 16,000-record batch took 16,000 commits (each with its
-// fsync and a few pages of WAL) after a disk was freed.
+// it would take a commit (an fsync, a few pages of WAL) per record after a
+// disk was freed.
 func (l *Loop) storeFailed(ctx context.Context, p *pass, out result) error {
 	err, class := out.storeFailed, outbox.Classify(out.storeFailed)
 	l.status.setError(err)

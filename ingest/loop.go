@@ -26,14 +26,14 @@ type Config struct {
 	// Retry is the schedule for an item's transient errors; OnFailure says
 	// what happens when it is spent (OnFailureDeadLetter or OnFailureStop).
 	Retry     Retry
-	OnFailure string
+	OnFailure FailurePolicy
 	// CommitRetry is the schedule for a batch whose transaction fails for
 	// a passing reason (a busy database, an unknown error); a full disk, an
 	// I/O error or a read-only database go to the policy at once.
 	// OnCompletionFailure says what happens then (OnCompletionStop or
 	// OnCompletionSkip).
 	CommitRetry         Retry
-	OnCompletionFailure string
+	OnCompletionFailure CompletionPolicy
 	// StallMaxDelay caps the wait between the tries of a stalled feed
 	// (0: DefaultStallMaxDelay). The waits start at a second (or this,
 	// when shorter) and double.
@@ -72,9 +72,8 @@ const DefaultStallMaxDelay = 30 * time.Second
 // DefaultBatchMax is Config.BatchMax unless set. A batch's commit writes
 // each page it dirtied once, whatever number of its items touched it:
 // with a state of millions of keys, where items dirty pages of their own,
-// a bigger batch shares each page among more items (at a million ledger
-// accounts, 16,000 items a batch ingest about 1.5 times as fast as 4,000).
-// At a moderate load batches close after Config.BatchWait, far below this
+// a bigger batch shares each page among more items (figures:
+// docs/performance.md). At a moderate load batches close after Config.BatchWait, far below this
 // size, so it costs no latency there.
 const DefaultBatchMax = 16000
 

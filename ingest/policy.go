@@ -7,16 +7,24 @@ import (
 	"github.com/cenkalti/backoff/v5"
 )
 
-// Failure policies for an item whose transient errors outlast its retries.
+// FailurePolicy says what becomes of an item whose transient errors
+// outlast its retries (Config.OnFailure, a feed's --on-failure).
+type FailurePolicy string
+
+// Failure policies.
 const (
-	OnFailureDeadLetter = "dead-letter" // store it as a dead letter, go on
-	OnFailureStop       = "stop"        // stall the feed
+	OnFailureDeadLetter FailurePolicy = "dead-letter" // store it as a dead letter, go on
+	OnFailureStop       FailurePolicy = "stop"        // stall the feed
 )
 
-// Completion failure policies, for a batch whose COMMIT keeps failing.
+// CompletionPolicy says what becomes of a batch whose COMMIT keeps failing
+// (Config.OnCompletionFailure, a feed's --on-completion-failure).
+type CompletionPolicy string
+
+// Completion failure policies.
 const (
-	OnCompletionStop = "stop" // stall the feed: nothing moves
-	OnCompletionSkip = "skip" // move past the batch without its effects, record the loss
+	OnCompletionStop CompletionPolicy = "stop" // stall the feed: nothing moves
+	OnCompletionSkip CompletionPolicy = "skip" // move past the batch without its effects, record the loss
 )
 
 // Retry is an exponential backoff schedule with a bounded number of attempts.

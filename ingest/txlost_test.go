@@ -68,8 +68,8 @@ func contains(xs []int, x int) bool {
 // dead-lettered once its attempts are spent; nothing is skipped, no loss
 // is recorded, the feed never stalls.
 func TestLoop_TransactionLostUnderItem(t *testing.T) {
-	for _, policy := range []string{ingest.OnCompletionStop, ingest.OnCompletionSkip} {
-		t.Run("RetriedThenApplied/"+policy, func(t *testing.T) {
+	for _, policy := range []ingest.CompletionPolicy{ingest.OnCompletionStop, ingest.OnCompletionSkip} {
+		t.Run("RetriedThenApplied/"+string(policy), func(t *testing.T) {
 			s := openStore(t)
 			f := newMemFeed("e1", "a", "b", "slow", "c")
 			p := &stuckWriter{stuck: []int{1}, attempts: map[string][]int{}}
@@ -105,7 +105,7 @@ func TestLoop_TransactionLostUnderItem(t *testing.T) {
 			}
 		})
 
-		t.Run("RetriesSpent/"+policy, func(t *testing.T) {
+		t.Run("RetriesSpent/"+string(policy), func(t *testing.T) {
 			s := openStore(t)
 			f := newMemFeed("e1", "a", "slow", "c")
 			p := &stuckWriter{attempts: map[string][]int{}}
@@ -150,7 +150,7 @@ func TestLoop_TransactionLostUnderItem(t *testing.T) {
 
 // lostConfig holds a whole test's items in one batch, with attempts short
 // enough for the endless write to be interrupted soon.
-func lostConfig(policy string) ingest.Config {
+func lostConfig(policy ingest.CompletionPolicy) ingest.Config {
 	cfg := testConfig()
 	cfg.BatchWait = time.Second
 	cfg.Retry.AttemptTimeout = 200 * time.Millisecond

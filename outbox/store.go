@@ -46,10 +46,13 @@ import (
 // ErrNotFound is returned when a named feed, dead letter or row does not exist.
 var ErrNotFound = errors.New("not found")
 
-// Synchronous values accepted by Config.Synchronous.
+// SyncMode is SQLite's synchronous setting, as the store opens it.
+type SyncMode string
+
+// Synchronous modes accepted by Config.Synchronous.
 const (
-	SyncFull   = "full"
-	SyncNormal = "normal"
+	SyncFull   SyncMode = "full"   // a commit survives power loss
+	SyncNormal SyncMode = "normal" // a commit survives a process crash, not power loss
 )
 
 // Config says how to open the store.
@@ -58,7 +61,7 @@ type Config struct {
 	Path string
 	// Synchronous is SyncFull (default: a commit survives power loss) or
 	// SyncNormal (survives a process crash, not power loss).
-	Synchronous string
+	Synchronous SyncMode
 	// BusyTimeout bounds how long a statement waits for another process's lock.
 	BusyTimeout time.Duration
 	// Now returns the current time; tests may replace it.
@@ -238,7 +241,7 @@ func dsn(cfg Config, extra ...string) string {
 	p := []string{
 		fmt.Sprintf("_pragma=busy_timeout(%d)", cfg.BusyTimeout.Milliseconds()),
 		"_pragma=journal_mode(wal)",
-		"_pragma=synchronous(" + cfg.Synchronous + ")",
+		"_pragma=synchronous(" + string(cfg.Synchronous) + ")",
 		"_pragma=foreign_keys(on)",
 		// A multi-row upsert that touches many pages journals each of them
 		// for its statement; past 64 KiB SQLite spills that journal to a
@@ -375,7 +378,7 @@ func (s *Store) Close() error {
 func (s *Store) Path() string { return s.cfg.Path }
 
 // Synchronous is the synchronous mode the store was opened with.
-func (s *Store) Synchronous() string { return s.cfg.Synchronous }
+func (s *Store) Synchronous() SyncMode { return s.cfg.Synchronous }
 
 // Now is the store's clock.
 func (s *Store) Now() time.Time { return s.cfg.Now() }

@@ -108,7 +108,7 @@ func TestRelay_SecuredExactlyOnce(t *testing.T) {
 	rr := startRelay(t, store, securedConfig(t, s, relayPassword, &logs))
 	rr.waitPublished(t, ids[len(ids)-1])
 	rr.stop(t)
-	recs := readCommitted(t, []string{s.Addr}, aclTopic, s.Settings(t, securekafka.AdminUser, securekafka.AdminPassword).Kgo()...)
+	recs := readCommitted(t, []string{s.Addr}, aclTopic, securekafka.Kgo(s.Settings(t, securekafka.AdminUser, securekafka.AdminPassword))...)
 	exactlyOnce(t, recs, ids)
 	checkKeyOrder(t, recs)
 }
@@ -174,7 +174,7 @@ func TestRelay_MissingACL(t *testing.T) {
 			if n := logs.Count("Kafka allows the relay again"); n != 1 {
 				t.Fatalf("%d log lines of the relay allowed again, want 1", n)
 			}
-			exactlyOnce(t, readCommitted(t, []string{s.Addr}, aclTopic, s.Settings(t, securekafka.AdminUser, securekafka.AdminPassword).Kgo()...), ids)
+			exactlyOnce(t, readCommitted(t, []string{s.Addr}, aclTopic, securekafka.Kgo(s.Settings(t, securekafka.AdminUser, securekafka.AdminPassword))...), ids)
 		})
 	}
 	t.Run("Create", func(t *testing.T) {

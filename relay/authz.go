@@ -3,9 +3,8 @@ package relay
 import (
 	"context"
 	"errors"
-	"math"
 
-	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/IBM/sarama"
 
 	"github.com/outboxd/outboxd/internal/kafkasec"
 )
@@ -61,28 +60,19 @@ func (k *kafka) pinpoint(ctx context.Context, err error, topics []string, need m
 
 // aclOps are the ACL operations pinpoint checks, by the names errors give
 // them.
-var aclOps = map[string]kmsg.ACLOperation{"Read": kmsg.ACLOperationRead, "Write": kmsg.ACLOperationWrite}
+var aclOps = map[string]sarama.AclOperation{"Read": sarama.AclOperationRead, "Write": sarama.AclOperationWrite}
 
 // authorizedOps returns, per topic, the bit set of the ACL operations the
 // principal has on it; a topic the brokers say nothing of is left out.
 func (k *kafka) authorizedOps(ctx context.Context, topics []string) (map[string]int32, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	req.AllowAutoTopicCreation = false
-	req.IncludeTopicAuthorizedOperations = true
-	for _, t := range topics {
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(t)
-		req.Topics = append(req.Topics, rt)
-	}
-	resp, err := req.RequestWith(ctx, k.cl)
+	md, err := k.cl.Metadata(ctx, topics, true)
 	if err != nil {
 		return nil, err
 	}
 	ops := map[string]int32{}
-	for _, t := range resp.Topics {
-		// Kafka sends INT32_MIN when it was not asked or cannot say.
-		if t.Topic != nil && t.AuthorizedOperations != math.MinInt32 {
-			ops[*t.Topic] = t.AuthorizedOperations
+	for name, t := range md {
+		if t.KnowsOps {
+			ops[name] = t.AuthorizedOps
 		}
 	}
 	return ops, nil

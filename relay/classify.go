@@ -8,7 +8,6 @@ import (
 	"syscall"
 
 	"github.com/IBM/sarama"
-	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Class is what the relay does after a Kafka error.
@@ -67,8 +66,9 @@ func (c Class) String() string {
 	return "unknown"
 }
 
-// Classify sorts an error from the sarama producer, the franz-go admin and
-// progress reader, or the relay itself into a Class. An error it does not
+// Classify sorts an error from the producer, the admin and progress
+// reader (all sarama: their Kafka codes are sarama.KError values), or the
+// relay itself into a Class. An error it does not
 // know is Ambiguous: when in doubt the relay starts over from the progress
 // Kafka holds, which is always safe.
 func Classify(err error) Class {
@@ -118,20 +118,15 @@ func Classify(err error) Class {
 
 // isFenced reports a fencing error code anywhere in err's tree.
 func isFenced(err error) bool {
-	return errors.Is(err, sarama.ErrProducerFenced) || errors.Is(err, sarama.ErrTransactionCoordinatorFenced) ||
-		errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.TransactionCoordinatorFenced)
+	return errors.Is(err, sarama.ErrProducerFenced) || errors.Is(err, sarama.ErrTransactionCoordinatorFenced)
 }
 
-// classifyKafka classifies a Kafka error code found in err (a sarama.KError
-// or a franz-go *kerr.Error), or a sarama client-side error.
+// classifyKafka classifies a Kafka error code found in err (a
+// sarama.KError), or a sarama client-side error.
 func classifyKafka(err error) (Class, bool) {
 	var ke sarama.KError
 	if errors.As(err, &ke) {
 		return classifyCode(ke), true
-	}
-	var fe *kerr.Error
-	if errors.As(err, &fe) {
-		return classifyCode(sarama.KError(fe.Code)), true
 	}
 	var ce sarama.ConfigurationError
 	if errors.As(err, &ce) {

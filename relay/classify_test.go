@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/IBM/sarama"
-	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/outboxd/outboxd/internal/kafkasec"
 )
@@ -24,7 +23,7 @@ func TestClassify(t *testing.T) {
 		want Class
 	}{
 		{"producer fenced", wrap(sarama.ErrProducerFenced), Fenced},
-		{"fenced as franz-go error", wrap(kerr.ProducerFenced), Fenced},
+		{"fenced, wrapped twice", wrap(wrap(sarama.ErrProducerFenced)), Fenced},
 		{"coordinator fenced", sarama.ErrTransactionCoordinatorFenced, Fenced},
 		{"abort says fenced after a produce error", errors.Join(wrap(sarama.ErrInvalidProducerEpoch),
 			fmt.Errorf("abort transaction: %w", sarama.ErrProducerFenced)), Fenced},
@@ -38,7 +37,7 @@ func TestClassify(t *testing.T) {
 		{"out of brokers", wrap(sarama.ErrOutOfBrokers), Retryable},
 		{"not leader", wrap(sarama.ErrNotLeaderForPartition), Retryable},
 		{"concurrent transactions", sarama.ErrConcurrentTransactions, Retryable},
-		{"franz-go retriable", kerr.CoordinatorLoadInProgress, Retryable},
+		{"coordinator loading", sarama.ErrOffsetsLoadInProgress, Retryable},
 		{"connection refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, Retryable},
 		{"eof", wrap(io.EOF), Retryable},
 		{"deadline", context.DeadlineExceeded, Retryable},
@@ -49,11 +48,11 @@ func TestClassify(t *testing.T) {
 		{"over the producer's limit", wrap(sarama.ConfigurationError("Attempt to produce message larger than configured Producer.MaxMessageBytes: 9 > 8")), Retryable},
 		{"config error", wrap(sarama.ConfigurationError("too big")), Fatal},
 		{"topic authorization", wrap(sarama.ErrTopicAuthorizationFailed), Unauthorized},
-		{"txn id authorization", kerr.TransactionalIDAuthorizationFailed, Unauthorized},
+		{"txn id authorization", sarama.ErrTransactionalIDAuthorizationFailed, Unauthorized},
 		{"group authorization", wrap(sarama.ErrGroupAuthorizationFailed), Unauthorized},
-		{"cluster authorization", kerr.ClusterAuthorizationFailed, Unauthorized},
+		{"cluster authorization", sarama.ErrClusterAuthorizationFailed, Unauthorized},
 		{"wrong password", wrap(sarama.ErrSASLAuthenticationFailed), Unauthorized},
-		{"wrong password, franz-go", kerr.SaslAuthenticationFailed, Unauthorized},
+		{"wrong password, bare", sarama.ErrSASLAuthenticationFailed, Unauthorized},
 		{"credentials refused at the check", fmt.Errorf("x: %w", &kafkasec.AuthError{Step: "sasl", Reason: "r"}), Unauthorized},
 		{"explained refusal", &AuthorizationError{Operation: "Write", Resource: ResourceTopic, Name: "t", Err: sarama.ErrTopicAuthorizationFailed}, Unauthorized},
 		// A refusal outranks the abort that followed it, as fencing does not.
@@ -79,7 +78,7 @@ func TestDenied(t *testing.T) {
 	}{
 		{fmt.Errorf("init: %w", sarama.ErrTransactionalIDAuthorizationFailed),
 			`not authorized: User:u lacks Write on transactional id "tx" (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)`},
-		{kerr.ClusterAuthorizationFailed,
+		{sarama.ErrClusterAuthorizationFailed,
 			`not authorized: User:u lacks IdempotentWrite on cluster "kafka-cluster" (CLUSTER_AUTHORIZATION_FAILED)`},
 		{sarama.ErrGroupAuthorizationFailed,
 			`not authorized: User:u lacks an operation on group "" (GROUP_AUTHORIZATION_FAILED)`},

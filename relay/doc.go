@@ -79,11 +79,26 @@
 //
 // # Kafka clients
 //
-// Records are produced with sarama: the exactly-once relay drives the
-// transaction protocol itself with sarama's client and request types
+// The relay speaks to Kafka with sarama only: the exactly-once relay
+// drives the transaction protocol itself with sarama's request types
 // (txnProducer), the at-least-once relay uses sarama's idempotent
-// AsyncProducer. The relay's reads (topic metadata and
-// creation, the progress topic) and Consume use franz-go, whose raw fetch
-// processing reports the offset after aborted batches and transaction
-// markers: "read to the end" then stops exactly at the end.
+// AsyncProducer, and its reads (topic metadata and creation, ACL probes,
+// the progress topic) go through internal/kafka, whose raw fetches report
+// the offset after aborted batches and transaction markers: "read to the
+// end" then stops exactly at the end.
+//
+// # Stopping
+//
+// Run's context asks the relay to stop: no new transaction begins. A
+// second context, hard, done Config.ShutdownTimeout later, bounds the
+// transaction in hand, which may still commit until then; it is passed
+// beside ctx to what publishes and records. Opening a producer and
+// running a transaction (calls to Kafka that take no context) run in a
+// goroutine that is not abandoned: when their context is done, the
+// connections they wait on are cut (internal/kafka's Dialer, under every
+// producer and client) and they are waited for, so nothing they would
+// still send reaches a broker after they return. A transaction cut so is
+// left to the next producer's initialisation, which aborts it. Closing a
+// producer is the exception: after a failure it finishes in the
+// background (see dropProducer).
 package relay

@@ -2,41 +2,29 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/IBM/sarama"
 
+	kafkaclient "github.com/outboxd/outboxd/internal/kafka"
 	"github.com/outboxd/outboxd/internal/kafkasec"
 )
 
-// kafka is the relay's franz-go side: topic metadata and creation, and the
-// read_committed reads of the progress topic. Records are produced by
-// sarama (producer.go).
+// kafka is the relay's side of Kafka other than producing: topic metadata
+// and creation, ACL probes and the reads of the progress topic, through
+// internal/kafka. Records are produced by sarama (txnproducer.go,
+// producer.go).
 type kafka struct {
-	cl        *kgo.Client
-	adm       *kadm.Client
+	cl        *kafkaclient.Client
 	principal string // who the brokers' ACLs see, for *AuthorizationError
 }
 
 func newKafka(brokers []string, sec kafkasec.Settings) (*kafka, error) {
-	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(brokers...),
-		kgo.ClientID("outboxd-relay-admin"),
-		kgo.DialTimeout(5 * time.Second),
-		// Fail an attempt soon while Kafka is away; the relay retries it.
-		kgo.RetryTimeout(3 * time.Second),
-		// Offsets are listed right after a topic is created.
-		kgo.MetadataMinAge(100 * time.Millisecond),
-	}, sec.Kgo()...)...)
+	cl, err := kafkaclient.New(brokers, "outboxd-relay-admin", sec)
 	if err != nil {
 		return nil, fmt.Errorf("kafka admin client: %w", err)
 	}
-	return &kafka{cl: cl, adm: kadm.NewClient(cl), principal: sec.Principal()}, nil
+	return &kafka{cl: cl, principal: cl.Principal}, nil
 }
 
 func (k *kafka) close() { k.cl.Close() }
@@ -70,17 +58,21 @@ func (k *kafka) ensureTopics(ctx context.Context, topics []string, create bool, 
 	if !create {
 		return &MissingTopicError{Topic: missing[0]}
 	}
-	resps, err := k.adm.CreateTopics(ctx, spec.partitions, spec.replication, spec.configs, missing...)
+	create1 := func(configs map[string]*string, topics []string) (map[string]kafkaclient.TopicResult, error) {
+		return k.cl.CreateTopics(ctx, kafkaclient.TopicSpec{Partitions: spec.partitions, Replication: spec.replication,
+			Configs: configs}, topics...)
+	}
+	resps, err := create1(spec.configs, missing)
 	if err == nil && spec.fallback != nil {
 		var refused []string
 		for _, t := range missing {
-			if r, ok := resps[t]; ok && errors.Is(r.Err, kerr.InvalidConfig) {
+			if r, ok := resps[t]; ok && r.Err == sarama.ErrInvalidConfig {
 				refused = append(refused, t)
 			}
 		}
 		if len(refused) > 0 {
-			var again kadm.CreateTopicResponses
-			again, err = k.adm.CreateTopics(ctx, spec.partitions, spec.replication, spec.fallback, refused...)
+			var again map[string]kafkaclient.TopicResult
+			again, err = create1(spec.fallback, refused)
 			for t, r := range again {
 				resps[t] = r
 			}
@@ -95,8 +87,8 @@ func (k *kafka) ensureTopics(ctx context.Context, topics []string, create bool, 
 		if !ok {
 			return fmt.Errorf("create topic %s: no answer", t)
 		}
-		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
-			return k.denied(fmt.Errorf("create topic %s: %w (%s)", t, r.Err, r.ErrMessage),
+		if r.Err != sarama.ErrNoError && r.Err != sarama.ErrTopicAlreadyExists {
+			return k.denied(fmt.Errorf("create topic %s: %w (%s)", t, r.Err, r.Message),
 				ask("Create", ResourceTopic, t), ask("Create", ResourceCluster, clusterName))
 		}
 	}
@@ -106,18 +98,18 @@ func (k *kafka) ensureTopics(ctx context.Context, topics []string, create bool, 
 // missingTopics returns the topics that do not exist; a refusal to
 // describe one is explained as a lack of need (see topicSpec).
 func (k *kafka) missingTopics(ctx context.Context, topics []string, need string) ([]string, error) {
-	md, err := k.metadata(ctx, topics...)
+	md, err := k.cl.Metadata(ctx, topics, false)
 	if err != nil {
 		return nil, fmt.Errorf("describe topics %v: %w", topics, err)
 	}
 	var missing []string
 	for _, t := range topics {
 		td, ok := md[t]
-		switch err := kerr.ErrorForCode(td.ErrorCode); {
-		case !ok || errors.Is(err, kerr.UnknownTopicOrPartition):
+		switch {
+		case !ok || td.Err == sarama.ErrUnknownTopicOrPartition:
 			missing = append(missing, t)
-		case err != nil:
-			return nil, k.denied(fmt.Errorf("describe topic %s: %w", t, err), ask(need, ResourceTopic, t))
+		case td.Err != sarama.ErrNoError:
+			return nil, k.denied(fmt.Errorf("describe topic %s: %w", t, td.Err), ask(need, ResourceTopic, t))
 		}
 	}
 	return missing, nil
@@ -125,45 +117,5 @@ func (k *kafka) missingTopics(ctx context.Context, topics []string, need string)
 
 // topicConfigs returns the settings of topic as its broker describes them.
 func (k *kafka) topicConfigs(ctx context.Context, topic string) (map[string]string, error) {
-	rcs, err := k.adm.DescribeTopicConfigs(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	rc, err := rcs.On(topic, nil)
-	if err != nil {
-		return nil, err
-	}
-	if rc.Err != nil {
-		return nil, rc.Err
-	}
-	m := make(map[string]string, len(rc.Configs))
-	for _, c := range rc.Configs {
-		if c.Value != nil {
-			m[c.Key] = *c.Value
-		}
-	}
-	return m, nil
-}
-
-// metadata describes topics, straight from a broker: kadm's cached
-// metadata would still call a topic missing seconds after it was created.
-func (k *kafka) metadata(ctx context.Context, topics ...string) (map[string]kmsg.MetadataResponseTopic, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	req.AllowAutoTopicCreation = false
-	for _, t := range topics {
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(t)
-		req.Topics = append(req.Topics, rt)
-	}
-	resp, err := req.RequestWith(ctx, k.cl)
-	if err != nil {
-		return nil, err
-	}
-	m := make(map[string]kmsg.MetadataResponseTopic, len(resp.Topics))
-	for _, t := range resp.Topics {
-		if t.Topic != nil {
-			m[*t.Topic] = t
-		}
-	}
-	return m, nil
+	return k.cl.TopicConfigs(ctx, topic)
 }

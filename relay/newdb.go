@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/cenkalti/backoff/v5"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/internal/clock"
+	kafkaclient "github.com/outboxd/outboxd/internal/kafka"
 )
 
 // ErrNewDatabase is returned by CheckDatabase (wrapped in a
@@ -162,24 +162,23 @@ func (r *Relay) scanProgress(ctx context.Context) (*NewDatabaseError, error) {
 // progressPartitions lists the partitions of the progress topic; none when
 // the topic does not exist (nothing ever published to this cluster).
 func (k *kafka) progressPartitions(ctx context.Context, topic string) ([]progressPartition, error) {
-	md, err := k.metadata(ctx, topic)
+	md, err := k.cl.Metadata(ctx, []string{topic}, false)
 	if err != nil {
 		return nil, fmt.Errorf("progress topic %s: metadata: %w", topic, err)
 	}
 	td, ok := md[topic]
-	err = kerr.ErrorForCode(td.ErrorCode)
-	if !ok || errors.Is(err, kerr.UnknownTopicOrPartition) {
+	if !ok || td.Err == sarama.ErrUnknownTopicOrPartition {
 		return nil, nil
 	}
-	if err != nil {
+	if err := codeErr(td.Err); err != nil {
 		return nil, k.denied(fmt.Errorf("progress topic %s: %w", topic, err), ask("Describe", ResourceTopic, topic))
 	}
 	parts := make([]progressPartition, 0, len(td.Partitions))
 	for _, pd := range td.Partitions {
-		if err := kerr.ErrorForCode(pd.ErrorCode); err != nil || pd.Leader < 0 {
-			return nil, fmt.Errorf("progress topic %s[%d]: no leader: %w", topic, pd.Partition, cmpErr(err, kerr.LeaderNotAvailable))
+		if err := codeErr(pd.Err); err != nil || pd.Leader < 0 {
+			return nil, fmt.Errorf("progress topic %s[%d]: no leader: %w", topic, pd.ID, cmpErr(err, sarama.ErrLeaderNotAvailable))
 		}
-		parts = append(parts, progressPartition{topic: topic, id: td.TopicID, partition: pd.Partition, leader: pd.Leader})
+		parts = append(parts, progressPartition{topic: topic, partition: pd.ID, leader: pd.Leader})
 	}
 	return parts, nil
 }
@@ -192,11 +191,11 @@ func (k *kafka) readLatest(ctx context.Context, pp progressPartition, latest map
 	if err != nil {
 		return err
 	}
-	start, err := k.listed(ctx, pp, k.adm.ListStartOffsets)
+	start, err := k.listed(ctx, pp, kafkaclient.Earliest, sarama.ReadUncommitted)
 	if err != nil {
 		return fmt.Errorf("progress topic %s[%d]: start offset: %w", pp.topic, pp.partition, err)
 	}
-	return k.fetchRange(ctx, pp, start, end, func(rec *kgo.Record) {
+	return k.fetchRange(ctx, pp, start, end, func(rec kafkaclient.Record) {
 		if p, err := DecodeProgress(rec.Value); err == nil {
 			latest[string(rec.Key)] = p
 		}

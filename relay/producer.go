@@ -9,6 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	kafkaclient "github.com/outboxd/outboxd/internal/kafka"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -20,14 +21,10 @@ import (
 // partitioner) and sends its requests itself; the at-least-once relay's
 // is sarama's AsyncProducer.
 func saramaConfig(c Config, txnID string) *sarama.Config {
-	sc := sarama.NewConfig()
-	sc.ClientID = "outboxd-relay"
-	sc.Version = sarama.V3_6_0_0
+	sc := kafkaclient.Config("outboxd-relay", c.Kafka) // version, TLS, SASL
 	sc.ChannelBufferSize = 1024
 	sc.Net.MaxOpenRequests = 1
-	sc.Net.DialTimeout = 5 * time.Second
 	sc.Net.ReadTimeout = c.RequestTimeout
-	sc.Net.WriteTimeout = 5 * time.Second
 	// Topics are created on purpose (kafka.ensureTopics), never by a
 	// metadata request.
 	sc.Metadata.AllowAutoTopicCreation = false
@@ -66,7 +63,6 @@ func saramaConfig(c Config, txnID string) *sarama.Config {
 	// MaxMessageBytes uncompressed (see fits), so a batch that fits
 	// uncompressed fits compressed.
 	sc.Producer.Compression = sarama.CompressionLZ4
-	c.Kafka.Sarama(sc)
 	if txnID != "" {
 		sc.Producer.Transaction.ID = txnID
 		sc.Producer.Transaction.Timeout = c.TransactionTimeout
@@ -178,9 +174,12 @@ func newProducer(brokers []string, sc *sarama.Config, principal string) (*produc
 }
 
 // openProducer is newProducer bounded by ctx: sarama's own retries can
-// take a while when Kafka is down. A producer that arrives after ctx is
-// done is closed.
+// take a while when Kafka is down. When ctx is done first, the opening's
+// connections are cut, it is waited for, and a producer it made is
+// closed.
 func openProducer(ctx context.Context, brokers []string, sc *sarama.Config, principal string) (*producer, error) {
+	d := kafkaclient.NewDialer(sc.Net.DialTimeout)
+	d.Use(sc)
 	type opened struct {
 		p   *producer
 		err error
@@ -194,11 +193,10 @@ func openProducer(ctx context.Context, brokers []string, sc *sarama.Config, prin
 	case o := <-ch:
 		return o.p, o.err
 	case <-ctx.Done():
-		go func() {
-			if o := <-ch; o.p != nil {
-				o.p.close()
-			}
-		}()
+		d.CutAll()
+		if o := <-ch; o.p != nil {
+			o.p.close()
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -258,17 +256,4 @@ func (p *producer) settled(ctx context.Context, b *pending) error {
 func (p *producer) close() {
 	p.ap.AsyncClose()
 	p.collectors.Wait()
-}
-
-// blocking runs f, which cannot be interrupted, and returns its error, or
-// errAbandoned when ctx is done first (f goes on in the background).
-func blocking(ctx context.Context, f func() error) error {
-	ch := make(chan error, 1)
-	go func() { ch <- f() }()
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
-	}
 }

@@ -2,42 +2,46 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/IBM/sarama"
 
 	"github.com/outboxd/outboxd/internal/clock"
+	kafkaclient "github.com/outboxd/outboxd/internal/kafka"
 )
 
-// The progress topic is read with raw read_committed fetches through
-// franz-go rather than a sarama consumer: kgo.ProcessFetchPartition returns
-// the next offset past aborted batches and transaction markers, so "read to
-// the end" stops exactly at the end even when the log ends in a marker.
+// The progress topic is read with raw fetches (internal/kafka's Fetch),
+// not a consumer: a fetch reports the offset past aborted batches and
+// transaction markers, so "read to the end" stops exactly at the end even
+// when the log ends in a marker.
 
 // progressPartition is where a relay's progress records live.
 type progressPartition struct {
 	topic     string
-	id        [16]byte
 	partition int32
 	leader    int32
 }
 
+// codeErr is code as an error: nil for ErrNoError.
+func codeErr(code sarama.KError) error {
+	if code == sarama.ErrNoError {
+		return nil
+	}
+	return code
+}
+
 // locateProgress finds the partition holding key's records.
 func (k *kafka) locateProgress(ctx context.Context, topic, key string) (progressPartition, error) {
-	md, err := k.metadata(ctx, topic)
+	md, err := k.cl.Metadata(ctx, []string{topic}, false)
 	if err != nil {
 		return progressPartition{}, fmt.Errorf("progress topic %s: metadata: %w", topic, err)
 	}
 	td, ok := md[topic]
 	if !ok {
-		return progressPartition{}, fmt.Errorf("progress topic %s: %w", topic, kerr.UnknownTopicOrPartition)
+		return progressPartition{}, fmt.Errorf("progress topic %s: %w", topic, sarama.ErrUnknownTopicOrPartition)
 	}
-	if err := kerr.ErrorForCode(td.ErrorCode); err != nil {
+	if err := codeErr(td.Err); err != nil {
 		return progressPartition{}, k.denied(fmt.Errorf("progress topic %s: %w", topic, err), ask("Describe", ResourceTopic, topic))
 	}
 	part, err := partitionFor(topic, key, len(td.Partitions))
@@ -45,15 +49,15 @@ func (k *kafka) locateProgress(ctx context.Context, topic, key string) (progress
 		return progressPartition{}, fmt.Errorf("progress topic %s: partition for %s: %w", topic, key, err)
 	}
 	for _, pd := range td.Partitions {
-		if pd.Partition != part {
+		if pd.ID != part {
 			continue
 		}
-		if err := kerr.ErrorForCode(pd.ErrorCode); err != nil || pd.Leader < 0 {
-			return progressPartition{}, fmt.Errorf("progress topic %s[%d]: no leader: %w", topic, part, cmpErr(err, kerr.LeaderNotAvailable))
+		if err := codeErr(pd.Err); err != nil || pd.Leader < 0 {
+			return progressPartition{}, fmt.Errorf("progress topic %s[%d]: no leader: %w", topic, part, cmpErr(err, sarama.ErrLeaderNotAvailable))
 		}
-		return progressPartition{topic: topic, id: td.TopicID, partition: part, leader: pd.Leader}, nil
+		return progressPartition{topic: topic, partition: part, leader: pd.Leader}, nil
 	}
-	return progressPartition{}, fmt.Errorf("progress topic %s[%d]: %w", topic, part, kerr.UnknownTopicOrPartition)
+	return progressPartition{}, fmt.Errorf("progress topic %s[%d]: %w", topic, part, sarama.ErrUnknownTopicOrPartition)
 }
 
 func cmpErr(err, fallback error) error {
@@ -67,12 +71,12 @@ func cmpErr(err, fallback error) error {
 // that was open below it has ended (last stable offset >= that watermark),
 // so a read up to it sees every commit made before the read began.
 func (k *kafka) stableEnd(ctx context.Context, pp progressPartition) (int64, error) {
-	hwm, err := k.listed(ctx, pp, k.adm.ListEndOffsets)
+	hwm, err := k.listed(ctx, pp, kafkaclient.Latest, sarama.ReadUncommitted)
 	if err != nil {
 		return 0, fmt.Errorf("progress topic %s[%d]: high watermark: %w", pp.topic, pp.partition, err)
 	}
 	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		lso, err := k.listed(ctx, pp, k.adm.ListCommittedOffsets)
+		lso, err := k.listed(ctx, pp, kafkaclient.Latest, sarama.ReadCommitted)
 		if err != nil {
 			return 0, fmt.Errorf("progress topic %s[%d]: last stable offset: %w", pp.topic, pp.partition, err)
 		}
@@ -86,21 +90,14 @@ func (k *kafka) stableEnd(ctx context.Context, pp progressPartition) (int64, err
 	}
 }
 
-type listFunc func(ctx context.Context, topics ...string) (kadm.ListedOffsets, error)
-
-func (k *kafka) listed(ctx context.Context, pp progressPartition, list listFunc) (int64, error) {
-	offs, err := list(ctx, pp.topic)
+// listed is the partition's offset at at (kafkaclient.Earliest: its
+// start; kafkaclient.Latest: its end as a reader at level sees it).
+func (k *kafka) listed(ctx context.Context, pp progressPartition, at int64, level sarama.IsolationLevel) (int64, error) {
+	o, err := k.cl.ListOffset(ctx, pp.topic, pp.partition, pp.leader, at, level)
 	if err != nil {
-		return 0, err
+		return 0, k.denied(err, ask("Describe", ResourceTopic, pp.topic))
 	}
-	o, ok := offs.Lookup(pp.topic, pp.partition)
-	if !ok {
-		return 0, kerr.UnknownTopicOrPartition
-	}
-	if o.Err != nil {
-		return 0, k.denied(o.Err, ask("Describe", ResourceTopic, pp.topic))
-	}
-	return o.Offset, nil
+	return o, nil
 }
 
 // readProgress reads key's last committed progress record. found is false
@@ -154,11 +151,11 @@ const progressWindow = 4096
 // readTail reads the end of pp (see readProgress) for key's last committed
 // record. open says a record of key has no marker yet.
 func (k *kafka) readTail(ctx context.Context, pp progressPartition, key string) (last []byte, found, open bool, err error) {
-	end, err := k.listed(ctx, pp, k.adm.ListEndOffsets)
+	end, err := k.listed(ctx, pp, kafkaclient.Latest, sarama.ReadUncommitted)
 	if err != nil {
 		return nil, false, false, fmt.Errorf("progress topic %s[%d]: high watermark: %w", pp.topic, pp.partition, err)
 	}
-	start, err := k.listed(ctx, pp, k.adm.ListStartOffsets)
+	start, err := k.listed(ctx, pp, kafkaclient.Earliest, sarama.ReadUncommitted)
 	if err != nil {
 		return nil, false, false, fmt.Errorf("progress topic %s[%d]: start offset: %w", pp.topic, pp.partition, err)
 	}
@@ -183,8 +180,8 @@ type txnTail struct {
 	found   bool
 }
 
-func (t *txnTail) add(r *kgo.Record) {
-	if r.Attrs.IsControl() {
+func (t *txnTail) add(r kafkaclient.Record) {
+	if r.Control {
 		v, ok := t.pending[r.ProducerID]
 		if !ok {
 			return
@@ -198,7 +195,7 @@ func (t *txnTail) add(r *kgo.Record) {
 	if string(r.Key) != t.key {
 		return
 	}
-	if !r.Attrs.IsTransactional() {
+	if !r.Transactional {
 		t.last, t.found = r.Value, true
 		return
 	}
@@ -215,9 +212,9 @@ func isCommitMarker(key []byte) bool {
 const maxEmptyFetches = 50
 
 // fetchRange calls each with every committed data record in [from, to).
-func (k *kafka) fetchRange(ctx context.Context, pp progressPartition, from, to int64, each func(*kgo.Record)) error {
-	return k.fetchIn(ctx, pp, from, to, kgo.ReadCommitted(), func(r *kgo.Record) {
-		if !r.Attrs.IsControl() {
+func (k *kafka) fetchRange(ctx context.Context, pp progressPartition, from, to int64, each func(kafkaclient.Record)) error {
+	return k.fetchIn(ctx, pp, from, to, sarama.ReadCommitted, func(r kafkaclient.Record) {
+		if !r.Control {
 			each(r)
 		}
 	})
@@ -225,78 +222,32 @@ func (k *kafka) fetchRange(ctx context.Context, pp progressPartition, from, to i
 
 // fetchUncommitted calls each with every record in [from, to), read with
 // read_uncommitted, transaction markers included.
-func (k *kafka) fetchUncommitted(ctx context.Context, pp progressPartition, from, to int64, each func(*kgo.Record)) error {
-	return k.fetchIn(ctx, pp, from, to, kgo.ReadUncommitted(), each)
+func (k *kafka) fetchUncommitted(ctx context.Context, pp progressPartition, from, to int64, each func(kafkaclient.Record)) error {
+	return k.fetchIn(ctx, pp, from, to, sarama.ReadUncommitted, each)
 }
 
 // fetchIn calls each with every record in [from, to) that a reader at
 // level sees, control records included.
-func (k *kafka) fetchIn(ctx context.Context, pp progressPartition, from, to int64, level kgo.IsolationLevel,
-	each func(*kgo.Record)) error {
+func (k *kafka) fetchIn(ctx context.Context, pp progressPartition, from, to int64, level sarama.IsolationLevel,
+	each func(kafkaclient.Record)) error {
 	for empty := 0; from < to; {
-		fp, next, err := k.fetchOnce(ctx, pp, from, level)
+		f, err := k.cl.Fetch(ctx, pp.topic, pp.partition, pp.leader, from, level)
 		if err != nil {
 			return k.denied(fmt.Errorf("progress topic %s[%d]: fetch at %d: %w", pp.topic, pp.partition, from, err),
 				ask("Read", ResourceTopic, pp.topic))
 		}
-		for _, r := range fp.Records {
+		for _, r := range f.Records {
 			if r.Offset < to {
 				each(r)
 			}
 		}
-		if next <= from {
+		if f.Next <= from {
 			if empty++; empty > maxEmptyFetches {
 				return fmt.Errorf("progress topic %s[%d]: no data at %d below the end %d", pp.topic, pp.partition, from, to)
 			}
 			continue
 		}
-		from, empty = next, 0
+		from, empty = f.Next, 0
 	}
 	return nil
-}
-
-func (k *kafka) fetchOnce(ctx context.Context, pp progressPartition, offset int64, level kgo.IsolationLevel) (kgo.FetchPartition, int64, error) {
-	resp, err := k.cl.Broker(int(pp.leader)).Request(ctx, fetchRequest(pp, offset, level))
-	if err != nil {
-		return kgo.FetchPartition{}, 0, err
-	}
-	fr := resp.(*kmsg.FetchResponse)
-	if err := kerr.ErrorForCode(fr.ErrorCode); err != nil {
-		return kgo.FetchPartition{}, 0, err
-	}
-	for _, t := range fr.Topics {
-		for i := range t.Partitions {
-			if t.Partitions[i].Partition != pp.partition {
-				continue
-			}
-			fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
-				Offset: offset, IsolationLevel: level, KeepControlRecords: true,
-				Topic: pp.topic, Partition: pp.partition,
-			}, &t.Partitions[i], kgo.DefaultDecompressor(), nil)
-			return fp, next, fp.Err
-		}
-	}
-	return kgo.FetchPartition{}, 0, errors.New("the fetch response does not name the partition")
-}
-
-// fetchRequest is a one-off fetch of one partition at level.
-func fetchRequest(pp progressPartition, offset int64, level kgo.IsolationLevel) *kmsg.FetchRequest {
-	req := kmsg.NewPtrFetchRequest()
-	req.ReplicaID = -1
-	req.MaxWaitMillis = 200
-	req.MinBytes = 1
-	req.MaxBytes = 16 << 20
-	req.IsolationLevel = 0 // read_uncommitted
-	if level == kgo.ReadCommitted() {
-		req.IsolationLevel = 1
-	}
-	req.SessionEpoch = -1 // a one-off fetch, no fetch session
-	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic, rt.TopicID = pp.topic, pp.id
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = pp.partition, offset, 8<<20
-	rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	return req
 }

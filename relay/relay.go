@@ -128,7 +128,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	return err
 }
 
-// start reads the relay's identity and makes the franz-go client.
+// start reads the relay's identity and makes the admin and progress
+// client.
 func (r *Relay) start(ctx context.Context) error {
 	if err := r.identify(ctx); err != nil {
 		return err

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/IBM/sarama"
 
+	kafkaclient "github.com/outboxd/outboxd/internal/kafka"
 	"github.com/outboxd/outboxd/internal/kafkasec"
 )
 
@@ -51,7 +52,7 @@ func TestProgress_RestartAfterMillionRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	end, err := k.listed(ctx, pp, k.adm.ListEndOffsets)
+	end, err := k.listed(ctx, pp, kafkaclient.Latest, sarama.ReadUncommitted)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestProgress_RestartAfterMillionRows(t *testing.T) {
 	}
 	t0 = time.Now()
 	var n int
-	if err := k.fetchRange(ctx, pp, 0, end, func(*kgo.Record) { n++ }); err != nil {
+	if err := k.fetchRange(ctx, pp, 0, end, func(kafkaclient.Record) { n++ }); err != nil {
 		t.Fatal(err)
 	}
 	whole := time.Since(t0)

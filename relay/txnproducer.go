@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	kafkaclient "github.com/outboxd/outboxd/internal/kafka"
 )
 
 // txnProducer is the exactly-once relay's producer. It drives Kafka's
@@ -35,6 +37,7 @@ import (
 type txnProducer struct {
 	client    sarama.Client
 	conf      *sarama.Config
+	dialer    *kafkaclient.Dialer // the client's connections, cut by bounded
 	txnID     string
 	principal string
 	// delivery bounds the resends of a batch a leader refuses with a
@@ -108,24 +111,29 @@ const (
 // and initialises the producer id, which fences any earlier producer with
 // that id and ends the transaction it left open. ctx bounds it.
 func openTxnProducer(ctx context.Context, cfg Config, txnID string) (*txnProducer, error) {
+	sc := saramaConfig(cfg, txnID)
+	d := kafkaclient.NewDialer(sc.Net.DialTimeout)
+	d.Use(sc)
 	type opened struct {
 		p   *txnProducer
 		err error
 	}
 	ch := make(chan opened, 1)
 	go func() {
-		p, err := newTxnProducer(ctx, cfg.Brokers, saramaConfig(cfg, txnID), cfg.Kafka.Principal(), cfg.DeliveryTimeout)
+		p, err := newTxnProducer(ctx, cfg.Brokers, sc, cfg.Kafka.Principal(), cfg.DeliveryTimeout)
 		ch <- opened{p, err}
 	}()
 	select {
 	case o := <-ch:
 		return o.p, o.err
 	case <-ctx.Done():
-		go func() {
-			if o := <-ch; o.p != nil {
-				o.p.close()
-			}
-		}()
+		// Cut the connections, so that the opening ends now and none of
+		// its requests reaches a broker after this returns, then wait
+		// for it.
+		d.CutAll()
+		if o := <-ch; o.p != nil {
+			o.p.close()
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -136,12 +144,17 @@ func newTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, pr
 	if txnID == "" {
 		return nil, errors.New("a transactional producer needs a transactional id")
 	}
+	d, ok := sc.Net.Proxy.Dialer.(*kafkaclient.Dialer)
+	if !ok || !sc.Net.Proxy.Enable {
+		d = kafkaclient.NewDialer(sc.Net.DialTimeout)
+		d.Use(sc)
+	}
 	client, err := sarama.NewClient(brokers, sc)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	p := &txnProducer{
-		client: client, conf: sc, txnID: txnID, principal: principal, delivery: delivery,
+		client: client, conf: sc, dialer: d, txnID: txnID, principal: principal, delivery: delivery,
 		seq:        map[topicPartition]int32{},
 		doubt:      map[topicPartition]bool{},
 		byTP:       map[topicPartition]*partBatches{},
@@ -179,6 +192,12 @@ func (p *txnProducer) coordinated(ctx context.Context, req func(*sarama.Broker) 
 	deadline := time.Now().Add(p.delivery)
 	var last error
 	for {
+		// A request sent once ctx is done could land after the relay
+		// stopped: a late InitProducerID would fence the next producer
+		// of this transactional id.
+		if err := ctx.Err(); err != nil {
+			return errors.Join(last, err)
+		}
 		coord, err := p.client.TransactionCoordinator(p.txnID)
 		if err != nil {
 			err = fmt.Errorf("find the transaction coordinator: %w", err)
@@ -228,13 +247,13 @@ func (p *txnProducer) coordinated(ctx context.Context, req func(*sarama.Broker) 
 // partition verification (Kafka before 3.6) would append that batch after
 // the abort's marker, into a transaction its coordinator no longer knows,
 // where it holds back the partition's last stable offset. When ctx is done
-// first it returns errAbandoned, and the transaction goes on in the
-// background until the producer is closed.
+// first it returns errAbandoned, with the producer's connections cut: the
+// transaction in hand is left to the next producer's initialisation.
 func (p *txnProducer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMessage) error {
 	if p.broken {
 		return errors.New("the producer failed before: it must be replaced")
 	}
-	err := blocking(ctx, func() error { return p.txn(ctx, msgs) })
+	err := p.bounded(ctx, func() error { return p.txn(ctx, msgs) })
 	if err == nil {
 		return nil
 	}
@@ -756,7 +775,7 @@ func (p *txnProducer) abort(ctx context.Context, cause error) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, abortTimeout)
 	defer cancel()
-	err := blocking(ctx, func() error {
+	err := p.bounded(ctx, func() error {
 		return p.coordinated(ctx, func(coord *sarama.Broker) (sarama.KError, error) {
 			r, err := coord.EndTxn(&sarama.EndTxnRequest{Version: endTxnVersion, TransactionalID: p.txnID,
 				ProducerID: p.pid, ProducerEpoch: p.epoch, TransactionResult: false})
@@ -770,6 +789,23 @@ func (p *txnProducer) abort(ctx context.Context, cause error) error {
 		return errors.Join(cause, fmt.Errorf("abort transaction: %w", err))
 	}
 	return cause
+}
+
+// bounded runs f, and when ctx is done first cuts the producer's
+// connections, which ends f at once, waits for it and returns
+// errAbandoned. Nothing f sends reaches a broker after bounded returns,
+// and no goroutine is left behind; the producer is closed next.
+func (p *txnProducer) bounded(ctx context.Context, f func() error) error {
+	ch := make(chan error, 1)
+	go func() { ch <- f() }()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		p.dialer.CutAll()
+		<-ch
+		return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
+	}
 }
 
 // close closes the producer's connections. A transaction in flight fails;

@@ -28,9 +28,9 @@ type FeedConfig struct {
 	// "ledger", "orders" or one registered with WithProcessor.
 	Processor string `yaml:"processor"`
 	// Topic receives the processor's outputs (default NAME.out).
-	Topic               string `yaml:"topic"`
-	OnFailure           string `yaml:"onFailure"`
-	OnCompletionFailure string `yaml:"onCompletionFailure"`
+	Topic               string                  `yaml:"topic"`
+	OnFailure           ingest.FailurePolicy    `yaml:"onFailure"`
+	OnCompletionFailure ingest.CompletionPolicy `yaml:"onCompletionFailure"`
 	// KeyField is forward's 1-based CSV key field (0: no key).
 	KeyField int `yaml:"keyField"`
 	// Group is a Kafka feed's consumer group (default outboxd-NAME).
@@ -48,14 +48,14 @@ type Config struct {
 	HTTP string `yaml:"http"`
 	// AdminTokenFile holds the admin token (or set OUTBOXD_ADMIN_TOKEN);
 	// AdminToken is what was read from either.
-	AdminTokenFile string        `yaml:"adminTokenFile"`
-	AdminToken     string        `yaml:"-"`
-	Brokers        []string      `yaml:"brokers"`
-	Synchronous    string        `yaml:"synchronous"`
-	BatchMax       int           `yaml:"batchMax"`
-	BatchBytes     int           `yaml:"batchBytes"`
-	BatchWait      time.Duration `yaml:"batchWait"`
-	MaxLine        int           `yaml:"maxLine"`
+	AdminTokenFile string          `yaml:"adminTokenFile"`
+	AdminToken     string          `yaml:"-"`
+	Brokers        []string        `yaml:"brokers"`
+	Synchronous    outbox.SyncMode `yaml:"synchronous"`
+	BatchMax       int             `yaml:"batchMax"`
+	BatchBytes     int             `yaml:"batchBytes"`
+	BatchWait      time.Duration   `yaml:"batchWait"`
+	MaxLine        int             `yaml:"maxLine"`
 	// FileAssumeNoUnseenWrites: file feeds take bytes as written only while
 	// they looked (filefeed.Options.AssumeNoUnseenWrites).
 	FileAssumeNoUnseenWrites bool `yaml:"fileAssumeNoUnseenWrites"`
@@ -145,10 +145,11 @@ func DefaultConfig() Config {
 		LogLevel:        "info",
 		LogFormat:       "text",
 		Feeds:           map[string]*FeedConfig{},
-		Record:          RecordConfig{Feeds: map[string]string{}},
-		Relay:           DefaultRelayConfig(),
-		DevBroker:       DefaultDevBrokerConfig(),
-		Query:           DefaultQueryConfig(),
+		Record: RecordConfig{Feeds: map[string]string{}, MaxAge: DefaultRecordMaxAge, MaxTotalBytes: DefaultRecordMaxTotalBytes,
+			SnapshotInterval: DefaultRecordSnapshotInterval},
+		Relay:     DefaultRelayConfig(),
+		DevBroker: DefaultDevBrokerConfig(),
+		Query:     DefaultQueryConfig(),
 
 		RetryDelay:    orders.DefaultRetryDelay,
 		RetryAttempts: orders.DefaultRetryAttempts,
@@ -523,7 +524,7 @@ func (l list) Set(s string) error {
 // flagSet binds every flag to c; given tracks the per-feed settings. A
 // flag bound to a field of Config (fs.IntVar(&c.X, ...)) is that field's
 // flag everywhere: in the file (by the field's yaml tag), the environment,
-// the help, the README's table and `server config`. Back-quoted words in
+// the help, docs/configuration.md's table and `server config`. Back-quoted words in
 // the help name the flag's value.
 func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet {
 	fs := flag.NewFlagSet(programName, flag.ContinueOnError)
@@ -537,7 +538,7 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", c.AdminTokenFile,
 		"`FILE` holding the bearer token of the HTTP admin endpoints (or set "+api.EnvAdminToken+"); none: they answer 403")
 	fs.Var(list{&c.Brokers}, "brokers", "Kafka brokers, a comma-separated `LIST` of HOST:PORT (none: an in-process dev broker)")
-	fs.StringVar(&c.Synchronous, "synchronous", c.Synchronous, "SQLite synchronous `MODE`: full (a commit survives power loss) or normal (survives a process crash only)")
+	fs.StringVar((*string)(&c.Synchronous), "synchronous", string(c.Synchronous), "SQLite synchronous `MODE`: full (a commit survives power loss) or normal (survives a process crash only)")
 	fs.IntVar(&c.BatchMax, "batch-max", c.BatchMax, "close an ingest batch (one transaction) at `N` items")
 	fs.IntVar(&c.BatchBytes, "batch-bytes", c.BatchBytes, "... or once its items hold `N` bytes (for a file feed, at most N plus one line)")
 	fs.DurationVar(&c.BatchWait, "batch-wait", c.BatchWait, "... or this long (`D`) after its first item")
@@ -554,9 +555,9 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	perFeedFlag("feed", "source", "", "a feed to read (repeatable): `NAME=file:PATH`, or NAME=kafka:TOPIC for every partition of TOPIC")
 	perFeedFlag("processor", "processor", "forward", "the feed's processor, `NAME=P`: P is a registered processor (built in: ledger, forward, orders) or one of the file's processors section (SQL processors)")
 	perFeedFlag("topic", "topic", "NAME.out", "the topic of the feed's outputs, `NAME=TOPIC` (NAME.status for orders)")
-	perFeedFlag("on-failure", "onFailure", ingest.OnFailureDeadLetter,
+	perFeedFlag("on-failure", "onFailure", string(ingest.OnFailureDeadLetter),
 		"an item whose retries are spent, `NAME=P`: dead-letter, or stop (the feed stalls and retries it)")
-	perFeedFlag("on-completion-failure", "onCompletionFailure", ingest.OnCompletionStop,
+	perFeedFlag("on-completion-failure", "onCompletionFailure", string(ingest.OnCompletionStop),
 		"a batch whose commit keeps failing, `NAME=P`: stop (the feed stalls and retries) or skip (only what cannot commit alone is skipped)")
 	perFeedFlag("key-field", "keyField", "0", "forward keys each output by the line's N-th CSV field, `NAME=N` (0: no key)")
 	fs.DurationVar(&c.RetryDelay, "retry-delay", c.RetryDelay, "orders: wait (`D`) before a refused event comes back (doubles per attempt)")
@@ -574,7 +575,7 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	c.Query.flags(fs)
 	fs.BoolVar(&c.NewDatabase, "new-database", c.NewDatabase,
 		"start afresh although an earlier database at this --db path published: every output is published again "+
-			"(see Guarantees; command line only, recorded in the database, so needed once)")
+			"(see docs/guarantees.md; command line only, recorded in the database, so needed once)")
 	return fs
 }
 

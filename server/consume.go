@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outboxd/outboxd/internal/devkafka"
 )
 
@@ -85,12 +83,12 @@ func consumeCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	ctx, stop := withTimeout(ctx, *timeout)
 	defer stop()
-	opts, err := tk.clientOpts(ctx)
+	sec, err := tk.settings(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s consume: %v\n", programName, err)
 		return 1
 	}
-	o.ClientOpts = opts
+	o.Kafka = sec
 	n, err := consumeTopic(ctx, o, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s consume: %v\n", programName, err)
@@ -103,7 +101,7 @@ func consumeCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 // headerList is a repeatable -H KEY=VALUE.
-type headerList struct{ p *[]kgo.RecordHeader }
+type headerList struct{ p *[]header }
 
 func (h headerList) String() string { return "" }
 
@@ -112,7 +110,7 @@ func (h headerList) Set(s string) error {
 	if !ok || k == "" {
 		return fmt.Errorf("%q: want KEY=VALUE", s)
 	}
-	*h.p = append(*h.p, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	*h.p = append(*h.p, header{Key: k, Value: []byte(v)})
 	return nil
 }
 
@@ -158,12 +156,12 @@ func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	case o.MaxLine < 1:
 		return commandUsage(stderr, "produce", fmt.Errorf("--max-line %d: want at least 1", o.MaxLine))
 	}
-	opts, err := tk.clientOpts(ctx)
+	sec, err := tk.settings(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s produce: %v\n", programName, err)
 		return 1
 	}
-	o.ClientOpts = opts
+	o.Kafka = sec
 	n, err := produceLines(ctx, o, stdin)
 	fmt.Fprintf(stderr, "%d records produced to %s\n", n, o.Topic)
 	if err != nil {

@@ -65,6 +65,9 @@ func (m *Main) newAPI() error {
 	if m.needsKafka() {
 		srv.SetKafka(newKafkaTopics(m))
 	}
+	if len(m.Sinks) > 0 {
+		srv.SetSinks(m.SinkStatuses)
+	}
 	m.API = srv
 	return nil
 }

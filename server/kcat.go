@@ -14,9 +14,11 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/IBM/sarama"
+
+	"github.com/outboxd/outboxd/internal/clock"
+	"github.com/outboxd/outboxd/internal/kafka"
+	"github.com/outboxd/outboxd/internal/kafkasec"
 )
 
 // Output formats of the consume command.
@@ -50,8 +52,8 @@ type consumeOptions struct {
 	FormatString string
 	// ConnectTimeout bounds the wait for the brokers' first answer.
 	ConnectTimeout time.Duration
-	// ClientOpts are added to the client's options (TLS, SASL).
-	ClientOpts []kgo.Opt
+	// Kafka is how to connect (TLS, SASL).
+	Kafka kafkasec.Settings
 }
 
 // startOffset is a parsed consumeOptions.Offset.
@@ -111,6 +113,24 @@ type consumedHeader struct {
 	Value string `json:"value"`
 }
 
+// record is a record as the consume command shows it.
+type record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Timestamp time.Time
+	Key       []byte
+	Value     []byte
+	Headers   []header
+	control   bool // a transaction marker: never shown
+}
+
+// header is a record header.
+type header struct {
+	Key   string
+	Value []byte
+}
+
 // consumeTopic reads a topic with read_committed isolation and writes each
 // record to w as it arrives. It returns the number of records written. It
 // runs until ctx is done (then it returns nil), until Count records, or,
@@ -122,132 +142,185 @@ func consumeTopic(ctx context.Context, o consumeOptions, w io.Writer) (int64, er
 	if err != nil {
 		return 0, err
 	}
-	parts, err := partitionRanges(ctx, o)
-	if err != nil {
-		return 0, err
-	}
-	assign := map[int32]kgo.Offset{}
-	left := map[int32]int64{}
-	for p, r := range parts {
-		from := at.from(r[0], r[1])
-		assign[p] = kgo.NewOffset().At(from)
-		if from < r[1] {
-			left[p] = r[1]
-		}
-	}
-	if o.UntilEnd && len(left) == 0 {
-		return 0, nil
-	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(o.Brokers...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{o.Topic: assign}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		// Transaction markers take offsets too: seeing them tells when a
-		// partition has been read to its end.
-		kgo.KeepControlRecords(),
-	}, o.ClientOpts...)...)
+	cl, err := kafka.New(o.Brokers, "outboxd-consume", o.Kafka)
 	if err != nil {
 		return 0, fmt.Errorf("consume %s: %w", o.Topic, err)
 	}
 	defer cl.Close()
-	c := &consumer{o: o, w: bufio.NewWriter(w), left: left}
-	return c.run(ctx, cl)
+	parts, err := partitionRanges(ctx, cl, o)
+	if err != nil {
+		return 0, err
+	}
+	c := &consumer{o: o, cl: cl, w: bufio.NewWriter(w), left: map[int32]int64{}}
+	for _, p := range parts {
+		from := at.from(p.start, p.end)
+		c.parts = append(c.parts, &consumed{id: p.id, leader: p.leader, at: from})
+		if from < p.end {
+			c.left[p.id] = p.end
+		}
+	}
+	if o.UntilEnd && len(c.left) == 0 {
+		return 0, nil
+	}
+	return c.run(ctx)
+}
+
+// partRange is a partition to read: its leader, start offset and last
+// stable offset at the start.
+type partRange struct {
+	id, leader int32
+	start, end int64
 }
 
 // partitionRanges checks that the brokers answer and the topic exists, and
 // returns each partition read with its start offset and last stable
-// offset.
-func partitionRanges(ctx context.Context, o consumeOptions) (map[int32][2]int64, error) {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...)}, o.ClientOpts...)...)
-	if err != nil {
-		return nil, fmt.Errorf("consume %s: %w", o.Topic, err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
+// offset, by partition.
+func partitionRanges(ctx context.Context, cl *kafka.Client, o consumeOptions) ([]partRange, error) {
 	mctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
 	defer cancel()
 	brokers := strings.Join(o.Brokers, ",")
-	md, err := adm.Metadata(mctx, o.Topic)
+	md, err := cl.Metadata(mctx, []string{o.Topic}, false)
 	if err != nil {
 		if mctx.Err() != nil && ctx.Err() == nil {
 			return nil, fmt.Errorf("consume %s: no broker of %s answered within %v", o.Topic, brokers, o.ConnectTimeout)
 		}
 		return nil, fmt.Errorf("consume %s: no broker of %s answered: %w", o.Topic, brokers, err)
 	}
-	td, ok := md.Topics[o.Topic]
-	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+	td, ok := md[o.Topic]
+	if !ok || td.Err == sarama.ErrUnknownTopicOrPartition {
 		return nil, fmt.Errorf("consume %s: %w on %s", o.Topic, errTopicNotFound, brokers)
 	}
-	if td.Err != nil {
+	if td.Err != sarama.ErrNoError {
 		return nil, fmt.Errorf("consume %s: %w", o.Topic, td.Err)
 	}
-	if o.Partition >= 0 {
-		if _, ok := td.Partitions[int32(o.Partition)]; !ok {
-			return nil, fmt.Errorf("consume %s: no partition %d (the topic has %d)", o.Topic, o.Partition, len(td.Partitions))
-		}
+	if o.Partition >= 0 && !slices.ContainsFunc(td.Partitions, func(p kafka.Partition) bool { return p.ID == int32(o.Partition) }) {
+		return nil, fmt.Errorf("consume %s: no partition %d (the topic has %d)", o.Topic, o.Partition, len(td.Partitions))
 	}
-	starts, err := adm.ListStartOffsets(mctx, o.Topic)
-	if err != nil {
-		return nil, fmt.Errorf("consume %s: start offsets: %w", o.Topic, err)
-	}
-	ends, err := adm.ListCommittedOffsets(mctx, o.Topic)
-	if err != nil {
-		return nil, fmt.Errorf("consume %s: end offsets: %w", o.Topic, err)
-	}
-	out := map[int32][2]int64{}
-	for p := range td.Partitions {
-		if o.Partition >= 0 && p != int32(o.Partition) {
+	var out []partRange
+	for _, p := range td.Partitions {
+		if o.Partition >= 0 && p.ID != int32(o.Partition) {
 			continue
 		}
-		s, sok := starts.Lookup(o.Topic, p)
-		e, eok := ends.Lookup(o.Topic, p)
-		switch {
-		case !sok || !eok:
-			return nil, fmt.Errorf("consume %s: no offsets of partition %d", o.Topic, p)
-		case s.Err != nil:
-			return nil, fmt.Errorf("consume %s: start offset of partition %d: %w", o.Topic, p, s.Err)
-		case e.Err != nil:
-			return nil, fmt.Errorf("consume %s: end offset of partition %d: %w", o.Topic, p, e.Err)
+		if p.Leader < 0 {
+			return nil, fmt.Errorf("consume %s: partition %d has no leader", o.Topic, p.ID)
 		}
-		out[p] = [2]int64{s.Offset, e.Offset}
+		s, err := cl.ListOffset(mctx, o.Topic, p.ID, p.Leader, kafka.Earliest, sarama.ReadUncommitted)
+		if err != nil {
+			return nil, fmt.Errorf("consume %s: start offset of partition %d: %w", o.Topic, p.ID, err)
+		}
+		e, err := cl.ListOffset(mctx, o.Topic, p.ID, p.Leader, kafka.Latest, sarama.ReadCommitted)
+		if err != nil {
+			return nil, fmt.Errorf("consume %s: end offset of partition %d: %w", o.Topic, p.ID, err)
+		}
+		out = append(out, partRange{id: p.ID, leader: p.Leader, start: s, end: e})
 	}
+	slices.SortFunc(out, func(a, b partRange) int { return int(a.id) - int(b.id) })
 	return out, nil
 }
 
 // consumer is one consumeTopic call's progress.
 type consumer struct {
-	o    consumeOptions
-	w    *bufio.Writer
-	n    int64
-	left map[int32]int64 // UntilEnd: per partition still to read, the end to reach
+	o     consumeOptions
+	cl    *kafka.Client
+	w     *bufio.Writer
+	n     int64
+	parts []*consumed
+	left  map[int32]int64 // UntilEnd: per partition still to read, the end to reach
 }
 
-func (c *consumer) run(ctx context.Context, cl *kgo.Client) (int64, error) {
+// consumed is how far a partition has been read.
+type consumed struct {
+	id, leader int32
+	at         int64 // the next offset to fetch
+}
+
+// retryWait is the pause before fetching again after a retriable error.
+const retryWait = 200 * time.Millisecond
+
+func (c *consumer) run(ctx context.Context) (int64, error) {
 	for !c.o.UntilEnd || len(c.left) > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return c.n, c.w.Flush()
-		}
-		if err := fetchError(fs); err != nil {
-			return c.n, fmt.Errorf("consume %s: %w", c.o.Topic, err)
-		}
-		var werr error
-		fs.EachRecord(func(r *kgo.Record) {
-			if werr == nil && !c.full() {
-				werr = c.record(r)
+		for _, p := range c.parts {
+			if c.o.UntilEnd && c.left[p.id] == 0 {
+				continue
 			}
-		})
-		if werr == nil {
-			werr = c.w.Flush()
-		}
-		if werr != nil {
-			return c.n, fmt.Errorf("consume %s: write: %w", c.o.Topic, werr)
-		}
-		if c.full() {
-			break
+			err := c.fetch(ctx, p)
+			if ctx.Err() != nil {
+				return c.n, c.w.Flush()
+			}
+			if err != nil {
+				return c.n, err
+			}
+			if c.full() {
+				return c.n, nil
+			}
 		}
 	}
 	return c.n, nil
+}
+
+// fetch reads the next records of p and writes them; a retriable error
+// waits, finds p's leader again and returns nil.
+func (c *consumer) fetch(ctx context.Context, p *consumed) error {
+	f, err := c.cl.Fetch(ctx, c.o.Topic, p.id, p.leader, p.at, sarama.ReadCommitted)
+	if err != nil {
+		if ctx.Err() != nil || !retriable(err) {
+			return fmt.Errorf("consume %s: %w", c.o.Topic, err)
+		}
+		if err := clock.Sleep(ctx, retryWait); err != nil {
+			return nil
+		}
+		if md, err := c.cl.Metadata(ctx, []string{c.o.Topic}, false); err == nil {
+			for _, mp := range md[c.o.Topic].Partitions {
+				if mp.ID == p.id && mp.Leader >= 0 {
+					p.leader = mp.Leader
+				}
+			}
+		}
+		return nil
+	}
+	var werr error
+	for _, r := range f.Records {
+		if werr == nil && !c.full() {
+			werr = c.record(recordOf(c.o.Topic, p.id, r))
+		}
+	}
+	p.at = max(p.at, f.Next)
+	if end, open := c.left[p.id]; open && p.at >= end {
+		delete(c.left, p.id) // read to the end, markers included
+	}
+	if werr == nil {
+		werr = c.w.Flush()
+	}
+	if werr != nil {
+		return fmt.Errorf("consume %s: write: %w", c.o.Topic, werr)
+	}
+	return nil
+}
+
+func recordOf(topic string, part int32, r kafka.Record) *record {
+	out := &record{Topic: topic, Partition: part, Offset: r.Offset, Timestamp: r.Timestamp, Key: r.Key, Value: r.Value,
+		control: r.Control}
+	for _, h := range r.Headers {
+		out.Headers = append(out.Headers, header{Key: string(h.Key), Value: h.Value})
+	}
+	return out
+}
+
+// retriable reports an error a fetch may succeed after: a leader moving,
+// a broker away for a moment.
+func retriable(err error) bool {
+	var ke sarama.KError
+	if errors.As(err, &ke) {
+		switch ke {
+		case sarama.ErrNotLeaderForPartition, sarama.ErrLeaderNotAvailable, sarama.ErrReplicaNotAvailable,
+			sarama.ErrRequestTimedOut, sarama.ErrBrokerNotAvailable, sarama.ErrNetworkException,
+			sarama.ErrKafkaStorageError, sarama.ErrFencedLeaderEpoch, sarama.ErrUnknownLeaderEpoch,
+			sarama.ErrOffsetNotAvailable, sarama.ErrNotEnoughReplicas:
+			return true
+		}
+		return false
+	}
+	return true // no answer: the connection failed
 }
 
 // full says the count of records asked for is written.
@@ -255,12 +328,12 @@ func (c *consumer) full() bool { return c.o.Count > 0 && c.n >= c.o.Count }
 
 // record writes r unless it is a transaction marker (or, with UntilEnd,
 // past its partition's end), and notes how far its partition has been read.
-func (c *consumer) record(r *kgo.Record) error {
+func (c *consumer) record(r *record) error {
 	end, open := c.left[r.Partition]
 	if open && r.Offset+1 >= end {
 		delete(c.left, r.Partition)
 	}
-	if r.Attrs.IsControl() || (c.o.UntilEnd && (!open || r.Offset >= end)) {
+	if r.control || (c.o.UntilEnd && (!open || r.Offset >= end)) {
 		return nil
 	}
 	c.n++
@@ -280,24 +353,10 @@ func (c *consumer) record(r *kgo.Record) error {
 	return err
 }
 
-// fetchError returns the first error worth stopping for: not a retriable
-// one, which the client retries by itself.
-func fetchError(fs kgo.Fetches) error {
-	for _, fe := range fs.Errors() {
-		switch {
-		case errors.Is(fe.Err, context.Canceled), errors.Is(fe.Err, context.DeadlineExceeded),
-			kerr.IsRetriable(fe.Err):
-			continue
-		}
-		return fe.Err
-	}
-	return nil
-}
-
 // timestamp is a record's time as the output shows it.
 func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
-func consumedOf(r *kgo.Record) consumedRecord {
+func consumedOf(r *record) consumedRecord {
 	c := consumedRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: timestamp(r.Timestamp),
 		Key: bytesPtr(r.Key), Value: bytesPtr(r.Value), Headers: make([]consumedHeader, 0, len(r.Headers))}
 	for _, h := range r.Headers {
@@ -309,7 +368,7 @@ func consumedOf(r *kgo.Record) consumedRecord {
 // textLine is one record for people: "partition offset key value", then
 // the headers; a missing key or value shows as "-", a string with tabs,
 // line breaks or bytes that are not UTF-8 is quoted.
-func textLine(r *kgo.Record) string {
+func textLine(r *record) string {
 	var b strings.Builder
 	b.WriteString(strconv.FormatInt(int64(r.Partition), 10))
 	b.WriteByte('\t')
@@ -341,7 +400,7 @@ func textField(v []byte) string {
 // and value quoted (Go syntax) when it is empty or holds a space, '=',
 // ',', a quote or a byte that is not printable UTF-8, so that a value
 // with spaces reads back as one.
-func headerText(hs []kgo.RecordHeader) string {
+func headerText(hs []header) string {
 	parts := make([]string, len(hs))
 	for i, h := range hs {
 		parts[i] = headerField(h.Key) + "=" + headerField(string(h.Value))
@@ -362,7 +421,7 @@ func headerField(s string) string {
 // timestamp (milliseconds since the epoch), %K and %S the key's and the
 // value's length in bytes (-1 for none), %% a percent sign; \n, \t, \r
 // and \\ are escapes. A missing key or value prints as nothing.
-func formatRecord(f string, r *kgo.Record) string {
+func formatRecord(f string, r *record) string {
 	var b strings.Builder
 	for i := 0; i < len(f); i++ {
 		ch := f[i]

@@ -1,14 +1,23 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxd/outboxd/internal/devkafka"
+	"github.com/outboxd/outboxd/internal/testutil"
 )
 
 // kcatCluster is a kfake cluster with the topic t of three partitions.
@@ -157,5 +166,229 @@ func TestProduceConsume_Mistakes(t *testing.T) {
 	fs := cl.PollFetches(ctx)
 	if recs := fs.Records(); len(recs) != 1 || string(recs[0].Key) != "a" || string(recs[0].Value) != `{"id":"a"}` {
 		t.Fatalf("records %v (%v)", recs, fs.Err())
+	}
+}
+
+// TestProduceConsume_DevBroker produces to the dev broker (which creates
+// the topic) and reads every record back once, to the end and then
+// following the topic until stopped.
+func TestProduceConsume_DevBroker(t *testing.T) {
+	b, err := devkafka.StartWith(devkafka.Options{Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler), AutoCreateTopics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	const n = 40
+	var in strings.Builder
+	for i := range n {
+		fmt.Fprintf(&in, `{"key":"k%d","value":"v%d","headers":{"id":"%d"}}`+"\n", i%4, i, i)
+	}
+	if code, _, errOut := tool(t, in.String(), "produce", "--brokers", b.Addr(), "-t", "dev", "--json"); code != 0 ||
+		errOut != fmt.Sprintf("%d records produced to dev\n", n) {
+		t.Fatalf("produce: exit %d: %q", code, errOut)
+	}
+	check := func(out string) {
+		t.Helper()
+		seen := map[string]bool{}
+		for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+			var r consumedRecord
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatalf("line %q: %v", l, err)
+			}
+			if len(r.Headers) != 1 || r.Headers[0].Key != "id" || r.Key == nil || r.Value == nil {
+				t.Fatalf("record %s", l)
+			}
+			id := r.Headers[0].Value
+			if seen[id] || r.Topic != "dev" || *r.Value != "v"+id || *r.Key != "k"+strconv.Itoa(atoi(t, id)%4) {
+				t.Fatalf("unexpected record %s", l)
+			}
+			seen[id] = true
+		}
+		if len(seen) != n {
+			t.Fatalf("%d records, want %d:\n%s", len(seen), n, out)
+		}
+	}
+	code, out, errOut := tool(t, "", "consume", "--brokers", b.Addr(), "-t", "dev", "-o", "beginning", "-e", "--format", "json")
+	if code != 0 || errOut != fmt.Sprintf("%d records\n", n) {
+		t.Fatalf("consume -e: exit %d: %s", code, errOut)
+	}
+	check(out)
+
+	// Following: it prints what is there and runs until stopped.
+	buf := &testutil.SyncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- consumeCommand(ctx, []string{"--brokers", b.Addr(), "-t", "dev", "-o", "beginning", "--format", "json"}, buf, io.Discard)
+	}()
+	testutil.Wait(t, 10*time.Second, func() error {
+		if got := bytes.Count(buf.Bytes(), []byte("\n")); got < n {
+			return fmt.Errorf("%d lines", got)
+		}
+		return nil
+	})
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("consume, stopped: exit %d", code)
+	}
+	check(buf.String())
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// devBroker is a dev broker that creates topics of parts partitions.
+func devBroker(t *testing.T, parts int) *devkafka.Broker {
+	t.Helper()
+	b, err := devkafka.StartWith(devkafka.Options{Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler),
+		AutoCreateTopics: true, Partitions: parts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// consumeAllJSON reads topic from the start to its end as JSON records.
+func consumeAllJSON(t *testing.T, addr, topic string) []consumedRecord {
+	t.Helper()
+	var out bytes.Buffer
+	n, err := consumeTopic(context.Background(), consumeOptions{Brokers: []string{addr}, Topic: topic, Offset: "beginning",
+		Partition: -1, UntilEnd: true, Format: consumeJSON, ConnectTimeout: toolConnectTimeout}, &out)
+	if err != nil {
+		t.Fatalf("consume: %v", err)
+	}
+	var recs []consumedRecord
+	dec := json.NewDecoder(&out)
+	for dec.More() {
+		var r consumedRecord
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, r)
+	}
+	if int64(len(recs)) != n {
+		t.Fatalf("consume counted %d, wrote %d", n, len(recs))
+	}
+	return recs
+}
+
+func str(p *string) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return *p
+}
+
+// TestProduceConsume_CSVAndJSON puts records on a topic the dev broker
+// creates and reads them back to the end, keyed by a CSV field and from
+// JSON lines (a JSON value compacted, headers sorted, a null value a
+// tombstone); a bad line stops produce after the lines before it.
+func TestProduceConsume_CSVAndJSON(t *testing.T) {
+	b := devBroker(t, 1)
+	produce := func(topic string, o produceOptions, input string) (int64, error) {
+		o.Brokers, o.Topic, o.Partition, o.MaxLine, o.ConnectTimeout = []string{b.Addr()}, topic, unset, toolMaxLine, toolConnectTimeout
+		return produceLines(context.Background(), o, strings.NewReader(input))
+	}
+	if n, err := produce("csv", produceOptions{KeyField: 2}, "a,k1,{\"x\":1}\n\nb,k2\r\n"); n != 2 || err != nil {
+		t.Fatalf("produced %d, %v; want 2 (the empty line is skipped)", n, err)
+	}
+	got := consumeAllJSON(t, b.Addr(), "csv")
+	if len(got) != 2 || str(got[0].Key) != "k1" || str(got[0].Value) != `a,k1,{"x":1}` ||
+		str(got[1].Key) != "k2" || str(got[1].Value) != "b,k2" || got[1].Offset != 1 {
+		t.Fatalf("csv records: %+v", got)
+	}
+	in := `{"key":"o-1","value":{"type":"placed", "at":"2026-12-01T00:00:00Z"},"headers":{"b":"2","a":"1"}}
+{"value":"plain"}
+{"key":"o-2","value":null}
+`
+	if n, err := produce("json", produceOptions{JSON: true}, in); n != 3 || err != nil {
+		t.Fatalf("produced %d JSON records, %v; want 3", n, err)
+	}
+	got = consumeAllJSON(t, b.Addr(), "json")
+	if len(got) != 3 || str(got[0].Key) != "o-1" || str(got[0].Value) != `{"type":"placed","at":"2026-12-01T00:00:00Z"}` ||
+		len(got[0].Headers) != 2 || got[0].Headers[0] != (consumedHeader{Key: "a", Value: "1"}) ||
+		got[1].Key != nil || str(got[1].Value) != "plain" || got[2].Value != nil {
+		t.Fatalf("json records: %+v", got)
+	}
+	n, err := produce("json", produceOptions{JSON: true}, "{\"value\":\"ok\"}\nnot json\n{\"value\":\"never\"}\n")
+	if err == nil || !strings.Contains(err.Error(), "line 2") || n != 1 {
+		t.Fatalf("bad line: %d produced, err %v; want 1 and an error naming line 2", n, err)
+	}
+	var out bytes.Buffer
+	n, err = consumeTopic(context.Background(), consumeOptions{Brokers: []string{b.Addr()}, Topic: "csv", Offset: "beginning",
+		Partition: -1, UntilEnd: true, ConnectTimeout: toolConnectTimeout}, &out)
+	want := "0\t0\tk1\ta,k1,{\"x\":1}\n0\t1\tk2\tb,k2\n"
+	if err != nil || n != 2 || out.String() != want {
+		t.Fatalf("text: %d, %v:\n%q\nwant\n%q", n, err, out.String(), want)
+	}
+}
+
+// TestConsume_UntilEndTransactions reads a topic whose log ends in a
+// transaction marker, as the relay's topics do, and an aborted transaction:
+// --until-end stops at the end and counts only committed records.
+func TestConsume_UntilEndTransactions(t *testing.T) {
+	b := devBroker(t, 2)
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.TransactionalID("t1"), kgo.DefaultProduceTopic("txn"),
+		kgo.AllowAutoTopicCreation(), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	txn := func(commit bool, values ...string) {
+		t.Helper()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range values {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(v), Partition: 0}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	txn(true, "a", "b")
+	txn(false, "aborted")
+	txn(true, "c")
+	got := consumeAllJSON(t, b.Addr(), "txn")
+	if len(got) != 3 || str(got[0].Value) != "a" || str(got[1].Value) != "b" || str(got[2].Value) != "c" || got[2].Offset != 5 {
+		t.Fatalf("committed records: %+v", got)
+	}
+	var out bytes.Buffer
+	n, err := consumeTopic(ctx, consumeOptions{Brokers: []string{b.Addr()}, Topic: "txn", Offset: "end", Partition: -1,
+		UntilEnd: true, ConnectTimeout: toolConnectTimeout}, &out)
+	if err != nil || n != 0 || out.Len() != 0 {
+		t.Fatalf("until-end from the end: %d records, %v", n, err)
+	}
+}
+
+// TestConsume_Errors: a missing topic and a broker that does not answer
+// are errors within the connect timeout, not a silent wait.
+func TestConsume_Errors(t *testing.T) {
+	b := devBroker(t, 1)
+	for name, o := range map[string]consumeOptions{
+		"MissingTopic": {Brokers: []string{b.Addr()}, Topic: "nope"},
+		"NoBroker":     {Brokers: []string{"127.0.0.1:1"}, Topic: "x"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o.ConnectTimeout, o.Offset, o.Partition = 2*time.Second, "end", -1
+			start := time.Now()
+			_, err := consumeTopic(context.Background(), o, io.Discard)
+			if err == nil || time.Since(start) > 20*time.Second {
+				t.Fatalf("err %v after %v", err, time.Since(start))
+			}
+			if name == "MissingTopic" && !errors.Is(err, errTopicNotFound) {
+				t.Fatalf("err %v, want errTopicNotFound", err)
+			}
+		})
 	}
 }

@@ -16,7 +16,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/IBM/sarama"
+
+	"github.com/outboxd/outboxd/internal/kafka"
+	"github.com/outboxd/outboxd/internal/kafkasec"
 )
 
 // produceOptions say where the produce command puts its records and how
@@ -39,13 +42,13 @@ type produceOptions struct {
 	// key's partition (by hash), or any for no key.
 	Partition int
 	// Headers are added to every record, after a --json line's own.
-	Headers []kgo.RecordHeader
+	Headers []header
 	// MaxLine bounds a line in bytes.
 	MaxLine int
 	// ConnectTimeout bounds the wait for the brokers' first answer.
 	ConnectTimeout time.Duration
-	// ClientOpts are added to the client's options (TLS, SASL).
-	ClientOpts []kgo.Opt
+	// Kafka is how to connect (TLS, SASL).
+	Kafka kafkasec.Settings
 }
 
 // produceLines reads r line by line ("\n"-terminated, a trailing "\r"
@@ -56,47 +59,82 @@ type produceOptions struct {
 // the key field) stops it with an error naming the line; the records
 // before it stay produced.
 func produceLines(ctx context.Context, o produceOptions, r io.Reader) (int64, error) {
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(o.Brokers...),
-		kgo.DefaultProduceTopic(o.Topic),
-		kgo.AllowAutoTopicCreation(),
-		kgo.ProducerBatchMaxBytes(int32(min(o.MaxLine+(64<<10), 1<<30))),
+	if err := ping(ctx, o); err != nil {
+		return 0, err
 	}
-	if o.Partition >= 0 || o.JSON {
-		// A record's own Partition: set from -p or the line's "partition";
-		// the others go by their key's hash.
-		opts = append(opts, kgo.RecordPartitioner(kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
-			byKey := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
-			return func(r *kgo.Record, n int) int {
-				if r.Partition != unset {
-					return int(r.Partition) // a partition past the topic's fails the record
-				}
-				return byKey.Partition(r, n)
-			}
-		})))
+	sc := kafka.Config("outboxd-produce", o.Kafka)
+	sc.Metadata.AllowAutoTopicCreation = true // the dev broker creates the topic
+	sc.Producer.Idempotent = true
+	sc.Net.MaxOpenRequests = 1
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Producer.Return.Successes = true
+	sc.Producer.Return.Errors = true
+	sc.Producer.MaxMessageBytes = min(o.MaxLine+(64<<10), 1<<30)
+	// A record's own partition: from -p or the line's "partition"; the
+	// others go by their key's hash, as the Java client hashes.
+	sc.Producer.Partitioner = func(topic string) sarama.Partitioner {
+		return toolPartitioner{byKey: sarama.NewMurmur2Partitioner(topic)}
 	}
-	cl, err := kgo.NewClient(append(opts, o.ClientOpts...)...)
+	ap, err := sarama.NewAsyncProducer(o.Brokers, sc)
 	if err != nil {
 		return 0, fmt.Errorf("produce %s: %w", o.Topic, err)
 	}
-	defer cl.Close()
-	pctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
-	err = cl.Ping(pctx)
-	cancel()
-	if err != nil {
-		return 0, fmt.Errorf("produce %s: no broker of %s answered within %v: %w",
-			o.Topic, strings.Join(o.Brokers, ","), o.ConnectTimeout, err)
-	}
-	p := &producer{o: o, cl: cl}
+	p := &producer{o: o, ap: ap}
+	var collectors sync.WaitGroup
+	collectors.Go(func() {
+		for range ap.Successes() {
+			p.acked.Add(1)
+		}
+	})
+	collectors.Go(func() {
+		for pe := range ap.Errors() {
+			p.failed(pe.Err)
+		}
+	})
 	rerr := p.readLines(ctx, r)
-	if ferr := cl.Flush(ctx); ferr != nil && rerr == nil {
-		rerr = fmt.Errorf("produce %s: %w", o.Topic, ferr)
-	}
+	ap.AsyncClose() // sends what is buffered, then closes both channels
+	collectors.Wait()
 	if err := p.firstErr(); err != nil {
 		return p.acked.Load(), fmt.Errorf("produce %s: %w", o.Topic, err)
 	}
 	return p.acked.Load(), rerr
 }
+
+// ping asks the brokers for the topic's metadata within the connect
+// timeout: no broker answering is one clear error.
+func ping(ctx context.Context, o produceOptions) error {
+	cl, err := kafka.New(o.Brokers, "outboxd-produce", o.Kafka)
+	if err != nil {
+		return fmt.Errorf("produce %s: %w", o.Topic, err)
+	}
+	defer cl.Close()
+	pctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
+	defer cancel()
+	if _, err := cl.Metadata(pctx, []string{o.Topic}, false); err != nil {
+		return fmt.Errorf("produce %s: no broker of %s answered within %v: %w",
+			o.Topic, strings.Join(o.Brokers, ","), o.ConnectTimeout, err)
+	}
+	return nil
+}
+
+// toolPartitioner puts a record on the partition it names (its
+// Metadata, an int32), else on its key's.
+type toolPartitioner struct{ byKey sarama.Partitioner }
+
+// Partition is the record's own partition, or its key's; a partition past
+// the topic's fails the record.
+func (t toolPartitioner) Partition(m *sarama.ProducerMessage, n int32) (int32, error) {
+	if want, ok := m.Metadata.(int32); ok && want != unset {
+		if want >= n {
+			return 0, fmt.Errorf("partition %d: the topic has %d: %w", want, n, sarama.ErrInvalidPartition)
+		}
+		return want, nil
+	}
+	return t.byKey.Partition(m, n)
+}
+
+// RequiresConsistency says a key always goes to the same partition.
+func (t toolPartitioner) RequiresConsistency() bool { return true }
 
 // unset marks a record that goes by its key's partition.
 const unset = -1
@@ -117,7 +155,11 @@ func (p *producer) readLines(ctx context.Context, r io.Reader) error {
 		if err := p.firstErr(); err != nil {
 			return fmt.Errorf("produce %s: %w", p.o.Topic, err)
 		}
-		p.cl.Produce(ctx, rec, p.done)
+		select {
+		case p.ap.Input() <- message(p.o.Topic, rec):
+		case <-ctx.Done():
+			return nil
+		}
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
@@ -137,8 +179,8 @@ type jsonLine struct {
 }
 
 // record makes the record of one line; the line's bytes are copied.
-func (p *producer) record(line []byte) (*kgo.Record, error) {
-	rec := &kgo.Record{Partition: int32(p.o.Partition)}
+func (p *producer) record(line []byte) (*record, error) {
+	rec := &record{Partition: int32(p.o.Partition)}
 	switch {
 	case p.o.KeyJSON != "":
 		k, err := jsonField(line, p.o.KeyJSON)
@@ -187,7 +229,7 @@ func (p *producer) record(line []byte) (*kgo.Record, error) {
 		rec.Value = buf.Bytes()
 	}
 	for _, k := range slices.Sorted(maps.Keys(jl.Headers)) {
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: []byte(jl.Headers[k])})
+		rec.Headers = append(rec.Headers, header{Key: k, Value: []byte(jl.Headers[k])})
 	}
 	return rec, nil
 }
@@ -231,21 +273,32 @@ func csvField(line []byte, n int) (string, error) {
 	return fields[n-1], nil
 }
 
+// message is rec as sarama produces it; a nil key or value stays nil.
+func message(topic string, rec *record) *sarama.ProducerMessage {
+	m := &sarama.ProducerMessage{Topic: topic, Metadata: rec.Partition}
+	if rec.Key != nil {
+		m.Key = sarama.ByteEncoder(rec.Key)
+	}
+	if rec.Value != nil {
+		m.Value = sarama.ByteEncoder(rec.Value)
+	}
+	for _, h := range rec.Headers {
+		m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(h.Key), Value: h.Value})
+	}
+	return m
+}
+
 // producer is one produceLines call's progress.
 type producer struct {
 	o     produceOptions
-	cl    *kgo.Client
+	ap    sarama.AsyncProducer
 	acked atomic.Int64
 	mu    sync.Mutex
 	err   error // the first failed produce
 }
 
-// done is the produce callback of every record.
-func (p *producer) done(_ *kgo.Record, err error) {
-	if err == nil {
-		p.acked.Add(1)
-		return
-	}
+// failed keeps the first failure.
+func (p *producer) failed(err error) {
 	p.mu.Lock()
 	if p.err == nil {
 		p.err = err

@@ -30,7 +30,26 @@ type RecordConfig struct {
 	// MaxBytes is the size past which a recording file is closed and the
 	// next part started, after the transaction that crossed it (0: 1 GiB).
 	MaxBytes int64 `yaml:"maxBytes"`
+	// MaxAge removes a feed's recordings (a snapshot and the runs
+	// recorded from it, whole) once their newest file is older than this
+	// (0: kept for ever).
+	MaxAge time.Duration `yaml:"maxAge"`
+	// MaxTotalBytes caps what a feed's recordings hold on disk: the
+	// oldest are removed past it, and when the newest alone reach it the
+	// recorder pauses (never the feed) until MaxAge frees room (0: no cap).
+	MaxTotalBytes int64 `yaml:"maxTotalBytes"`
+	// SnapshotInterval lets a run (a restart) record from the feed's last
+	// snapshot when it is younger than this, rather than copy the database
+	// again (0: a snapshot every run).
+	SnapshotInterval time.Duration `yaml:"snapshotInterval"`
 }
+
+// Defaults of the recording's retention.
+const (
+	DefaultRecordMaxAge           = 7 * 24 * time.Hour
+	DefaultRecordMaxTotalBytes    = 10 << 30
+	DefaultRecordSnapshotInterval = time.Hour
+)
 
 // flags registers the recording's flags on fs.
 func (r *RecordConfig) flags(fs *flag.FlagSet) {
@@ -40,6 +59,13 @@ func (r *RecordConfig) flags(fs *flag.FlagSet) {
 		"copy the database at the start of each recorded run beside its recording (=false: replays start from a database you name)")
 	fs.Int64Var(&r.MaxBytes, "record-max-bytes", r.MaxBytes,
 		"start a recording's next file once it holds `N` bytes, never splitting a transaction (0: 1 GiB)")
+	fs.DurationVar(&r.MaxAge, "record-max-age", r.MaxAge,
+		"remove a feed's recordings (a snapshot and the runs recorded from it) once their newest file is older than `D` (0: never)")
+	fs.Int64Var(&r.MaxTotalBytes, "record-max-total-bytes", r.MaxTotalBytes,
+		"a feed's recordings hold at most `N` bytes: the oldest are removed past it, and the recorder (not the feed) pauses when "+
+			"the newest alone reach it, until --record-max-age frees room (0: no cap)")
+	fs.DurationVar(&r.SnapshotInterval, "record-snapshot-interval", r.SnapshotInterval,
+		"a restart records from the feed's last snapshot when it is younger than `D`, rather than copy the database again (0: a snapshot every run)")
 }
 
 // recordFlag is --record: DIR, or NAME=DIR (a DIR holding "=" needs a "/"
@@ -114,8 +140,15 @@ func (r RecordConfig) dirOf(feed string) string {
 // check reports the first unusable recording setting, naming its flag:
 // feeds are the configured feeds' names.
 func (r RecordConfig) check(feeds []string) error {
-	if r.MaxBytes != 0 && r.MaxBytes < recording.MinMaxBytes {
+	switch {
+	case r.MaxBytes != 0 && r.MaxBytes < recording.MinMaxBytes:
 		return fmt.Errorf("--record-max-bytes: %d, want at least %d (or 0 for 1 GiB)", r.MaxBytes, recording.MinMaxBytes)
+	case r.MaxAge < 0:
+		return fmt.Errorf("--record-max-age: %v, want 0 (never) or more", r.MaxAge)
+	case r.MaxTotalBytes < 0 || (r.MaxTotalBytes > 0 && r.MaxTotalBytes < r.maxBytes()):
+		return fmt.Errorf("--record-max-total-bytes: %d, want 0 (no cap) or at least --record-max-bytes (%d)", r.MaxTotalBytes, r.maxBytes())
+	case r.SnapshotInterval < 0:
+		return fmt.Errorf("--record-snapshot-interval: %v, want 0 (a snapshot every run) or more", r.SnapshotInterval)
 	}
 	for name, dir := range r.Feeds {
 		if !containsName(feeds, name) {
@@ -185,6 +218,8 @@ func (m *Main) newRecorder(name string, fc *FeedConfig, cfg ingest.Config) (inge
 	}
 	rec, err := recording.NewRecorder(recording.Options{
 		Dir: dir, Store: m.Store, Snapshot: m.Config.Record.snapshot(), MaxBytes: m.Config.Record.maxBytes(), Logger: m.Logger,
+		Retention:        recording.Retention{MaxAge: m.Config.Record.MaxAge, MaxTotalBytes: m.Config.Record.MaxTotalBytes},
+		SnapshotInterval: m.Config.Record.SnapshotInterval,
 		Header: recording.Header{
 			Outboxd: Version(), Feed: name, Kind: kind, Source: target,
 			Processor: fc.Processor, ProcessorConfig: pc, Fingerprint: recording.Fingerprint(fc.Processor, pc),
@@ -217,7 +252,11 @@ func processorConfig(fc *FeedConfig, c Config) map[string]string {
 		// A SQL processor's whole definition: its SQL text, its input's
 		// description and settings, and its version, so that two versions
 		// fingerprint differently and a replay can build it again.
-		def, err := c.Processors[fc.Processor].sqlConfig(fc.Processor, fc.Topic).Definition()
+		sc, err := c.resolvedSQLConfig(fc.Processor, fc.Topic, nil) // with what it reads
+		if err != nil {                                             // refused at start already
+			sc = c.Processors[fc.Processor].sqlConfig(fc.Processor, fc.Topic)
+		}
+		def, err := sc.Definition()
 		if err != nil {
 			panic(fmt.Sprintf("definition of processor %s: %v", fc.Processor, err)) // strings, bools, lists and maps of them
 		}
@@ -277,5 +316,6 @@ func (f apiFeed) Recording() *api.RecordingStatus {
 		return nil
 	}
 	s := rec.Status()
-	return &api.RecordingStatus{Recording: s.Recording, File: s.File, Bytes: s.Bytes, Files: s.Files, Error: s.Error}
+	return &api.RecordingStatus{Recording: s.Recording, File: s.File, Bytes: s.Bytes, Files: s.Files, Error: s.Error,
+		DiskBytes: s.DiskBytes, Paused: s.Paused, RemovedFiles: s.RemovedFiles, RemovedBytes: s.RemovedBytes}
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest/recording"
-	"github.com/outboxd/outboxd/internal/devkafka"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -80,6 +79,10 @@ func TestRecordConfig_Refused(t *testing.T) {
 		{"MaxBytes", []string{"--record", t.TempDir(), "--record-max-bytes", "100"}, "--record-max-bytes: 100, want at least 65536"},
 		{"NotADirectory", []string{"--record", filepath.Join(notDir, "sub")}, "not a directory"},
 		{"BadSnapshot", []string{"--record-snapshot=maybe"}, `"maybe": want true or false`},
+		{"MaxAge", []string{"--record", t.TempDir(), "--record-max-age", "-1h"}, "--record-max-age: -1h0m0s, want 0 (never) or more"},
+		{"MaxTotal", []string{"--record", t.TempDir(), "--record-max-total-bytes", "1000"},
+			"--record-max-total-bytes: 1000, want 0 (no cap) or at least --record-max-bytes (1073741824)"},
+		{"SnapshotInterval", []string{"--record", t.TempDir(), "--record-snapshot-interval", "-1s"}, "--record-snapshot-interval: -1s, want 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -109,6 +112,22 @@ func TestMain_Recording(t *testing.T) {
 	st := feedRecording(t, r.m.URL())
 	if st == nil || !st.Recording || filepath.Dir(st.File) != dir || st.Bytes == 0 || st.Files != 1 || st.Error != "" {
 		t.Fatalf("status recording %+v: want it recording into %s", st, dir)
+	}
+	// Every file of the feed's recordings on disk: the snapshot and the part.
+	var onDisk int64
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		fi, _ := e.Info()
+		onDisk += fi.Size()
+	}
+	if len(ents) != 2 || st.DiskBytes != onDisk || st.Paused != "" || st.RemovedFiles != 0 {
+		t.Fatalf("status recording %+v: want %d bytes on disk in 2 files (%d files)", st, onDisk, len(ents))
+	}
+	if m, want := metricLine(t, r.m.URL(), api.MetricFeedRecordingDiskBytes), fmt.Sprintf(`%s{feed="l"} %d`, api.MetricFeedRecordingDiskBytes, onDisk); m != want {
+		t.Fatalf("metric %q, want %q", m, want)
+	}
+	if m, want := metricLine(t, r.m.URL(), api.MetricFeedRecordingPaused), api.MetricFeedRecordingPaused+`{feed="l"} 0`; m != want {
+		t.Fatalf("metric %q, want %q", m, want)
 	}
 	// Idle now: the bytes stay as the status said.
 	if m, want := metricLine(t, r.m.URL(), api.MetricFeedRecordingBytes), fmt.Sprintf(`%s{feed="l"} %d`, api.MetricFeedRecordingBytes, st.Bytes); m != want {
@@ -220,9 +239,10 @@ func TestMain_RecordingKafka(t *testing.T) {
 	for i := range n {
 		fmt.Fprintf(&in, `{"key":"k-%d","value":"v-%d","headers":{"h":"%d"}}`+"\n", i%17, i, i)
 	}
-	if _, err := devkafka.Produce(context.Background(), devkafka.ProduceOptions{Brokers: []string{r.m.Broker.Addr()}, Topic: "events", JSON: true},
-		strings.NewReader(in.String())); err != nil {
-		t.Fatal(err)
+	if got, err := produceLines(context.Background(), produceOptions{Brokers: []string{r.m.Broker.Addr()}, Topic: "events",
+		JSON: true, Partition: unset, MaxLine: toolMaxLine, ConnectTimeout: toolConnectTimeout},
+		strings.NewReader(in.String())); err != nil || got != n {
+		t.Fatalf("produced %d of %d: %v", got, n, err)
 	}
 	wait(t, 30*time.Second, func() error {
 		s, err := outbox.OpenExisting(context.Background(), db)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -204,6 +206,26 @@ func TestMain_Sink(t *testing.T) {
 	none, _ := testTargets.Load("main-none")
 	if n := len(none.(*heldRows).values()); n != 0 {
 		t.Fatalf("sink none took %d rows", n)
+	}
+	// The API shows both.
+	for path, want := range map[string][]string{
+		"/sinks": {`"name":"all","kind":"testsink","url":"testsink://main-all","state":"idle","topics":[],"deliveredId":500,"storedId":500,"lagRows":0`,
+			`"name":"none","kind":"testsink","url":"testsink://main-none","state":"idle","topics":["nothing.out"],"deliveredId":500,"storedId":500`,
+			`"deliveredTotal":500`},
+		"/outbox/status": {`"sinks":[{"name":"all","state":"idle","lagRows":0,"lagBytes":0,"lastError":""},{"name":"none"`},
+		"/metrics":       {"outboxd_sink_delivered_total{sink=\"all\"} 500\n", "outboxd_sink_delivered_total{sink=\"none\"} 0\n"},
+	} {
+		res, err := http.Get(r.m.URL() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		for _, w := range want {
+			if !strings.Contains(string(b), w) {
+				t.Errorf("GET %s lacks %s:\n%s", path, w, b)
+			}
+		}
 	}
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)

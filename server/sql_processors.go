@@ -171,6 +171,9 @@ func (m *Main) guardSQL(ctx context.Context, s *outbox.Store) error {
 // (every table of its processor) or FEED.TABLE.
 func (c Config) resolvedSQLConfig(name, feedTopic string, path []string) (sqlproc.Config, error) {
 	sc := c.Processors[name].sqlConfig(name, feedTopic)
+	if len(sc.ReadFrom) > 0 {
+		return sc, nil // a recorded definition: resolved when it was recorded
+	}
 	path = append(path, name)
 	whole := map[string]bool{}
 	for _, r := range sc.Reads {

@@ -51,7 +51,7 @@ func summary(cfg Config, devBroker bool, url string) []slog.Attr {
 	return []slog.Attr{
 		slog.String("feeds", strings.Join(feeds, "; ")),
 		slog.String("db", cfg.DB),
-		slog.String("synchronous", cfg.Synchronous),
+		slog.String("synchronous", string(cfg.Synchronous)),
 		slog.String("relay", cfg.Relay.Mode),
 		slog.String("brokers", brokers),
 		slog.String("http", url),

@@ -10,8 +10,6 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outboxd/outboxd/internal/kafkasec"
 )
 
@@ -88,16 +86,15 @@ func (k *toolKafka) resolve(getenv func(string) string) error {
 	return k.kafka.resolve(getenv)
 }
 
-// clientOpts returns the franz-go options of the resolved settings. When
-// they carry credentials it checks them first with one connection, so a
-// wrong password is one clear error (a *kafkasec.AuthError), not a retry
-// loop.
-func (k *toolKafka) clientOpts(ctx context.Context) ([]kgo.Opt, error) {
+// settings returns the resolved settings. When they carry credentials it
+// checks them first with one connection, so a wrong password is one clear
+// error (a *kafkasec.AuthError), not a retry loop.
+func (k *toolKafka) settings(ctx context.Context) (kafkasec.Settings, error) {
 	s := k.kafka.Settings
 	if k.kafka.on() {
 		if err := s.Check(ctx, *k.brokers); errors.Is(err, kafkasec.ErrRefused) {
-			return nil, err
+			return kafkasec.Settings{}, err
 		}
 	}
-	return s.Kgo(), nil
+	return s, nil
 }

@@ -1,18 +1,18 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
-	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/IBM/sarama"
 
 	"github.com/outboxd/outboxd/api"
+	"github.com/outboxd/outboxd/internal/kafka"
 	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -48,17 +48,8 @@ func newKafkaTopics(m *Main) kafkaTopics {
 	return k
 }
 
-func (k kafkaTopics) admin() (*kadm.Client, error) {
-	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(k.brokers...),
-		kgo.ClientID("outboxd-api-topics"),
-		kgo.DialTimeout(5 * time.Second),
-		kgo.RetryTimeout(5 * time.Second),
-	}, k.sec.Kgo()...)...)
-	if err != nil {
-		return nil, fmt.Errorf("kafka client: %w", err)
-	}
-	return kadm.NewClient(cl), nil
+func (k kafkaTopics) admin() (*kafka.Client, error) {
+	return kafka.New(k.brokers, "outboxd-api-topics", k.sec)
 }
 
 // Topics lists the cluster's topics, internal ones included.
@@ -68,17 +59,16 @@ func (k kafkaTopics) Topics(ctx context.Context) ([]api.KafkaTopic, error) {
 		return nil, err
 	}
 	defer adm.Close()
-	tds, err := adm.ListTopicsWithInternal(ctx)
+	tds, err := adm.Topics(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list topics: %w", err)
 	}
 	out := make([]api.KafkaTopic, 0, len(tds))
-	for _, name := range tds.Names() {
-		td := tds[name]
-		if td.Err != nil {
+	for name, td := range tds {
+		if td.Err != sarama.ErrNoError {
 			continue
 		}
-		out = append(out, api.KafkaTopic{Topic: name, Partitions: len(td.Partitions), Internal: td.IsInternal})
+		out = append(out, api.KafkaTopic{Topic: name, Partitions: len(td.Partitions), Internal: td.Internal})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
 	return out, nil
@@ -92,49 +82,46 @@ func (k kafkaTopics) Topic(ctx context.Context, name string, groups []string) (a
 		return api.KafkaTopicDetail{}, err
 	}
 	defer adm.Close()
-	tds, err := adm.ListTopics(ctx, name)
+	tds, err := adm.Metadata(ctx, []string{name}, false)
 	if err != nil {
 		return api.KafkaTopicDetail{}, fmt.Errorf("describe topic %s: %w", name, err)
 	}
 	td, ok := tds[name]
-	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+	if !ok || td.Err == sarama.ErrUnknownTopicOrPartition {
 		return api.KafkaTopicDetail{}, fmt.Errorf("topic %s: %w", name, outbox.ErrNotFound)
 	}
-	if td.Err != nil {
+	if td.Err != sarama.ErrNoError {
 		return api.KafkaTopicDetail{}, fmt.Errorf("describe topic %s: %w", name, td.Err)
 	}
-	starts, err := adm.ListStartOffsets(ctx, name)
-	if err != nil {
-		return api.KafkaTopicDetail{}, fmt.Errorf("start offsets of %s: %w", name, err)
-	}
-	ends, err := adm.ListEndOffsets(ctx, name)
-	if err != nil {
-		return api.KafkaTopicDetail{}, fmt.Errorf("end offsets of %s: %w", name, err)
+	parts := slices.Clone(td.Partitions)
+	slices.SortFunc(parts, func(a, b kafka.Partition) int { return cmp.Compare(a.ID, b.ID) })
+	ids := make([]int32, len(parts))
+	for i, p := range parts {
+		ids[i] = p.ID
 	}
 	d := api.KafkaTopicDetail{Topic: name, Groups: mergeGroups(k.groups[name], groups)}
-	committed := map[string]kadm.OffsetResponses{}
+	committed := map[string]map[int32]int64{}
 	for _, g := range d.Groups {
-		os, err := adm.FetchOffsetsForTopics(ctx, g, name)
-		if errors.Is(err, kerr.GroupIDNotFound) {
-			os, err = kadm.OffsetResponses{}, nil // a group that never committed
-		}
+		os, err := adm.CommittedOffsets(ctx, g, name, ids)
 		if err != nil {
 			return api.KafkaTopicDetail{}, fmt.Errorf("offsets of group %s on %s: %w", g, name, err)
 		}
 		committed[g] = os
 	}
-	for _, p := range td.Partitions.Sorted() {
-		part := api.KafkaPartition{Partition: p.Partition, Leader: p.Leader, Groups: []api.GroupLag{}, Positions: []api.FeedOffset{}}
-		if o, ok := starts.Lookup(name, p.Partition); ok && o.Err == nil {
-			part.Start = o.Offset
-		}
-		if o, ok := ends.Lookup(name, p.Partition); ok && o.Err == nil {
-			part.End = o.Offset
+	for _, p := range parts {
+		part := api.KafkaPartition{Partition: p.ID, Leader: p.Leader, Groups: []api.GroupLag{}, Positions: []api.FeedOffset{}}
+		if p.Leader >= 0 {
+			var err error
+			if part.Start, err = partitionOffset(ctx, adm, name, p, kafka.Earliest); err != nil {
+				return api.KafkaTopicDetail{}, fmt.Errorf("start offset of %s[%d]: %w", name, p.ID, err)
+			}
+			if part.End, err = partitionOffset(ctx, adm, name, p, kafka.Latest); err != nil {
+				return api.KafkaTopicDetail{}, fmt.Errorf("end offset of %s[%d]: %w", name, p.ID, err)
+			}
 		}
 		for _, g := range d.Groups {
 			gl := api.GroupLag{Group: g, Lag: max(part.End-part.Start, 0)}
-			if o, ok := committed[g].Lookup(name, p.Partition); ok && o.Err == nil && o.At >= 0 {
-				at := o.At
+			if at, ok := committed[g][p.ID]; ok {
 				gl.Committed, gl.Lag = &at, max(part.End-at, 0)
 			}
 			part.Groups = append(part.Groups, gl)
@@ -142,6 +129,18 @@ func (k kafkaTopics) Topic(ctx context.Context, name string, groups []string) (a
 		d.Partitions = append(d.Partitions, part)
 	}
 	return d, nil
+}
+
+// partitionOffset is p's offset at at; a partition's own error (a leader
+// moving) shows as 0, as a partition without offsets; no answer is an
+// error.
+func partitionOffset(ctx context.Context, adm *kafka.Client, topic string, p kafka.Partition, at int64) (int64, error) {
+	o, err := adm.ListOffset(ctx, topic, p.ID, p.Leader, at, sarama.ReadUncommitted)
+	var code sarama.KError
+	if errors.As(err, &code) {
+		return 0, nil
+	}
+	return o, err
 }
 
 // mergeGroups is a and b without repeats, a's first.

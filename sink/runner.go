@@ -260,6 +260,9 @@ func (r *Runner) resume(ctx context.Context) (int64, error) {
 	}
 	r.stored, r.storedAt = stored, r.cfg.Now()
 	pos := max(stored, held)
+	if err := r.storeProgress(ctx, pos, true); err != nil { // the target holds them
+		return 0, err
+	}
 	landed := 0
 	for _, id := range r.unsure {
 		if id <= held {
@@ -268,7 +271,7 @@ func (r *Runner) resume(ctx context.Context) (int64, error) {
 	}
 	r.unsure = r.unsure[:0]
 	r.st.update(func(s *Status) {
-		s.Delivered, s.Stored = pos, stored
+		s.Delivered = pos
 		s.DeliveredTotal += int64(landed)
 	})
 	r.log.Debug("resuming", "stored", stored, "target_holds", held)

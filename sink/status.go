@@ -21,30 +21,30 @@ type Status struct {
 	Kind  string `json:"kind"` // the URL scheme
 	URL   string `json:"url"`  // without a password
 	State string `json:"state"`
-	// Topics are the output topics the sink takes (empty: all).
+	// Topics are the output topics the sink takes (empty: every topic).
 	Topics []string `json:"topics"`
 	// Delivered is the last outbox id the sink holds or passed over;
 	// Stored the last one stored as its progress (pruning goes by it).
-	Delivered int64 `json:"delivered_id"`
-	Stored    int64 `json:"stored_id"`
+	Delivered int64 `json:"deliveredId"`
+	Stored    int64 `json:"storedId"`
 	// LagRows and LagBytes are the outbox rows after Delivered and about
 	// what they take in the database.
-	LagRows  int64 `json:"lag_rows"`
-	LagBytes int64 `json:"lag_bytes"`
+	LagRows  int64 `json:"lagRows"`
+	LagBytes int64 `json:"lagBytes"`
 	// DeliveredTotal counts the rows delivered since the start,
 	// DeadLettered the rows the target refused for good, Errors the
 	// failed attempts, since the start.
-	DeliveredTotal int64 `json:"delivered_total"`
-	DeadLettered   int64 `json:"dead_lettered"`
+	DeliveredTotal int64 `json:"deliveredTotal"`
+	DeadLettered   int64 `json:"deadLettered"`
 	Errors         int64 `json:"errors"`
 	// Missed counts the rows pruned before the sink read them: of a sink
 	// added (or added again) after they went.
 	Missed int64 `json:"missed"`
 	// LastError is the last failure, cleared by the next delivery.
-	LastError   string    `json:"last_error,omitempty"`
-	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+	LastError   string    `json:"lastError"`
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
 	// LastDeliveryAt is when rows were last delivered.
-	LastDeliveryAt time.Time `json:"last_delivery_at,omitzero"`
+	LastDeliveryAt time.Time `json:"lastDeliveryAt,omitzero"`
 }
 
 // tracker holds a Status for concurrent readers.
@@ -57,7 +57,7 @@ func (t *tracker) snapshot() Status {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.s
-	s.Topics = append([]string(nil), s.Topics...)
+	s.Topics = append([]string{}, s.Topics...) // [] for every topic, never null
 	return s
 }
 

@@ -16,6 +16,8 @@ import (
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/outboxd/outboxd/internal/testutil"
 )
 
 // chromiumPath is where .ci/run installs Chromium.
@@ -405,21 +407,18 @@ func waitText(t *testing.T, ctx context.Context, sel, want string) {
 	waitTextUntil(t, ctx, time.Now().Add(20*time.Second), sel, want)
 }
 
-// waitTextUntil is waitText with a deadline, polling every 20 ms.
+// waitTextUntil is waitText with a deadline (testutil.Wait's polling).
 func waitTextUntil(t *testing.T, ctx context.Context, deadline time.Time, sel, want string) {
 	t.Helper()
 	q, _ := json.Marshal(sel)
 	js := fmt.Sprintf(`(document.querySelector(%s) || {}).textContent || ""`, q)
-	for {
+	testutil.Wait(t, time.Until(deadline), func() error {
 		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
 		if err == nil && strings.Contains(got, want) {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s shows %q (%v), want %q by %v", sel, got, err, want, deadline.Format("15:04:05.000"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%s shows %q (%v), want %q by %v", sel, got, err, want, deadline.Format("15:04:05.000"))
+	})
 }
 
 // freePort returns a loopback port nothing listens on (as of now).

@@ -137,7 +137,7 @@ func (b *secureBroker) adminOpts(t *testing.T) []kgo.Opt {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.Kgo()
+	return securekafka.Kgo(s)
 }
 
 // serverArgs are the server's (and the tools') flags to connect as

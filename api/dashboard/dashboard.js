@@ -345,6 +345,23 @@ function renderRelay(os) {
   err.textContent = r.lastError || "";
 }
 
+// renderSinks shows each sink (NATS JetStream, a PostgreSQL table,
+// webhooks): its state, its lag behind the outbox and its last error; the
+// panel is hidden when none is configured.
+function renderSinks(os) {
+  const sinks = os.sinks || [];
+  document.getElementById("sinks").hidden = sinks.length === 0;
+  document.querySelector("#sinks-table tbody").replaceChildren(...sinks.map((k) => {
+    const tr = el("tr", { className: "sink-row" });
+    tr.dataset.sink = k.name;
+    tr.append(el("td", { className: "name", textContent: k.name }),
+      el("td", { className: "state " + k.state, textContent: k.state }),
+      el("td", { className: "lag", textContent: `${k.lagRows} rows, ${fmtBytes(k.lagBytes)}` }),
+      el("td", { className: "error", textContent: k.lastError || "" }));
+    return tr;
+  }));
+}
+
 // renderHealth shows the verdict: its level as the banner's colour, the
 // worst condition and what to do, then the others.
 function renderHealth(v) {
@@ -633,6 +650,7 @@ async function refresh() {
     overview = ov;
     renderHealth(ov.verdict);
     renderRelay(ov.outbox);
+    renderSinks(ov.outbox);
     renderFeeds();
     renderCharts();
     renderDetail();

@@ -171,7 +171,14 @@ func TestFeed_FirstLifeCopyGone(t *testing.T) {
 // waiting for more.
 func ffCheckCollected(t *testing.T, recs []ingest.Record, want ...string) {
 	t.Helper()
-	if got := ffDescribeAll(recs); !slices.Equal(got, want) {
+	ffCheckRecords(t, ffDescribeAll(recs), want...)
+}
+
+// ffCheckRecords fails the test unless got (records as ffDescribeAll
+// describes them) is want.
+func ffCheckRecords(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
 		t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
 	}
 }

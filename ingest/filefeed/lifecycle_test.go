@@ -1074,10 +1074,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 			t.Fatal("the feed never listed the generations: the test did not copy while it looked")
 		}
 		eCopy, e2 := ff.epochOf(cpy), ff.epoch()
-		want := []string{ffItem(b, 3, "b1"), ffEpochRec(eCopy), ffItem(eCopy, 3, "c1"), ffEpochRec(e2), ffItem(e2, 4, "dd1")}
-		if !slices.Equal(got, want) {
-			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-		}
+		ffCheckRecords(t, got, ffItem(b, 3, "b1"), ffEpochRec(eCopy), ffItem(eCopy, 3, "c1"), ffEpochRec(e2), ffItem(e2, 4, "dd1"))
 		ffNoMore(t, f)
 	})
 	t.Run("CopyBeingWritten", func(t *testing.T) {
@@ -1112,10 +1109,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 		f.mu.Unlock()
 		got := ffDescribeAll(ffCollect(t, f, 4))
 		eCopy, c := ff.epochOf(ff.path+".1"), ff.epoch()
-		want := []string{ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
-		if !slices.Equal(got, want) {
-			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-		}
+		ffCheckRecords(t, got, ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1"))
 		ffNoMore(t, f)
 	})
 	t.Run("WrittenWhileTheFeedLooks", func(t *testing.T) {
@@ -1196,10 +1190,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 			t.Fatalf("%d looks at the next file: the test did not truncate between the match and the move", looks)
 		}
 		eCopy, c := ff.epochOf(cpy), ff.epoch()
-		want := []string{ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
-		if !slices.Equal(got, want) {
-			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-		}
+		ffCheckRecords(t, got, ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1"))
 		ffNoMore(t, f)
 	})
 	t.Run("NextFileCopiedAndTruncatedTwiceBeforeTheMove", func(t *testing.T) {
@@ -1242,10 +1233,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 			t.Fatalf("%d looks at the next file after b1's copy: the test did not truncate between the match and the move", looks)
 		}
 		e1, e2, e3 := firstID.String(), ff.epochOf(second), ff.epoch()
-		want := []string{ffEpochRec(e1), ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "b2"), ffEpochRec(e3), ffItem(e3, 3, "b3")}
-		if !slices.Equal(got, want) {
-			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-		}
+		ffCheckRecords(t, got, ffEpochRec(e1), ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "b2"), ffEpochRec(e3), ffItem(e3, 3, "b3"))
 		ffNoMore(t, f)
 	})
 	t.Run("NextFileCopiedAndTruncatedWhileItIsLookedAt", func(t *testing.T) {
@@ -1284,10 +1272,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 			t.Fatal("the feed never looked at the next file: the test did not copy while it looked")
 		}
 		b2 := nextFileEpoch(ff.identity(), b)
-		want := []string{ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(b2), ffItem(b2, 10, "c1-longer")}
-		if !slices.Equal(got, want) {
-			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-		}
+		ffCheckRecords(t, got, ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(b2), ffItem(b2, 10, "c1-longer"))
 		ffNoMore(t, f)
 	})
 	t.Run("CopiedWhileThePathWasMissing", func(t *testing.T) {
@@ -1320,9 +1305,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 			t.Fatal("the feed never listed the generations: the test did not write while it looked")
 		}
 		b := ff.epoch()
-		if want := []string{ffEpochRec(b), ffItem(b, 3, "b1")}; !slices.Equal(got, want) {
-			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-		}
+		ffCheckRecords(t, got, ffEpochRec(b), ffItem(b, 3, "b1"))
 		ff.truncate(0)
 		ff.write("c1\n")
 		c := nextFileEpoch(ff.identity(), b)
@@ -1387,9 +1370,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 				want = append(want, ffLoss(a, 3, ingest.UnknownPosition, LossUnseenTruncated))
 			}
 			want = append(want, ffEpochRec(a2), ffItem(a2, 2, "x"), ffEpochRec(b), ffItem(b, 3, "b1"))
-			if !slices.Equal(got, want) {
-				t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-			}
+			ffCheckRecords(t, got, want...)
 			ffNoMore(t, f)
 		})
 	}
@@ -1434,10 +1415,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 			t.Fatal("the feed never listed the generations: the test did not copy after the listing")
 		}
 		eCopy, c := ff.epochOf(cpy), ff.epoch()
-		want := []string{ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
-		if !slices.Equal(got, want) {
-			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-		}
+		ffCheckRecords(t, got, ffEpochRec(eCopy), ffItem(eCopy, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1"))
 		ffNoMore(t, f)
 	})
 	t.Run("NextFileCopiedAndTruncatedThriceBeforeTheMove", func(t *testing.T) {
@@ -1493,9 +1471,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 			ffEpochRec(e1), ffItem(e1, 3, "b1"), ffEpochRec(e2), ffItem(e2, 3, "b2"),
 			ffEpochRec(e3), ffItem(e3, 3, "b3"), ffEpochRec(e4), ffItem(e4, 3, "b4"),
 		}
-		if !slices.Equal(got, want) {
-			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-		}
+		ffCheckRecords(t, got, want...)
 		ffNoMore(t, f)
 	})
 	t.Run("EmptyFileWrittenAndRotatedWhileItIsLookedAt", func(t *testing.T) {
@@ -1526,10 +1502,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 			t.Fatal("the feed never looked at the empty file: the test did not rotate while it looked")
 		}
 		b, c := ff.epochOf(ff.path+".1"), ff.epoch()
-		want := []string{ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
-		if !slices.Equal(got, want) {
-			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-		}
+		ffCheckRecords(t, got, ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1"))
 		ffNoMore(t, f)
 	})
 	t.Run("NextFileEmptiedThenCopiedAndTruncatedAgain", func(t *testing.T) {
@@ -1579,10 +1552,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 			t.Fatal("the feed did not look at the next file twice: the test did not copy as it moved")
 		}
 		b := ff.epoch()
-		want := []string{ffLoss(first, 0, ingest.UnknownPosition, LossTruncated), ffEpochRec(b), ffItem(b, 3, "b2")}
-		if !slices.Equal(got, want) {
-			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-		}
+		ffCheckRecords(t, got, ffLoss(first, 0, ingest.UnknownPosition, LossTruncated), ffEpochRec(b), ffItem(b, 3, "b2"))
 		ffNoMore(t, f)
 	})
 	t.Run("GenerationRenamedWhileItIsOpened", func(t *testing.T) {
@@ -1625,10 +1595,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 		if calls <= 2*listTries {
 			t.Fatalf("%d listings: the test did not rename the generation on every try", calls)
 		}
-		want := []string{ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1")}
-		if !slices.Equal(got, want) {
-			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-		}
+		ffCheckRecords(t, got, ffEpochRec(b), ffItem(b, 3, "b1"), ffEpochRec(c), ffItem(c, 3, "c1"))
 		ffNoMore(t, f)
 	})
 	t.Run("CopyRenamedWhileItIsLookedFor", func(t *testing.T) {
@@ -1666,10 +1633,7 @@ func TestFeed_RotationRaces(t *testing.T) {
 			t.Fatalf("%d listings: the test did not rename the copy on every try", calls)
 		}
 		b := nextFileEpoch(ff.identity(), a)
-		want := []string{ffItem(a, 6, "a2"), ffEpochRec(b), ffItem(b, 3, "b1")}
-		if !slices.Equal(got, want) {
-			t.Fatalf("records:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-		}
+		ffCheckRecords(t, got, ffItem(a, 6, "a2"), ffEpochRec(b), ffItem(b, 3, "b1"))
 		ffNoMore(t, f)
 	})
 }

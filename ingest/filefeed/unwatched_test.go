@@ -20,6 +20,38 @@ func (ff *ffFile) copyAway() {
 	}
 }
 
+// ffReadA opens a new feed on a new file holding "a\n" and reads its
+// epoch and its item: where most scenarios here start. It returns the
+// file, the feed and the epoch.
+func ffReadA(t *testing.T, opts ...Options) (*ffFile, *Feed, string) {
+	t.Helper()
+	ff := ffNewFile(t)
+	ff.write("a\n")
+	f := ff.open(outbox.Checkpoint{}, opts...)
+	e := ff.epoch()
+	ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+	return ff, f, e
+}
+
+// expectStartedOver writes "x\n" into the truncated file and expects f to
+// yield it first of the file's next life in place (epoch ":t1").
+func (ff *ffFile) expectStartedOver(f *Feed) {
+	ff.t.Helper()
+	ff.write("x\n")
+	e1 := ff.epoch() + ":t1"
+	ffExpect(ff.t, f, ffEpochRec(e1), ffItem(e1, 2, "x"))
+}
+
+// expectNewFile writes "x\n" into a new file at the path and expects f to
+// yield it first of the file's epoch after prev (the inode may be the
+// deleted file's).
+func (ff *ffFile) expectNewFile(f *Feed, prev string) {
+	ff.t.Helper()
+	ff.write("x\n")
+	e2 := nextFileEpoch(ff.identity(), prev)
+	ffExpect(ff.t, f, ffEpochRec(e2), ffItem(e2, 2, "x"))
+}
+
 // ffSawEnd waits until f has looked at its file and seen it end at end.
 func ffSawEnd(t *testing.T, f *Feed, end int64) {
 	t.Helper()
@@ -46,11 +78,7 @@ func TestFeed_Unwatched(t *testing.T) {
 	// for a stopped process.
 	t.Run("CopyTruncatedWhilePausedCopyCollected", func(t *testing.T) {
 		t.Parallel()
-		ff := ffNewFile(t)
-		ff.write("a\n")
-		f := ff.open(outbox.Checkpoint{})
-		e := ff.epoch()
-		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ff, f, e := ffReadA(t)
 		ff.write("b\n") // written and gone unread
 		ff.write("c\n")
 		ff.copyAway()
@@ -60,25 +88,15 @@ func TestFeed_Unwatched(t *testing.T) {
 	})
 	t.Run("CopyTruncatedWhilePausedNothingWrittenSince", func(t *testing.T) {
 		t.Parallel()
-		ff := ffNewFile(t)
-		ff.write("a\n")
-		f := ff.open(outbox.Checkpoint{})
-		e := ff.epoch()
-		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ff, f, e := ffReadA(t)
 		ff.write("b\n")
 		ff.copyAway() // emptied: the write before the truncation is all that can explain its events
 		ffExpect(t, f, ffLoss(e, 2, ingest.UnknownPosition, LossTruncated))
-		ff.write("x\n")
-		e1 := ff.epoch() + ":t1"
-		ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 2, "x"))
+		ff.expectStartedOver(f)
 	})
 	t.Run("TruncatedBetweenTwoLooks", func(t *testing.T) {
 		t.Parallel()
-		ff := ffNewFile(t)
-		ff.write("a\n")
-		f := ff.open(outbox.Checkpoint{})
-		e := ff.epoch()
-		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ff, f, e := ffReadA(t)
 		ff.write("b\n")
 		ff.truncate(0)
 		ff.write("x\n")
@@ -91,11 +109,7 @@ func TestFeed_Unwatched(t *testing.T) {
 		t.Parallel()
 		// The feed keeps the file open: what was written before the delete
 		// is read, exactly, and nothing is lost.
-		ff := ffNewFile(t)
-		ff.write("a\n")
-		f := ff.open(outbox.Checkpoint{})
-		e := ff.epoch()
-		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ff, f, e := ffReadA(t)
 		ff.write("b\n")
 		ff.write("cc\n")
 		ff.remove()
@@ -114,9 +128,7 @@ func TestFeed_Unwatched(t *testing.T) {
 		ff.remove()
 		f := ff.open(cp)
 		ffExpect(t, f, ffLoss(e, 4, ingest.UnknownPosition, LossVanished))
-		ff.write("x\n")
-		e2 := nextFileEpoch(ff.identity(), e) // the inode may be the deleted file's
-		ffExpect(t, f, ffEpochRec(e2), ffItem(e2, 2, "x"))
+		ff.expectNewFile(f, e)
 	})
 	t.Run("DeletedWhileDownSeenUnread", func(t *testing.T) {
 		t.Parallel()
@@ -139,33 +151,21 @@ func TestFeed_Unwatched(t *testing.T) {
 		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"), ffItem(e, 4, "b"))
 		ff.truncate(0)
 		ffSawEnd(t, f, 0)
-		ff.write("x\n")
-		e1 := ff.epoch() + ":t1"
-		ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 2, "x"))
+		ff.expectStartedOver(f)
 	})
 	t.Run("FullyReadCopyCollectedWhilePaused", func(t *testing.T) {
 		t.Parallel()
-		ff := ffNewFile(t)
-		ff.write("a\n")
-		f := ff.open(outbox.Checkpoint{})
-		e := ff.epoch()
-		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ff, f, _ := ffReadA(t)
 		ffNoMore(t, f)
 		ff.copyAway()
-		ff.write("x\n") // one write after the truncation: all its events are accounted for
-		e1 := ff.epoch() + ":t1"
-		ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 2, "x"))
+		ff.expectStartedOver(f) // one write after the truncation: all its events are accounted for
 	})
 	t.Run("FullyReadTruncatedThenWrittenWhileWeighed", func(t *testing.T) {
 		t.Parallel()
 		// A write lands while the feed waits for the truncation's events:
 		// it is weighed with the bytes it adds, not taken for a write
 		// before the truncation.
-		ff := ffNewFile(t)
-		ff.write("a\n")
-		f := ff.open(outbox.Checkpoint{})
-		e := ff.epoch()
-		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ff, f, _ := ffReadA(t)
 		f.mu.Lock()
 		f.settling = func() { ff.write("x\n") }
 		f.mu.Unlock()
@@ -177,33 +177,21 @@ func TestFeed_Unwatched(t *testing.T) {
 	})
 	t.Run("FullyReadCopyCollectedEmpty", func(t *testing.T) {
 		t.Parallel()
-		ff := ffNewFile(t)
-		ff.write("a\n")
-		f := ff.open(outbox.Checkpoint{})
-		e := ff.epoch()
-		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ff, f, _ := ffReadA(t)
 		ffNoMore(t, f)
 		ff.copyAway()
 		ffSawEnd(t, f, 0)
-		ff.write("x\n")
-		e1 := ff.epoch() + ":t1"
-		ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 2, "x"))
+		ff.expectStartedOver(f)
 	})
 
 	// AssumeNoUnseenWrites: the operator vouches that nothing is written
 	// while the feed does not look.
 	t.Run("AssumeNoUnseenWrites", func(t *testing.T) {
 		t.Parallel()
-		ff := ffNewFile(t)
-		ff.write("a\n")
-		f := ff.open(outbox.Checkpoint{}, Options{AssumeNoUnseenWrites: true})
-		e := ff.epoch()
-		ffExpect(t, f, ffEpochRec(e), ffItem(e, 2, "a"))
+		ff, f, _ := ffReadA(t, Options{AssumeNoUnseenWrites: true})
 		ff.write("b\n")
 		ff.copyAway()
-		ff.write("x\n")
-		e1 := ff.epoch() + ":t1"
-		ffExpect(t, f, ffEpochRec(e1), ffItem(e1, 2, "x"))
+		ff.expectStartedOver(f)
 	})
 	t.Run("AssumeNoUnseenWritesDeletedWhileDown", func(t *testing.T) {
 		t.Parallel()
@@ -213,8 +201,6 @@ func TestFeed_Unwatched(t *testing.T) {
 		ff.remove()
 		f := ff.open(outbox.Checkpoint{Epoch: e, Position: 4, End: 6}, Options{AssumeNoUnseenWrites: true})
 		ffExpect(t, f, ffLoss(e, 4, 6, LossReplaced))
-		ff.write("x\n")
-		e2 := nextFileEpoch(ff.identity(), e)
-		ffExpect(t, f, ffEpochRec(e2), ffItem(e2, 2, "x"))
+		ff.expectNewFile(f, e)
 	})
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/internal/clock"
+	"github.com/outboxd/outboxd/internal/kafka"
 	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -381,10 +382,9 @@ func (f *Feed) dial(ctx context.Context) error {
 }
 
 func (f *Feed) saramaConfig() *sarama.Config {
-	c := sarama.NewConfig()
-	c.Version = sarama.V3_6_0_0
-	c.ClientID = f.cfg.ClientID
-	c.Net.DialTimeout = 5 * time.Second
+	// The product's sarama settings: version, TLS and SASL, no topic
+	// created by a metadata request.
+	c := kafka.Config(f.cfg.ClientID, f.cfg.Kafka)
 	c.Net.ReadTimeout = 10 * time.Second
 	c.Net.WriteTimeout = 10 * time.Second
 	c.Metadata.AllowAutoTopicCreation = false // reading a topic never creates it
@@ -396,7 +396,6 @@ func (f *Feed) saramaConfig() *sarama.Config {
 	c.Consumer.Fetch.Max = 0                        // no limit: a big record is fetched whole, never skipped
 	c.Consumer.Fetch.Default = kafkaFetchBytes
 	c.Consumer.Offsets.AutoCommit.Enable = false
-	f.cfg.Kafka.Sarama(c)
 	return c
 }
 

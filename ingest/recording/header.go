@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -40,19 +41,23 @@ type Header struct {
 	From []Checkpoint `json:"from"`
 	// Snapshot names the copy of the database as of From, in the file's
 	// directory ("" when none: --record-snapshot=false, or a later part).
-	Snapshot string `json:"snapshot,omitempty"`
+	// SnapshotRun, when not "", is the earlier run whose start the
+	// snapshot holds (a run that reused it): a replay starts from that
+	// run's recordings.
+	Snapshot    string `json:"snapshot,omitempty"`
+	SnapshotRun string `json:"snapshotRun,omitempty"`
 }
 
 // LoopSettings are the settings of the recorded loop that a replay uses.
 type LoopSettings struct {
-	BatchMax            int    `json:"batchMax"`
-	BatchBytes          int    `json:"batchBytes"`
-	RetryAttempts       int    `json:"retryAttempts"`
-	AttemptTimeout      string `json:"attemptTimeout"`
-	OnFailure           string `json:"onFailure"`
-	OnCompletionFailure string `json:"onCompletionFailure"`
-	MaxMessageBytes     int    `json:"maxMessageBytes"`
-	DeadLetterTopic     string `json:"deadLetterTopic"`
+	BatchMax            int                     `json:"batchMax"`
+	BatchBytes          int                     `json:"batchBytes"`
+	RetryAttempts       int                     `json:"retryAttempts"`
+	AttemptTimeout      string                  `json:"attemptTimeout"`
+	OnFailure           ingest.FailurePolicy    `json:"onFailure"`
+	OnCompletionFailure ingest.CompletionPolicy `json:"onCompletionFailure"`
+	MaxMessageBytes     int                     `json:"maxMessageBytes"`
+	DeadLetterTopic     string                  `json:"deadLetterTopic"`
 }
 
 // Checkpoint is a partition's epoch and position.

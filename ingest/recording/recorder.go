@@ -30,6 +30,14 @@ type Options struct {
 	// next part started, after the transaction that crossed it: a
 	// transaction is never split.
 	MaxBytes int64
+	// Retention bounds the feed's recordings in Dir by age and bytes; at
+	// its MaxTotalBytes the recorder pauses (never the feed) until
+	// retention frees room.
+	Retention Retention
+	// SnapshotInterval, when not 0, lets a run record from the feed's
+	// last snapshot when it is younger than this, rather than take one
+	// (a replay starts from that snapshot's run).
+	SnapshotInterval time.Duration
 	// Logger defaults to slog.Default(); Now to time.Now.
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -44,15 +52,32 @@ const DefaultMaxBytes = 1 << 30
 // Status is what a recorder reports.
 type Status struct {
 	// Recording is true while it writes; false before the run starts,
-	// after it ended, or once it failed (Error says why).
+	// after it ended, while it is paused, or once it failed (Error says
+	// why).
 	Recording bool   `json:"recording"`
 	File      string `json:"file"`
-	// Bytes counts what it wrote in this run, every part included; Files
-	// counts the parts.
+	// Bytes counts what it wrote since the process started, every part
+	// included; Files counts the parts.
 	Bytes int64  `json:"bytes"`
 	Files int    `json:"files"`
 	Error string `json:"error,omitempty"`
+	// DiskBytes is what the feed's recordings (parts, snapshots) hold in
+	// the directory, as last counted: at each commit while recording, at
+	// each retention pass otherwise.
+	DiskBytes int64 `json:"diskBytes"`
+	// Paused says the recording stopped at the retention's total cap
+	// (Retention.MaxTotalBytes) and why; the feed goes on unrecorded
+	// until retention frees room, then a new run starts with a snapshot.
+	Paused string `json:"paused,omitempty"`
+	// RemovedFiles and RemovedBytes count what retention removed since
+	// the process started.
+	RemovedFiles int   `json:"removedFiles"`
+	RemovedBytes int64 `json:"removedBytes"`
 }
+
+// retainEvery is how often retention runs while a recorder records or
+// is paused (and at each start and new part).
+const retainEvery = time.Minute
 
 // Recorder writes the recording of one feed's run: an ingest.Recorder.
 // Its methods are called by one loop (see ingest.Recorder); Status is safe
@@ -63,11 +88,20 @@ type Recorder struct {
 	o   Options
 	log *slog.Logger
 
+	ctx      context.Context // the loop's, from Start
 	w        *Writer
 	hdr      Header // the current file's
 	last     map[int32]outbox.Checkpoint
 	prepared bool
 	active   bool
+
+	// pending are the checkpoints of the transaction prepared, committed
+	// those of the last one committed: kept while paused, for the run
+	// that resumes.
+	pending, committed map[int32]outbox.Checkpoint
+	paused             bool
+	retained           time.Time // the last retention pass
+	others             int64     // the feed's bytes on disk but the current part's
 
 	mu     sync.Mutex
 	status Status
@@ -88,6 +122,8 @@ func NewRecorder(o Options) (*Recorder, error) {
 		return nil, fmt.Errorf("record: max bytes %d, want at least %d", o.MaxBytes, MinMaxBytes)
 	case o.Snapshot && o.Store == nil:
 		return nil, errors.New("record: a snapshot needs the store")
+	case o.Retention.MaxAge < 0 || o.Retention.MaxTotalBytes < 0 || o.SnapshotInterval < 0:
+		return nil, errors.New("record: a negative retention or snapshot interval")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -108,27 +144,189 @@ func (r *Recorder) Status() Status {
 // runName names a run by its start, UTC, so names sort by time.
 func runName(t time.Time) string { return t.UTC().Format("20060102T150405.000000000Z") }
 
-// Start takes the snapshot (when asked) and creates the run's first file.
+// Start applies the retention, takes the snapshot (when asked; or
+// reuses the last one, see Options.SnapshotInterval) and creates the
+// run's first file. Over the total cap, it starts paused.
 func (r *Recorder) Start(ctx context.Context, from map[int32]outbox.Checkpoint) {
+	r.ctx = ctx
 	if err := os.MkdirAll(r.o.Dir, 0o755); err != nil {
 		r.fail(fmt.Errorf("create %s: %w", r.o.Dir, err))
 		return
 	}
-	h := r.o.Header
-	h.StartedAt = r.o.Now().UTC()
-	h.Run, h.Part, h.From = runName(h.StartedAt), 1, checkpointsOf(from)
+	r.committed = maps.Clone(from)
+	reuse, reuseRun := "", ""
 	if r.o.Snapshot {
-		h.Snapshot = fmt.Sprintf("%s-%s.snapshot.db", h.Feed, h.Run)
-		began := time.Now()
-		note := fmt.Sprintf("snapshot of feed %s as of run %s", h.Feed, h.Run)
-		if err := r.o.Store.Snapshot(ctx, filepath.Join(r.o.Dir, h.Snapshot), note); err != nil {
+		var err error
+		if reuse, reuseRun, err = reusableSnapshot(r.o.Dir, r.o.Header.Feed, r.o.SnapshotInterval, r.o.Now().UTC()); err != nil {
 			r.fail(err)
 			return
 		}
-		r.log.Info("recording: database snapshot taken", "file", h.Snapshot, "took", time.Since(began))
 	}
-	r.last = maps.Clone(from)
+	if reuse != "" {
+		// The generation recorded from stays; with no room beside it, a
+		// new one starts.
+		if !r.retain(reuseRun, false) {
+			return
+		}
+		if r.overCap() {
+			reuse = ""
+		}
+	}
+	if reuse == "" && !r.retain("", true) {
+		return
+	}
+	if r.overCap() {
+		r.pause()
+		return
+	}
+	r.startRun(reuse != "")
+}
+
+// startRun starts a run from the last committed checkpoints: with a
+// snapshot (reused when reuse allows it and one is young enough).
+func (r *Recorder) startRun(reuse bool) {
+	h := r.o.Header
+	h.StartedAt = r.o.Now().UTC()
+	h.Run, h.Part, h.From = runName(h.StartedAt), 1, checkpointsOf(r.committed)
+	if r.o.Snapshot {
+		name, run := "", ""
+		if reuse {
+			var err error
+			if name, run, err = reusableSnapshot(r.o.Dir, h.Feed, r.o.SnapshotInterval, h.StartedAt); err != nil {
+				r.fail(err)
+				return
+			}
+		}
+		if name != "" {
+			h.Snapshot, h.SnapshotRun = name, run
+			r.log.Info("recording: the feed's last snapshot is reused", "file", name, "run", run)
+		} else {
+			h.Snapshot = fmt.Sprintf("%s-%s.snapshot.db", h.Feed, h.Run)
+			began := time.Now()
+			note := fmt.Sprintf("snapshot of feed %s as of run %s", h.Feed, h.Run)
+			if err := r.o.Store.Snapshot(r.ctx, filepath.Join(r.o.Dir, h.Snapshot), note); err != nil {
+				if r.ctx.Err() != nil {
+					// The loop is stopping: no run to record, nothing failed.
+					r.log.Info("recording: the loop stopped before the run's snapshot was taken")
+					return
+				}
+				r.fail(err)
+				return
+			}
+			r.log.Info("recording: database snapshot taken", "file", h.Snapshot, "took", time.Since(began))
+		}
+	}
+	r.last = maps.Clone(r.committed)
 	r.open(h)
+	if r.active {
+		r.count()
+	}
+}
+
+// count takes the feed's bytes on disk but the current part's.
+func (r *Recorder) count() {
+	files, err := feedFiles(r.o.Dir, r.o.Header.Feed)
+	if err != nil {
+		return
+	}
+	var n int64
+	for _, f := range files {
+		if r.w == nil || f.name != filepath.Base(r.w.Path()) {
+			n += f.size
+		}
+	}
+	r.others = n
+	r.setDisk()
+}
+
+// setDisk reports the bytes on disk.
+func (r *Recorder) setDisk() {
+	n := r.others
+	if r.w != nil {
+		n += r.w.Size()
+	}
+	r.mu.Lock()
+	r.status.DiskBytes = n
+	r.mu.Unlock()
+}
+
+// overCap reports whether the feed's recordings hold the total cap.
+func (r *Recorder) overCap() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.o.Retention.MaxTotalBytes > 0 && r.status.DiskBytes >= r.o.Retention.MaxTotalBytes
+}
+
+// retain runs the retention, keeping run keep's generation (and the
+// newest); false when it failed (the recording stopped).
+func (r *Recorder) retain(keep string, newestToo bool) bool {
+	r.retained = r.o.Now()
+	if r.o.Retention == (Retention{}) {
+		r.count()
+		return true
+	}
+	left, files, bytes, err := retain(r.o.Dir, r.o.Header.Feed, keep, newestToo, r.o.Retention, r.retained)
+	if err != nil {
+		r.fail(err)
+		return false
+	}
+	if files > 0 {
+		r.log.Info("recording: retention removed old recordings", "files", files, "bytes", bytes)
+	}
+	r.mu.Lock()
+	r.status.RemovedFiles += files
+	r.status.RemovedBytes += bytes
+	r.mu.Unlock()
+	r.others = left
+	if r.w != nil {
+		r.others -= r.w.Size()
+	}
+	r.setDisk()
+	return true
+}
+
+// pause stops recording at the total cap: the run ends (its end frame,
+// and a gap mark so that no later run records from its snapshot), the
+// feed goes on.
+func (r *Recorder) pause() {
+	why := fmt.Sprintf("the feed's recordings hold %d bytes, the cap is %d (--record-max-total-bytes): "+
+		"paused until retention frees room", r.Status().DiskBytes, r.o.Retention.MaxTotalBytes)
+	run := r.hdr.Run
+	if r.active {
+		w := r.w
+		r.active, r.w = false, nil
+		if err := errors.Join(w.End(r.hdr.Part), w.Close()); err != nil {
+			r.fail(err)
+			return
+		}
+		r.bytes += w.Size()
+	}
+	if run != "" {
+		gap := filepath.Join(r.o.Dir, fmt.Sprintf("%s-%s.gap", r.o.Header.Feed, run))
+		if f, err := os.OpenFile(gap, os.O_WRONLY|os.O_CREATE, 0o644); err == nil {
+			f.Close()
+		}
+	}
+	r.paused = true
+	r.count()
+	r.mu.Lock()
+	r.status.Recording, r.status.Paused, r.status.File = false, why, ""
+	r.mu.Unlock()
+	r.log.Warn("recording paused: the feed goes on unrecorded", "why", why)
+}
+
+// resumeIfRoom starts a new run, with a new snapshot, once retention
+// has brought the recordings under the cap.
+func (r *Recorder) resumeIfRoom() {
+	if r.o.Now().Sub(r.retained) < retainEvery || !r.retain("", false) || r.overCap() {
+		return
+	}
+	r.paused = false
+	r.mu.Lock()
+	r.status.Paused = ""
+	r.mu.Unlock()
+	r.log.Info("recording resumed: a new run starts with a snapshot")
+	r.startRun(false)
 }
 
 // partName is the file name of part part of the run h records.
@@ -161,6 +359,13 @@ func (r *Recorder) fail(err error) {
 	r.log.Error("recording stopped: the feed goes on unrecorded from here", "err", err)
 	if r.w != nil {
 		r.w.f.Close()
+	}
+	if r.hdr.Run != "" {
+		// No later run may record from this run's snapshot: the recordings
+		// stop here. An empty file: made on a full disk too, most often.
+		if f, err := os.OpenFile(filepath.Join(r.o.Dir, fmt.Sprintf("%s-%s.gap", r.o.Header.Feed, r.hdr.Run)), os.O_WRONLY|os.O_CREATE, 0o644); err == nil {
+			f.Close()
+		}
 	}
 	r.active, r.w = false, nil
 	r.mu.Lock()
@@ -205,6 +410,7 @@ func (r *Recorder) Outcome(o ingest.Outcome) {
 
 // Prepare writes the transaction.
 func (r *Recorder) Prepare(cps map[int32]outbox.Checkpoint) {
+	r.pending = cps
 	if !r.active {
 		return
 	}
@@ -218,7 +424,17 @@ func (r *Recorder) Prepare(cps map[int32]outbox.Checkpoint) {
 
 // Committed writes the commit frame, and starts the next part when the
 // file has grown past MaxBytes.
+//
+// At the retention's total cap it pauses; paused, it resumes once
+// retention freed room.
 func (r *Recorder) Committed() {
+	if r.pending != nil {
+		r.committed, r.pending = maps.Clone(r.pending), nil
+	}
+	if r.paused {
+		r.resumeIfRoom()
+		return
+	}
 	if !r.active || !r.prepared {
 		return
 	}
@@ -231,6 +447,16 @@ func (r *Recorder) Committed() {
 	r.mu.Lock()
 	r.status.Bytes = r.bytes + size
 	r.mu.Unlock()
+	r.setDisk()
+	if r.o.Retention != (Retention{}) && (r.overCap() || r.o.Now().Sub(r.retained) >= retainEvery) {
+		if !r.retain(r.hdr.Run, false) {
+			return
+		}
+		if r.overCap() {
+			r.pause()
+			return
+		}
+	}
 	if size >= r.o.MaxBytes {
 		r.rotate()
 	}
@@ -247,7 +473,7 @@ func (r *Recorder) rotate() {
 	r.w = nil
 	h := r.hdr
 	h.Part++
-	h.From, h.Snapshot = checkpointsOf(r.last), ""
+	h.From, h.Snapshot, h.SnapshotRun = checkpointsOf(r.last), "", ""
 	w, err := Create(filepath.Join(r.o.Dir, partName(h, h.Part)), h)
 	if err != nil {
 		old.f.Close()
@@ -261,6 +487,7 @@ func (r *Recorder) rotate() {
 	}
 	r.bytes += old.Size()
 	r.use(w, h)
+	r.count()
 }
 
 // Close ends the run's recording with its end frame, then syncs and
@@ -278,5 +505,7 @@ func (r *Recorder) Close() {
 	r.mu.Lock()
 	r.status.Recording, r.status.Bytes = false, r.bytes+w.Size()
 	r.mu.Unlock()
+	r.others += w.Size()
+	r.setDisk()
 	r.log.Info("recording closed", "file", w.Path(), "bytes", w.Size())
 }

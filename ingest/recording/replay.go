@@ -478,6 +478,10 @@ func OpenTarget(ctx context.Context, set *Set, out, from string) (s *outbox.Stor
 		if f.Header.Part != 1 {
 			return nil, "", fmt.Errorf("%w: %s is part %d of its run: replay its part 1 first", ErrBadSet, f.Path, f.Header.Part)
 		}
+		if r := f.Header.SnapshotRun; r != "" && r != f.Header.Run {
+			return nil, "", fmt.Errorf("%w: %s records from the snapshot %s, taken at the start of run %s: "+
+				"replay from that run's recordings (give their directory)", ErrBadSet, f.Path, f.Header.Snapshot, r)
+		}
 		snap := filepath.Join(filepath.Dir(f.Path), f.Header.Snapshot)
 		if err := copyFile(snap, out); err != nil {
 			return nil, "", fmt.Errorf("restore the snapshot %s: %w", snap, err)

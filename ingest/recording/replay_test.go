@@ -55,6 +55,13 @@ type run struct {
 	dir, db, input string
 	maxBytes       int64
 	rewind         map[int32]int64
+	// retention, snapshotInterval and now go to the recorder's options;
+	// during, when set, runs once the loop runs, before the wait for the
+	// input's end.
+	retention        recording.Retention
+	snapshotInterval time.Duration
+	now              func() time.Time
+	during           func(rec *recording.Recorder)
 }
 
 // record runs the loop with a recorder until the feed has applied the
@@ -77,6 +84,7 @@ func (r run) record(t *testing.T) recording.Status {
 	}
 	rec, err := recording.NewRecorder(recording.Options{
 		Logger: quiet, Dir: r.dir, Store: store, Snapshot: true, MaxBytes: maxBytes,
+		Retention: r.retention, SnapshotInterval: r.snapshotInterval, Now: r.now,
 		Header: recording.Header{Feed: "ledger", Kind: ingest.KindFile, Source: r.input, Processor: ledger.Name,
 			Loop: recording.LoopSettings{BatchMax: cfg.BatchMax, RetryAttempts: cfg.Retry.Attempts, OnFailure: cfg.OnFailure,
 				OnCompletionFailure: cfg.OnCompletionFailure, MaxMessageBytes: cfg.MaxMessageBytes, DeadLetterTopic: "ledger.dlq"}},
@@ -96,11 +104,14 @@ func (r run) record(t *testing.T) recording.Status {
 	rctx, stop := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- loop.Run(rctx) }()
-	st, err := os.Stat(r.input)
-	if err != nil {
-		t.Fatal(err)
+	if r.during != nil {
+		r.during(rec)
 	}
 	waitFor(t, func() error {
+		st, err := os.Stat(r.input)
+		if err != nil {
+			return err
+		}
 		cps, err := store.ReadPositions(ctx, "ledger")
 		if err != nil {
 			return err
@@ -114,7 +125,7 @@ func (r run) record(t *testing.T) recording.Status {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	if s := rec.Status(); s.Recording || s.Error != "" || s.Bytes == 0 {
+	if s := rec.Status(); s.Recording || s.Error != "" || (s.Bytes == 0 && s.Paused == "") {
 		t.Fatalf("recorder status after the run: %+v", s)
 	}
 	return rec.Status()

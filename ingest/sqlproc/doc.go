@@ -17,6 +17,12 @@
 //   - emit: one query run last, a SELECT or a statement with RETURNING:
 //     each row is one output.
 //
+// Besides, Migrations change the tables once each, in version order,
+// after setup (see Migration); Window makes apply run per open window of
+// the item's event time and emit once per window when the watermark
+// passes its end (see Window); Reads lets the statements read, never
+// write, other feeds' processors' tables (see ReadSource).
+//
 // Statements are cut like sqlite3_complete does: a ";" inside a string, a
 // quoted name, a comment or the body of CREATE TRIGGER ... BEGIN ... END
 // ends nothing. Each is compiled once and kept prepared.

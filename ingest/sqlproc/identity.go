@@ -24,6 +24,19 @@ func (c Config) Definition() ([]byte, error) {
 	if err := yaml.Unmarshal(y, &m); err != nil {
 		return nil, fmt.Errorf("sqlproc %s: definition: %w", c.Name, err)
 	}
+	if len(c.ReadFrom) > 0 {
+		// What the processor reads is part of what it is: each source's
+		// own definition, under "readFrom" (no configuration key).
+		var srcs []readFromDef
+		for _, r := range c.ReadFrom {
+			d, err := r.Config.Definition()
+			if err != nil {
+				return nil, err
+			}
+			srcs = append(srcs, readFromDef{Feed: r.Feed, Processor: r.Config.Name, Tables: r.Tables, Definition: d})
+		}
+		m[readFromKey] = srcs
+	}
 	b, err := json.Marshal(m) // map keys sorted
 	if err != nil {
 		return nil, fmt.Errorf("sqlproc %s: definition: %w", c.Name, err)
@@ -38,7 +51,31 @@ func ParseDefinition(name string, def []byte) (Config, error) {
 		return c, fmt.Errorf("sqlproc %s: definition: %w", name, err)
 	}
 	c.Name = name
+	var rf struct {
+		ReadFrom []readFromDef `json:"readFrom"`
+	}
+	if err := json.Unmarshal(def, &rf); err != nil {
+		return c, fmt.Errorf("sqlproc %s: definition: %w", name, err)
+	}
+	for _, r := range rf.ReadFrom {
+		src, err := ParseDefinition(r.Processor, r.Definition)
+		if err != nil {
+			return c, fmt.Errorf("sqlproc %s: definition: reads %s: %w", name, r.Feed, err)
+		}
+		c.ReadFrom = append(c.ReadFrom, ReadSource{Feed: r.Feed, Config: src, Tables: r.Tables})
+	}
 	return c, nil
+}
+
+// readFromKey holds a definition's ReadFrom.
+const readFromKey = "readFrom"
+
+// readFromDef is a ReadSource in a definition.
+type readFromDef struct {
+	Feed       string          `json:"feed"`
+	Processor  string          `json:"processor"`
+	Tables     []string        `json:"tables,omitempty"`
+	Definition json.RawMessage `json:"definition"`
 }
 
 // DefinitionVersion is the version a definition declares: its "version"

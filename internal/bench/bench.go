@@ -74,7 +74,7 @@ func defaultBenchOptions() benchOptions {
 		LineFill:        fillSpaces,
 		Rate:            10_000,
 		LatencyDuration: 5 * time.Second,
-		Synchronous:     d.Synchronous,
+		Synchronous:     string(d.Synchronous),
 		BatchMax:        d.BatchMax,
 		BatchWait:       d.BatchWait,
 		RelayBatch:      d.Relay.Batch,
@@ -181,7 +181,7 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--rate: %d is negative", o.Rate)
 	case o.Rate > 0 && o.LatencyDuration < 100*time.Millisecond:
 		return fmt.Errorf("--latency-duration: %v, want at least 100ms", o.LatencyDuration)
-	case o.Synchronous != outbox.SyncFull && o.Synchronous != outbox.SyncNormal:
+	case outbox.SyncMode(o.Synchronous) != outbox.SyncFull && outbox.SyncMode(o.Synchronous) != outbox.SyncNormal:
 		return fmt.Errorf("--synchronous: %q is not one of full, normal", o.Synchronous)
 	case o.BatchMax < 1:
 		return fmt.Errorf("--batch-max: %d, want at least 1", o.BatchMax)

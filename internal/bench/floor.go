@@ -33,7 +33,7 @@ type floorDB struct {
 // registered.
 func openFloorDB(ctx context.Context, path, synchronous string) (*floorDB, error) {
 	cfg := outbox.DefaultConfig(path)
-	cfg.Synchronous = synchronous
+	cfg.Synchronous = outbox.SyncMode(synchronous)
 	c, err := outbox.OpenCeiling(ctx, cfg, benchFeed)
 	if err != nil {
 		return nil, err

@@ -236,7 +236,7 @@ type watcher struct{ store *outbox.Store }
 // openWatcher opens (creating) the database at path.
 func (b *bench) openWatcher(ctx context.Context, path string) (*watcher, error) {
 	cfg := outbox.DefaultConfig(path)
-	cfg.Synchronous = b.o.Synchronous
+	cfg.Synchronous = outbox.SyncMode(b.o.Synchronous)
 	s, err := outbox.Open(ctx, cfg)
 	if err != nil {
 		return nil, err

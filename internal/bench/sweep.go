@@ -118,7 +118,7 @@ func (b *bench) sweepPoint(ctx context.Context, n int) (sweepPoint, error) {
 // at path, in key order, through the ledger's own upsert, and checkpoints
 // it so the copies start with an empty WAL.
 func (b *bench) prefill(ctx context.Context, path string, n int) error {
-	f, err := openFloorDB(ctx, path, outbox.SyncNormal) // the state is written before the timer
+	f, err := openFloorDB(ctx, path, string(outbox.SyncNormal)) // the state is written before the timer
 	if err != nil {
 		return err
 	}

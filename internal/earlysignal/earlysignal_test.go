@@ -3,11 +3,14 @@
 package earlysignal
 
 import (
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/internal/testutil"
 )
 
 func receive(t *testing.T, ch <-chan os.Signal, want os.Signal) {
@@ -42,13 +45,13 @@ func TestSignals(t *testing.T) {
 	}
 	receive(t, next, syscall.SIGTERM)
 	// The early channel has it too, unread: Release delivers it again.
-	wait := time.Now().Add(5 * time.Second)
-	for len(caught) == 0 && time.Now().Before(wait) {
-		time.Sleep(time.Millisecond) // the runtime delivers to both channels; poll for the second
-	}
-	if len(caught) == 0 {
-		t.Fatal("the early channel did not catch SIGTERM")
-	}
+	// The runtime delivers to both channels: wait for the second.
+	testutil.Wait(t, 5*time.Second, func() error {
+		if len(caught) == 0 {
+			return errors.New("the early channel did not catch SIGTERM")
+		}
+		return nil
+	})
 	Release()
 	receive(t, next, syscall.SIGTERM)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/IBM/sarama"
-	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // ACL resource types, as an AuthorizationError names them.
@@ -58,22 +57,26 @@ func (e *AuthorizationError) Unwrap() error { return e.Err }
 // authzCodes are the codes of refusals; SASL_AUTHENTICATION_FAILED is a
 // refusal of credentials, not of an operation.
 var authzCodes = map[int16]string{
-	kerr.TopicAuthorizationFailed.Code:           ResourceTopic,
-	kerr.TransactionalIDAuthorizationFailed.Code: ResourceTransactionalID,
-	kerr.GroupAuthorizationFailed.Code:           ResourceGroup,
-	kerr.ClusterAuthorizationFailed.Code:         ResourceCluster,
+	int16(sarama.ErrTopicAuthorizationFailed):           ResourceTopic,
+	int16(sarama.ErrTransactionalIDAuthorizationFailed): ResourceTransactionalID,
+	int16(sarama.ErrGroupAuthorizationFailed):           ResourceGroup,
+	int16(sarama.ErrClusterAuthorizationFailed):         ResourceCluster,
 }
 
-// KafkaCode returns the Kafka error code in err's tree (a sarama KError
-// or a franz-go *kerr.Error).
+// codeNames are the names Kafka gives the codes of refusals.
+var codeNames = map[sarama.KError]string{
+	sarama.ErrTopicAuthorizationFailed:           "TOPIC_AUTHORIZATION_FAILED",
+	sarama.ErrTransactionalIDAuthorizationFailed: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+	sarama.ErrGroupAuthorizationFailed:           "GROUP_AUTHORIZATION_FAILED",
+	sarama.ErrClusterAuthorizationFailed:         "CLUSTER_AUTHORIZATION_FAILED",
+	sarama.ErrSASLAuthenticationFailed:           "SASL_AUTHENTICATION_FAILED",
+}
+
+// KafkaCode returns the Kafka error code in err's tree (a sarama KError).
 func KafkaCode(err error) (int16, bool) {
 	var ke sarama.KError
 	if errors.As(err, &ke) {
 		return int16(ke), true
-	}
-	var fe *kerr.Error
-	if errors.As(err, &fe) {
-		return fe.Code, true
 	}
 	return 0, false
 }
@@ -85,9 +88,8 @@ func codeName(err error) string {
 	if !ok {
 		return fmt.Sprint(err)
 	}
-	var fe *kerr.Error
-	if errors.As(kerr.ErrorForCode(code), &fe) {
-		return fe.Message
+	if name, ok := codeNames[sarama.KError(code)]; ok {
+		return name
 	}
 	return fmt.Sprintf("error code %d", code)
 }
@@ -103,7 +105,7 @@ func Refused(err error) bool {
 	}
 	code, ok := KafkaCode(err)
 	_, denied := authzCodes[code]
-	return ok && (denied || code == kerr.SaslAuthenticationFailed.Code)
+	return ok && (denied || code == int16(sarama.ErrSASLAuthenticationFailed))
 }
 
 // Ask is an operation a request asks for: Op on the resource of kind

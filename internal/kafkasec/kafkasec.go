@@ -1,7 +1,7 @@
 // Package kafkasec is how outboxd's Kafka clients connect: TLS (a CA, a
 // client certificate, the server name) and SASL (PLAIN, SCRAM-SHA-256,
 // SCRAM-SHA-512). One Config is read once, resolved once into Settings, and
-// Settings turns into sarama and franz-go options, so the relay's producer,
+// Settings turns into sarama options (Settings.Sarama), so the relay's producer,
 // its admin and progress clients, the Kafka feed, its group committer and
 // the consume and produce tools always connect the same way.
 //

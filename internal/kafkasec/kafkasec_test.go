@@ -16,7 +16,6 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/internal/testcerts"
@@ -172,9 +171,9 @@ func cluster(t *testing.T, opts ...kfake.Opt) string {
 	return ln.Addr().String()
 }
 
-// dialBoth connects with sarama and with franz-go and asks each for the
-// topic's metadata; it returns their errors.
-func dialBoth(t *testing.T, addr string, s kafkasec.Settings) (saramaErr, kgoErr error) {
+// dialBoth connects with sarama, asking for the topic's metadata, and
+// with Check's own connection; it returns their errors.
+func dialBoth(t *testing.T, addr string, s kafkasec.Settings) (saramaErr, checkErr error) {
 	t.Helper()
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
@@ -187,14 +186,9 @@ func dialBoth(t *testing.T, addr string, s kafkasec.Settings) (saramaErr, kgoErr
 		_, saramaErr = cl.Partitions("t")
 		cl.Close()
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.RetryTimeout(3 * time.Second)}, s.Kgo()...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return saramaErr, cl.Ping(ctx)
+	return saramaErr, s.Check(ctx, []string{addr})
 }
 
 func resolve(t *testing.T, c kafkasec.Config, password string) kafkasec.Settings {
@@ -232,14 +226,14 @@ func TestSettings_TLSAndSASL(t *testing.T) {
 		t.Run(mech, func(t *testing.T) {
 			se, ke := dialBoth(t, addr, resolve(t, cfg, up[1]))
 			if se != nil || ke != nil {
-				t.Fatalf("sarama: %v; franz-go: %v; want both connected", se, ke)
+				t.Fatalf("sarama: %v; Check: %v; want both connected", se, ke)
 			}
 		})
 		t.Run(mech+"/WrongPassword", func(t *testing.T) {
 			s := resolve(t, cfg, "wrong")
 			se, ke := dialBoth(t, addr, s)
 			if se == nil || ke == nil {
-				t.Fatalf("sarama: %v; franz-go: %v; want both refused", se, ke)
+				t.Fatalf("sarama: %v; Check: %v; want both refused", se, ke)
 			}
 			err := s.Check(context.Background(), []string{addr})
 			var ae *kafkasec.AuthError
@@ -264,7 +258,7 @@ func TestSettings_TLSAndSASL(t *testing.T) {
 			SASL: kafkasec.SASLConfig{Mechanism: kafkasec.MechanismPlain, User: "plain-user"}}
 		se, ke := dialBoth(t, addr, resolve(t, cfg, "plain-pw"))
 		if se == nil || ke == nil {
-			t.Fatalf("sarama: %v; franz-go: %v; want both to refuse a broker signed by another CA", se, ke)
+			t.Fatalf("sarama: %v; Check: %v; want both to refuse a broker signed by another CA", se, ke)
 		}
 		err := resolve(t, cfg, "plain-pw").Check(context.Background(), []string{addr})
 		var ae *kafkasec.AuthError
@@ -280,7 +274,7 @@ func TestSettings_TLSAndSASL(t *testing.T) {
 			t.Fatal("Insecure() = false")
 		}
 		if se, ke := dialBoth(t, addr, s); se != nil || ke != nil {
-			t.Fatalf("sarama: %v; franz-go: %v; want both connected without verifying", se, ke)
+			t.Fatalf("sarama: %v; Check: %v; want both connected without verifying", se, ke)
 		}
 	})
 }
@@ -292,14 +286,14 @@ func TestSettings_MutualTLS(t *testing.T) {
 	addr := cluster(t, kfake.TLS(testcerts.ServerTLS(p.server, p.ca)))
 	with := resolve(t, kafkasec.Config{TLS: kafkasec.TLSConfig{CAFile: p.ca.File, CertFile: p.client.CertFile, KeyFile: p.client.KeyFile}}, "")
 	if se, ke := dialBoth(t, addr, with); se != nil || ke != nil {
-		t.Fatalf("with a client certificate: sarama: %v; franz-go: %v", se, ke)
+		t.Fatalf("with a client certificate: sarama: %v; Check: %v", se, ke)
 	}
 	if got := with.Principal(); got != "User:CN=outboxd" {
 		t.Fatalf("Principal = %q, want User:CN=outboxd", got)
 	}
 	without := resolve(t, kafkasec.Config{TLS: kafkasec.TLSConfig{CAFile: p.ca.File}}, "")
 	if se, ke := dialBoth(t, addr, without); se == nil || ke == nil {
-		t.Fatalf("without a client certificate: sarama: %v; franz-go: %v; want both refused", se, ke)
+		t.Fatalf("without a client certificate: sarama: %v; Check: %v; want both refused", se, ke)
 	}
 	if err := with.Check(context.Background(), []string{addr}); err != nil {
 		t.Fatalf("Check with a client certificate: %v", err)

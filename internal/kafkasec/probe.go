@@ -12,8 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/IBM/sarama"
 )
 
 // ErrRefused is wrapped by every *AuthError: the brokers refused this
@@ -93,7 +92,7 @@ func (s Settings) checkOne(ctx context.Context, broker string) error {
 			return err
 		}
 	}
-	p := &prober{conn: conn, broker: broker, f: kmsg.NewRequestFormatter(kmsg.FormatterClientID("outboxd-check"))}
+	p := &prober{conn: conn, broker: broker}
 	if err := p.apiVersions(); err != nil {
 		if s.TLS != nil && isRemoteTLSAlert(err) {
 			// TLS 1.3 clients learn that the broker refused their
@@ -111,7 +110,7 @@ func (s Settings) checkOne(ctx context.Context, broker string) error {
 	if s.SASL.Mechanism == "" {
 		return nil
 	}
-	return p.sasl(ctx, s)
+	return p.sasl(s)
 }
 
 // handshake runs the TLS handshake on conn.
@@ -148,44 +147,119 @@ func isRemoteTLSAlert(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "remote error: tls:")
 }
 
-// prober speaks just enough of the Kafka protocol to authenticate.
+// prober speaks just enough of the Kafka protocol to authenticate: the
+// three requests, in versions without flexible headers, encoded here.
 type prober struct {
 	conn   net.Conn
 	broker string
-	f      *kmsg.RequestFormatter
 	corr   int32
 }
 
-// roundTrip sends req and reads resp (versions without flexible headers).
-func (p *prober) roundTrip(req kmsg.Request, resp kmsg.Response) error {
+// Kafka API keys and versions of the requests the prober sends.
+const (
+	apiKeySASLHandshake    = 17
+	apiKeyAPIVersions      = 18
+	apiKeySASLAuthenticate = 36
+	proberClientID         = "outboxd-check"
+)
+
+// roundTrip sends a request of key and version with body and returns the
+// response's body, past its correlation id.
+func (p *prober) roundTrip(key, version int16, body []byte) (*wire, error) {
 	p.corr++
-	if _, err := p.conn.Write(p.f.AppendRequest(nil, req, p.corr)); err != nil {
-		return err
+	req := binary.BigEndian.AppendUint32(make([]byte, 0, 64+len(body)), 0) // size, set below
+	req = binary.BigEndian.AppendUint16(req, uint16(key))
+	req = binary.BigEndian.AppendUint16(req, uint16(version))
+	req = binary.BigEndian.AppendUint32(req, uint32(p.corr))
+	req = appendString(req, proberClientID)
+	req = append(req, body...)
+	binary.BigEndian.PutUint32(req, uint32(len(req)-4))
+	if _, err := p.conn.Write(req); err != nil {
+		return nil, err
 	}
 	var size [4]byte
 	if _, err := io.ReadFull(p.conn, size[:]); err != nil {
-		return err
+		return nil, err
 	}
 	n := binary.BigEndian.Uint32(size[:])
 	if n < 4 || n > 1<<20 {
-		return fmt.Errorf("response of %d bytes: not Kafka", n)
+		return nil, fmt.Errorf("response of %d bytes: not Kafka", n)
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(p.conn, body); err != nil {
-		return err
+	resp := make([]byte, n)
+	if _, err := io.ReadFull(p.conn, resp); err != nil {
+		return nil, err
 	}
-	if int32(binary.BigEndian.Uint32(body)) != p.corr {
-		return errors.New("response to another request: not Kafka")
+	if int32(binary.BigEndian.Uint32(resp)) != p.corr {
+		return nil, errors.New("response to another request: not Kafka")
 	}
-	resp.SetVersion(req.GetVersion())
-	return resp.ReadFrom(body[4:])
+	return &wire{b: resp[4:]}, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+// wire reads a response's fields; the first field that does not fit
+// makes err say so, and every later read returns zero.
+type wire struct {
+	b   []byte
+	err error
+}
+
+func (w *wire) take(n int) []byte {
+	if w.err != nil || n < 0 || n > len(w.b) {
+		if w.err == nil {
+			w.err = errors.New("response too short: not Kafka")
+		}
+		return nil
+	}
+	v := w.b[:n]
+	w.b = w.b[n:]
+	return v
+}
+
+func (w *wire) int16() int16 {
+	if v := w.take(2); v != nil {
+		return int16(binary.BigEndian.Uint16(v))
+	}
+	return 0
+}
+
+func (w *wire) int32() int32 {
+	if v := w.take(4); v != nil {
+		return int32(binary.BigEndian.Uint32(v))
+	}
+	return 0
+}
+
+// string reads a (nullable) string; null reads as "".
+func (w *wire) string() string {
+	n := w.int16()
+	if n < 0 {
+		return ""
+	}
+	return string(w.take(int(n)))
+}
+
+func (w *wire) bytes() []byte {
+	n := w.int32()
+	if n < 0 {
+		return nil
+	}
+	return w.take(int(n))
+}
+
+// kafkaError is code as an error, nil for none.
+func kafkaError(code int16) error {
+	if code == 0 {
+		return nil
+	}
+	return sarama.KError(code)
 }
 
 func (p *prober) apiVersions() error {
-	req := kmsg.NewPtrApiVersionsRequest()
-	req.Version = 0
-	resp := kmsg.NewPtrApiVersionsResponse()
-	if err := p.roundTrip(req, resp); err != nil {
+	if _, err := p.roundTrip(apiKeyAPIVersions, 0, nil); err != nil {
 		return fmt.Errorf("ApiVersions: %w", err)
 	}
 	return nil
@@ -195,50 +269,103 @@ func (p *prober) refused(reason string, err error) error {
 	return &AuthError{Broker: p.broker, Step: "sasl", Reason: reason, Err: err}
 }
 
+// saslSession is one authentication's conversation: Step answers the
+// broker's last message ("" first) with the client's next one.
+type saslSession interface {
+	Step(challenge string) (string, error)
+	Done() bool
+}
+
+// plainSession is SASL PLAIN: one message, the user and the password.
+type plainSession struct {
+	user, password string
+	sent           bool
+}
+
+func (s *plainSession) Step(string) (string, error) {
+	if s.sent {
+		return "", nil
+	}
+	s.sent = true
+	return "\x00" + s.user + "\x00" + s.password, nil
+}
+
+func (s *plainSession) Done() bool { return s.sent }
+
+// session starts s's SASL conversation.
+func (s Settings) session() (saslSession, error) {
+	if s.SASL.Mechanism == MechanismPlain {
+		return &plainSession{user: s.SASL.User, password: string(s.SASL.Password)}, nil
+	}
+	c := &scramClient{sha512: s.SASL.Mechanism == MechanismSCRAMSHA512}
+	return c, c.Begin(s.SASL.User, string(s.SASL.Password), "")
+}
+
 // sasl runs the SASL handshake and authentication of s.
-func (p *prober) sasl(ctx context.Context, s Settings) error {
-	hs := kmsg.NewPtrSASLHandshakeRequest()
-	hs.Version = 1
-	hs.Mechanism = s.SASL.Mechanism
-	hsResp := kmsg.NewPtrSASLHandshakeResponse()
-	if err := p.roundTrip(hs, hsResp); err != nil {
+func (p *prober) sasl(s Settings) error {
+	hs, err := p.roundTrip(apiKeySASLHandshake, 1, appendString(nil, s.SASL.Mechanism))
+	if err != nil {
 		return fmt.Errorf("SASL handshake: %w", err)
 	}
-	if err := kerr.ErrorForCode(hsResp.ErrorCode); err != nil {
-		return p.refused(fmt.Sprintf("the broker does not offer %s (it offers %s)", s.SASL.Mechanism,
-			strings.Join(hsResp.SupportedMechanisms, ", ")), err)
+	code := hs.int16()
+	var offered []string
+	for n := hs.int32(); n > 0 && hs.err == nil; n-- {
+		offered = append(offered, hs.string())
 	}
-	sess, msg, err := s.mechanism().Authenticate(ctx, p.broker)
+	if hs.err != nil {
+		return fmt.Errorf("SASL handshake: %w", hs.err)
+	}
+	if err := kafkaError(code); err != nil {
+		return p.refused(fmt.Sprintf("the broker does not offer %s (it offers %s)", s.SASL.Mechanism,
+			strings.Join(offered, ", ")), err)
+	}
+	sess, err := s.session()
+	if err != nil {
+		return fmt.Errorf("SASL %s: %w", s.SASL.Mechanism, err)
+	}
+	first, err := sess.Step("")
+	msg := []byte(first)
 	if err != nil {
 		return fmt.Errorf("SASL %s: %w", s.SASL.Mechanism, err)
 	}
 	who := fmt.Sprintf("SASL %s as %q", s.SASL.Mechanism, s.SASL.User)
 	for {
-		req := kmsg.NewPtrSASLAuthenticateRequest()
-		req.Version = 1
-		req.SASLAuthBytes = msg
-		resp := kmsg.NewPtrSASLAuthenticateResponse()
-		if err := p.roundTrip(req, resp); err != nil {
+		body := binary.BigEndian.AppendUint32(nil, uint32(len(msg)))
+		resp, err := p.roundTrip(apiKeySASLAuthenticate, 1, append(body, msg...))
+		if err != nil {
 			if isClosed(err) {
 				return p.refused(who+": the broker closed the connection on the credentials (wrong user or password?)", nil)
 			}
 			return fmt.Errorf("SASL authenticate: %w", err)
 		}
-		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		code, nullable := resp.int16(), resp.int16()
+		var errMsg *string
+		if nullable >= 0 {
+			m := string(resp.take(int(nullable)))
+			errMsg = &m
+		}
+		answer := resp.bytes()
+		if resp.err != nil {
+			return fmt.Errorf("SASL authenticate: %w", resp.err)
+		}
+		if err := kafkaError(code); err != nil {
 			reason := who + ": wrong user or password?"
-			if resp.ErrorMessage != nil {
-				reason = who + ": " + *resp.ErrorMessage
+			if errMsg != nil {
+				reason = who + ": " + *errMsg
 			}
 			return p.refused(reason, err)
 		}
-		done, next, err := sess.Challenge(resp.SASLAuthBytes)
+		if sess.Done() {
+			return nil
+		}
+		next, err := sess.Step(string(answer))
 		if err != nil {
 			return p.refused(who+": the broker's answer does not verify", err)
 		}
-		if done {
+		if sess.Done() {
 			return nil
 		}
-		msg = next
+		msg = []byte(next)
 	}
 }
 

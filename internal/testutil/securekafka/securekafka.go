@@ -83,7 +83,7 @@ func Start(tb testing.TB, o Options) *Broker {
 	}
 	tb.Cleanup(c.Close)
 	b.AdminClient, err = kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(b.Addr)}, o.AdminClient...),
-		b.Settings(tb, AdminUser, AdminPassword).Kgo()...)...)
+		Kgo(b.Settings(tb, AdminUser, AdminPassword))...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -61,6 +61,8 @@ type benchOptions struct {
 	// Postgres (a postgres:// URL) adds the PostgreSQL sink's phases
 	// (sinkpg.go), their tables in its schema outboxd_bench.
 	Postgres string
+	// Webhook adds the webhook sink's phase (sinkhook.go).
+	Webhook bool
 }
 
 // defaultBenchOptions are the engine's own defaults, so that the bench
@@ -127,6 +129,7 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 	fs.StringVar(&o.Dir, "dir", o.Dir, "`DIR` (on the disk to measure) for the files and databases (default: the system temp dir)")
 	fs.BoolVar(&o.NATS, "nats", o.NATS, "add the phase end_to_end_nats: the outputs relayed by a sink to JetStream (a nats-server the bench starts: Debian's package)")
 	fs.StringVar(&o.Postgres, "postgres", o.Postgres, "a PostgreSQL `URL` (postgres://...): add the phases sink_postgres and sink_postgres_e2e, their tables in its schema outboxd_bench")
+	fs.BoolVar(&o.Webhook, "webhook", o.Webhook, "add the phase sink_webhook: the webhook sink drains the ingest phase's outbox to an endpoint in the bench that answers 200")
 	fs.BoolVar(&o.Keep, "keep", o.Keep, "keep the files, databases and topics")
 	fs.BoolVar(&o.Verify, "verify", o.Verify, "check every output arrived exactly once and the balances (exit 1 otherwise)")
 	fs.BoolVar(&o.Verbose, "verbose", o.Verbose, "show the engine's logs on stderr")

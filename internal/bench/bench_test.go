@@ -128,6 +128,20 @@ func TestBenchCommand(t *testing.T) {
 		}
 	})
 
+	t.Run("Webhook", func(t *testing.T) {
+		res := run(t, "--lines", "20000", "--rate", "0", "--webhook")
+		if got := res["sink_webhook"]["count"]; got != 20000.0 {
+			t.Errorf("sink_webhook.count = %v, want 20000", got)
+		}
+		cpu, _ := res["sink_webhook"]["cpu"].(map[string]any)
+		if got, _ := cpu["per_item_us"].(float64); got <= 0 {
+			t.Errorf("sink_webhook.cpu.per_item_us = %v, want more than 0", cpu["per_item_us"])
+		}
+		if res["verify"]["ok"] != true {
+			t.Errorf("verify = %v", res["verify"])
+		}
+	})
+
 	t.Run("Record", func(t *testing.T) {
 		res := run(t, "--lines", "20000", "--rate", "0", "--record")
 		for _, phase := range []string{"ingest", "ingest_recorded", "replay"} {

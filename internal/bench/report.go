@@ -37,14 +37,16 @@ type benchResult struct {
 	EndToEndNATS *phaseResult `json:"end_to_end_nats"`
 	// SinkPostgres and SinkPostgresE2E are measured with --postgres
 	// (sinkpg.go), null without.
-	SinkPostgres    *phaseResult   `json:"sink_postgres"`
-	SinkPostgresE2E *phaseResult   `json:"sink_postgres_e2e"`
-	Ratios          benchRatios    `json:"ratios"`
-	Latency         *latencyResult `json:"latency"`
-	Sweep           *sweepResult   `json:"sweep,omitempty"`
-	RSS             rssResult      `json:"rss"`
-	Verify          verifyResult   `json:"verify"`
-	Settings        benchSettings  `json:"settings"`
+	SinkPostgres    *phaseResult `json:"sink_postgres"`
+	SinkPostgresE2E *phaseResult `json:"sink_postgres_e2e"`
+	// SinkWebhook is measured with --webhook (sinkhook.go), null without.
+	SinkWebhook *phaseResult   `json:"sink_webhook"`
+	Ratios      benchRatios    `json:"ratios"`
+	Latency     *latencyResult `json:"latency"`
+	Sweep       *sweepResult   `json:"sweep,omitempty"`
+	RSS         rssResult      `json:"rss"`
+	Verify      verifyResult   `json:"verify"`
+	Settings    benchSettings  `json:"settings"`
 }
 
 // phaseResult is one throughput measurement.
@@ -273,12 +275,13 @@ func (r *benchResult) table(w io.Writer) error {
 		{"end_to_end_nats", "lines/s", "", r.EndToEndNATS},
 		{"sink_postgres", "rows/s", "", r.SinkPostgres},
 		{"sink_postgres_e2e", "lines/s", "", r.SinkPostgresE2E},
+		{"sink_webhook", "requests/s", "", r.SinkWebhook},
 	}
 	for _, row := range rows {
 		if row.p == nil && !s.Record && (row.name == "ingest_recorded" || row.name == "replay") {
 			continue
 		}
-		if row.p == nil && (strings.HasPrefix(row.name, "sink_postgres") || row.name == "end_to_end_nats") {
+		if row.p == nil && (strings.HasPrefix(row.name, "sink_") || row.name == "end_to_end_nats") {
 			continue
 		}
 		if row.p == nil {

@@ -122,6 +122,9 @@ func (b *bench) runPhases(ctx context.Context) error {
 	if b.o.Postgres != "" {
 		phases = append(phases, benchPhase{"sink_postgres", b.runSinkPostgres}, benchPhase{"sink_postgres_e2e", b.runSinkPostgresE2E})
 	}
+	if b.o.Webhook {
+		phases = append(phases, benchPhase{"sink_webhook", b.runSinkWebhook})
+	}
 	phases = append(phases, benchPhase{"latency", b.runLatency})
 	for _, p := range phases {
 		if err := b.runPhase(ctx, p); err != nil {

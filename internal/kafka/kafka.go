@@ -146,6 +146,9 @@ func (c *Client) do(ctx context.Context, b *sarama.Broker, req func(*sarama.Brok
 			// A connection that failed once is dialled afresh next time.
 			_ = b.Close()
 		}
+		if err != nil && !c.conf.Net.TLS.Enable && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+			return fmt.Errorf("broker %s: %w: %s", b.Addr(), err, kafkasec.TLSMissingHint)
+		}
 		if err != nil {
 			return fmt.Errorf("broker %s: %w", b.Addr(), err)
 		}

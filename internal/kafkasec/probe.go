@@ -43,6 +43,11 @@ func (e *AuthError) Error() string {
 // Unwrap returns ErrRefused and the underlying error.
 func (e *AuthError) Unwrap() []error { return []error{ErrRefused, e.Err} }
 
+// TLSMissingHint explains a connection a broker closed at once to a
+// plaintext client.
+const TLSMissingHint = "the broker closed the connection at once, as a TLS listener does to a client " +
+	"speaking plaintext: is TLS missing (--kafka-tls)?"
+
 // probeTimeout bounds one Check.
 const probeTimeout = 5 * time.Second
 
@@ -102,8 +107,7 @@ func (s Settings) checkOne(ctx context.Context, broker string) error {
 		if s.TLS == nil && isClosed(err) {
 			// A TLS listener reads the request as a bad handshake and hangs
 			// up: not an outage, a missing setting.
-			return fmt.Errorf("%w: the broker closed the connection at once, as a TLS listener does to a client "+
-				"speaking plaintext: is TLS missing (--kafka-tls)?", err)
+			return fmt.Errorf("%w: %s", err, TLSMissingHint)
 		}
 		return err
 	}

@@ -1,11 +1,13 @@
-// Package kafka is the product's one way to Kafka for everything but
-// producing: topic metadata, creation and settings, ACL probes (the
-// operations a principal has on a topic), offsets and one-off fetches at
-// either isolation level, all as raw sarama requests to the broker that
-// must answer them, connected with the TLS and SASL of a
-// kafkasec.Settings. The relay's producers (relay/txnproducer.go and
-// sarama's AsyncProducer) and the Kafka feed's consumer are sarama too;
-// Config is the configuration they start from.
+// Package kafka is the product's one way to Kafka for everything but the
+// relay's producing: topic metadata, creation, deletion and settings, ACL
+// probes (the operations a principal has on a topic), offsets, one-off
+// fetches and a consumer loop (Consume) at either isolation level, all as
+// raw sarama requests to the broker that must answer them, and records
+// produced outside any transaction (Produce, on sarama's producer),
+// connected with the TLS and SASL of a kafkasec.Settings. The relay's
+// producers (relay/txnproducer.go and sarama's AsyncProducer) and the
+// Kafka feed's consumer are sarama too; Config is the configuration they
+// start from.
 //
 // A Client connects lazily, so one made while Kafka is away works once it
 // is back. Every call takes a context: when it is done, the connection the

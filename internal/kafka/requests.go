@@ -164,6 +164,12 @@ func (c *Client) Fetch(ctx context.Context, topic string, partition, leader int3
 	case blk.Err != sarama.ErrNoError:
 		return Fetched{}, blk.Err
 	}
+	return fetched(blk, offset, level), nil
+}
+
+// fetched is what blk, the answer for a partition fetched from offset at
+// level, returned.
+func fetched(blk *sarama.FetchResponseBlock, offset int64, level sarama.IsolationLevel) Fetched {
 	f := Fetched{Next: offset, HighWatermark: blk.HighWaterMarkOffset, LastStable: blk.LastStableOffset}
 	ab := aborts{}
 	if level == sarama.ReadCommitted {
@@ -192,7 +198,7 @@ func (c *Client) Fetch(ctx context.Context, topic string, partition, leader int3
 		}
 		f.Next = end
 	}
-	return f, nil
+	return f
 }
 
 // aborts follows a read_committed fetch's aborted transactions through

@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/pierrec/lz4/v4"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/ingest/recording"
+	"github.com/outboxd/outboxd/internal/kafka"
 	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/relay"
 )
@@ -379,7 +379,7 @@ func TestBenchOutputCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := func(t *testing.T, mutate func(recs []*kgo.Record) []*kgo.Record) verifyResult {
+	check := func(t *testing.T, mutate func(recs []*kafka.Record) []*kafka.Record) verifyResult {
 		t.Helper()
 		c := newOutputCheck(d, "ledger")
 		for _, r := range mutate(ledgerRecords(d)) {
@@ -390,25 +390,25 @@ func TestBenchOutputCheck(t *testing.T) {
 		return v
 	}
 	t.Run("OK", func(t *testing.T) {
-		v := check(t, func(recs []*kgo.Record) []*kgo.Record { return recs })
+		v := check(t, func(recs []*kafka.Record) []*kafka.Record { return recs })
 		if len(v.Failures) != 0 || v.Outputs != 200 {
 			t.Fatalf("%+v", v)
 		}
 	})
 	t.Run("ErrDuplicate", func(t *testing.T) {
-		v := check(t, func(recs []*kgo.Record) []*kgo.Record { return append(recs, recs[3]) })
+		v := check(t, func(recs []*kafka.Record) []*kafka.Record { return append(recs, recs[3]) })
 		if v.Duplicates != 1 || len(v.Failures) == 0 {
 			t.Fatalf("%+v", v)
 		}
 	})
 	t.Run("ErrMissing", func(t *testing.T) {
-		v := check(t, func(recs []*kgo.Record) []*kgo.Record { return recs[1:] })
+		v := check(t, func(recs []*kafka.Record) []*kafka.Record { return recs[1:] })
 		if v.Missing != 1 || len(v.Failures) == 0 {
 			t.Fatalf("%+v", v)
 		}
 	})
 	t.Run("ErrBalance", func(t *testing.T) {
-		v := check(t, func(recs []*kgo.Record) []*kgo.Record {
+		v := check(t, func(recs []*kafka.Record) []*kafka.Record {
 			recs[len(recs)-1].Value = []byte(`{"balance":1234567}`)
 			return recs
 		})
@@ -419,16 +419,16 @@ func TestBenchOutputCheck(t *testing.T) {
 }
 
 // ledgerRecords are the records a correct run publishes for d.
-func ledgerRecords(d lineData) []*kgo.Record {
+func ledgerRecords(d lineData) []*kafka.Record {
 	g, bal := d.gen(), make([]int64, d.Accounts)
-	var recs []*kgo.Record
+	var recs []*kafka.Record
 	for range d.Lines {
 		l, _ := g.next()
 		bal[l.Account] += l.Amount
 		name := accountName(l.Account)
 		v, _ := json.Marshal(ledger.Output{Account: name, Amount: l.Amount, Balance: bal[l.Account], Position: l.Position})
-		recs = append(recs, &kgo.Record{Key: []byte(name), Value: v,
-			Headers: []kgo.RecordHeader{{Key: relay.HeaderPosition, Value: []byte(strconv.FormatInt(l.Position, 10))}}})
+		recs = append(recs, &kafka.Record{Key: []byte(name), Value: v,
+			Headers: []*sarama.RecordHeader{{Key: []byte(relay.HeaderPosition), Value: []byte(strconv.FormatInt(l.Position, 10))}}})
 	}
 	return recs
 }

@@ -8,9 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outboxd/outboxd/ingest/ledger"
+	"github.com/outboxd/outboxd/internal/kafka"
 	"github.com/outboxd/outboxd/relay"
 )
 
@@ -77,7 +76,7 @@ func valueHash(v []byte) uint64 {
 }
 
 // add takes one consumed record.
-func (c *outputCheck) add(r *kgo.Record, _ time.Time) {
+func (c *outputCheck) add(r *kafka.Record, _ time.Time) {
 	if string(r.Value) == endMarker {
 		c.addEnd()
 		return
@@ -129,9 +128,9 @@ func (c *outputCheck) isEnded() bool {
 }
 
 // recordPosition is the record's outboxd-position header.
-func recordPosition(r *kgo.Record) (int64, bool) {
+func recordPosition(r *kafka.Record) (int64, bool) {
 	for i := len(r.Headers) - 1; i >= 0; i-- {
-		if r.Headers[i].Key == relay.HeaderPosition {
+		if string(r.Headers[i].Key) == relay.HeaderPosition {
 			n, err := strconv.ParseInt(string(r.Headers[i].Value), 10, 64)
 			return n, err == nil
 		}

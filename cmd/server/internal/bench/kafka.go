@@ -2,14 +2,13 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/IBM/sarama"
 
+	"github.com/outboxd/outboxd/internal/kafka"
+	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/relay"
 )
 
@@ -18,25 +17,44 @@ import (
 // has read everything.
 const endMarker = "__outboxd_bench_end__"
 
+// kafkaClientID is the client id of the bench's own Kafka clients.
+const kafkaClientID = "outboxd-bench"
+
 // topicPartitions is the partition count of the bench's topics: the relay's
 // default for the topics it creates.
 var topicPartitions = relay.DefaultConfig().TopicPartitions
 
+// kafkaClient returns a client of the run's brokers, the product's own
+// (internal/kafka, on sarama). Each user has its own, so that a
+// consumer's waiting fetches hold up no other request.
+func (b *bench) kafkaClient() (*kafka.Client, error) {
+	cl, err := kafka.New(b.brokers, kafkaClientID, kafkasec.Settings{})
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	return cl, nil
+}
+
 // createTopics creates the run's topics up front, so that no consumer waits
 // for a topic to appear.
 func (b *bench) createTopics(ctx context.Context, topics ...string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
+	cl, err := b.kafkaClient()
 	if err != nil {
-		return fmt.Errorf("kafka admin client: %w", err)
+		return err
 	}
 	defer cl.Close()
-	resp, err := kadm.NewClient(cl).CreateTopics(ctx, topicPartitions, relay.DefaultConfig().TopicReplication, nil, topics...)
+	spec := kafka.TopicSpec{Partitions: topicPartitions, Replication: relay.DefaultConfig().TopicReplication}
+	resp, err := cl.CreateTopics(ctx, spec, topics...)
 	if err != nil {
 		return fmt.Errorf("create topics %v: %w", topics, err)
 	}
-	for _, r := range resp {
-		if r.Err != nil {
-			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
+	for _, t := range topics {
+		r, ok := resp[t]
+		switch {
+		case !ok:
+			return fmt.Errorf("create topic %s: no answer for it", t)
+		case r.Err != sarama.ErrNoError:
+			return fmt.Errorf("create topic %s: %w %s", t, r.Err, r.Message)
 		}
 	}
 	b.topics = append(b.topics, topics...)
@@ -48,18 +66,18 @@ func (b *bench) createTopics(ctx context.Context, topics ...string) error {
 func (b *bench) deleteTopics(topics ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
+	cl, err := b.kafkaClient()
 	if err != nil {
-		return fmt.Errorf("kafka admin client: %w", err)
+		return err
 	}
 	defer cl.Close()
-	resp, err := kadm.NewClient(cl).DeleteTopics(ctx, topics...)
+	resp, err := cl.DeleteTopics(ctx, topics...)
 	if err != nil {
-		return fmt.Errorf("delete topics %v: %w", topics, err)
+		return err
 	}
-	for _, r := range resp {
-		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
-			return fmt.Errorf("delete topic %s: %w", r.Topic, r.Err)
+	for _, t := range topics {
+		if code, ok := resp[t]; ok && code != sarama.ErrNoError && code != sarama.ErrUnknownTopicOrPartition {
+			return fmt.Errorf("delete topic %s: %w", t, code)
 		}
 	}
 	return nil
@@ -79,16 +97,17 @@ func (b *bench) doneWithTopic(topic string) {
 // markEnds appends an end marker to every partition of topic, outside any
 // transaction.
 func (b *bench) markEnds(ctx context.Context, topic string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := b.kafkaClient()
 	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
+		return err
 	}
 	defer cl.Close()
-	for p := range topicPartitions {
-		r := &kgo.Record{Topic: topic, Partition: p, Value: []byte(endMarker)}
-		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-			return fmt.Errorf("mark the end of %s[%d]: %w", topic, p, err)
-		}
+	msgs := make([]kafka.Message, topicPartitions)
+	for p := range msgs {
+		msgs[p] = kafka.Message{Topic: topic, Partition: int32(p), Value: []byte(endMarker)}
+	}
+	if err := cl.Produce(ctx, msgs); err != nil {
+		return fmt.Errorf("mark the ends of %s: %w", topic, err)
 	}
 	return nil
 }
@@ -97,45 +116,13 @@ func (b *bench) markEnds(ctx context.Context, topic string) error {
 // every record and the time its fetch arrived to each, on the task's
 // goroutine, until the task is stopped.
 func (b *bench) startConsumer(ctx context.Context, topic string, failed chan<- error,
-	each func(r *kgo.Record, at time.Time)) (*task, error) {
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(b.brokers...),
-		kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-	)
+	each func(r *kafka.Record, at time.Time)) (*task, error) {
+	cl, err := b.kafkaClient()
 	if err != nil {
 		return nil, fmt.Errorf("consumer of %s: %w", topic, err)
 	}
 	return startTask(ctx, "consumer of "+topic, failed, func(ctx context.Context) error {
 		defer cl.Close()
-		return consumeEach(ctx, cl, each)
+		return cl.Consume(ctx, topic, sarama.ReadCommitted, func(_ int32, r *kafka.Record, at time.Time) { each(r, at) })
 	}), nil
-}
-
-// consumeEach polls until ctx is done or a fetch fails for good.
-func consumeEach(ctx context.Context, cl *kgo.Client, each func(*kgo.Record, time.Time)) error {
-	for {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err := fatalFetchError(fs); err != nil {
-			return err
-		}
-		at := time.Now()
-		fs.EachRecord(func(r *kgo.Record) { each(r, at) })
-	}
-}
-
-// fatalFetchError is the first fetch error worth stopping for: the client
-// retries retriable ones by itself.
-func fatalFetchError(fs kgo.Fetches) error {
-	for _, fe := range fs.Errors() {
-		if errors.Is(fe.Err, context.Canceled) || kerr.IsRetriable(fe.Err) {
-			continue
-		}
-		return fmt.Errorf("fetch %s[%d]: %w", fe.Topic, fe.Partition, fe.Err)
-	}
-	return nil
 }

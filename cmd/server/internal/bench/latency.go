@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/outboxd/outboxd/internal/kafka"
 )
 
 // latencyRun is what the latency phase's writer and consumer share: each
@@ -161,7 +161,7 @@ func (lr *latencyRun) write(ctx context.Context, path string, rate int, warmed f
 }
 
 // add takes one consumed record, arrived at at.
-func (lr *latencyRun) add(r *kgo.Record, at time.Time) {
+func (lr *latencyRun) add(r *kafka.Record, at time.Time) {
 	pos, ok := recordPosition(r)
 	i, found := slices.BinarySearch(lr.positions, pos)
 	if !ok || !found {

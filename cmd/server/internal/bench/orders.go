@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/outboxd/outboxd/internal/kafka"
 )
 
 // orderSteps are the events every generated order goes through, in order.
@@ -56,6 +56,10 @@ func (g *orderGen) next() (key, value []byte, finished bool) {
 	return g.buf[:k], g.buf[k:], finished
 }
 
+// orderChunk is how many order events one Produce call sends: the
+// events are held in memory a chunk at a time.
+const orderChunk = 1 << 16
+
 // orderData describes the events put on a topic.
 type orderData struct {
 	Topic    string
@@ -69,36 +73,26 @@ type orderData struct {
 // before any phase reads them.
 func (b *bench) produceOrders(ctx context.Context, topic string, n int64, orders int) (orderData, error) {
 	d := orderData{Topic: topic, Events: n, Orders: orders}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.DefaultProduceTopic(topic),
-		kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(1<<16))
+	cl, err := b.kafkaClient()
 	if err != nil {
-		return d, fmt.Errorf("kafka client: %w", err)
+		return d, err
 	}
 	defer cl.Close()
 	g := newOrderGen(orders)
-	errc := make(chan error, 1)
-	for range n {
+	msgs := make([]kafka.Message, 0, min(n, orderChunk))
+	for i := range n {
 		key, value, finished := g.next()
 		if finished {
 			d.Finished++
 		}
-		r := &kgo.Record{Key: append([]byte(nil), key...), Value: append([]byte(nil), value...)}
-		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
-			if err != nil {
-				select {
-				case errc <- err:
-				default:
-				}
+		msgs = append(msgs, kafka.Message{Topic: topic, Partition: kafka.ByKey,
+			Key: append([]byte(nil), key...), Value: append([]byte(nil), value...)})
+		if len(msgs) == cap(msgs) || i == n-1 {
+			if err := cl.Produce(ctx, msgs); err != nil {
+				return d, fmt.Errorf("produce order events: %w", err)
 			}
-		})
-	}
-	if err := cl.Flush(ctx); err != nil {
-		return d, fmt.Errorf("produce order events: %w", err)
-	}
-	select {
-	case err := <-errc:
-		return d, fmt.Errorf("produce order events: %w", err)
-	default:
+			msgs = msgs[:0]
+		}
 	}
 	return d, nil
 }

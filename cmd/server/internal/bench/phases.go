@@ -8,8 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
+	"github.com/outboxd/outboxd/internal/kafka"
 	"github.com/outboxd/outboxd/relay"
 )
 
@@ -228,26 +227,17 @@ func (b *bench) watchProgress(ctx context.Context, path string, last int64, fail
 	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
 		abs = filepath.Join(dir, filepath.Base(abs))
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(b.brokers...),
-		kgo.ConsumeTopics(b.topic("progress")),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-	)
+	published := make(chan struct{})
+	var once sync.Once
+	t, err := b.startConsumer(ctx, b.topic("progress"), failed, func(r *kafka.Record, _ time.Time) {
+		p, err := relay.DecodeProgress(r.Value)
+		if err == nil && p.Path == abs && p.LastID >= last {
+			once.Do(func() { close(published) })
+		}
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("watch the relay's progress: %w", err)
 	}
-	published := make(chan struct{})
-	var once sync.Once
-	t := startTask(ctx, "progress watcher", failed, func(ctx context.Context) error {
-		defer cl.Close()
-		return consumeEach(ctx, cl, func(r *kgo.Record, _ time.Time) {
-			p, err := relay.DecodeProgress(r.Value)
-			if err == nil && p.Path == abs && p.LastID >= last {
-				once.Do(func() { close(published) })
-			}
-		})
-	})
 	return t, published, nil
 }
 

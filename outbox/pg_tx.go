@@ -16,9 +16,17 @@ func (tx *Tx) checkLostPG(err error) error {
 	if tx.savepoint && !pgConnGone(err) {
 		return err
 	}
-	tx.lost = fmt.Errorf("%w: %w", ErrTxLost, err)
+	tx.lost = fmt.Errorf("%w: %w", errPGTxLost{}, err)
 	return tx.lost
 }
+
+// errPGTxLost is ErrTxLost as PostgreSQL's messages say it.
+type errPGTxLost struct{}
+
+func (errPGTxLost) Error() string { return "PostgreSQL aborted the whole transaction" }
+
+// Is makes the error match ErrTxLost.
+func (errPGTxLost) Is(target error) bool { return target == ErrTxLost }
 
 // pgConnGone reports whether err says the connection, and with it the
 // transaction, is gone: an error that carries no SQLSTATE from the

@@ -111,11 +111,11 @@ func (s *Server) relayCheck() Check {
 	}
 	rs := s.relay.Status()
 	switch {
-	case rs.State == RelayStateUnauthorized:
+	case string(rs.State) == RelayStateUnauthorized:
 		// Connected or not, it publishes nothing until an operator acts.
 		return Check{Name: "relay", Message: fmt.Sprintf("unauthorized: %s", rs.LastError)}
 	case rs.Connected:
-		return Check{Name: "relay", OK: true, Message: "connected (" + rs.State + ")"}
+		return Check{Name: "relay", OK: true, Message: "connected (" + string(rs.State) + ")"}
 	case rs.LastError != "":
 		return Check{Name: "relay", Message: fmt.Sprintf("not connected (%s): %s", rs.State, rs.LastError)}
 	default:

@@ -59,7 +59,7 @@ func (s *Server) outboxStatus(ctx context.Context) (OutboxStatus, error) {
 	if s.relay != nil {
 		rs := s.relay.Status()
 		os.Published = rs.PublishedTotal
-		os.Relay = RelayStatusJSON{Mode: rs.Mode, State: rs.State, Connected: rs.Connected, LastError: rs.LastError, Fenced: rs.Fenced}
+		os.Relay = RelayStatusJSON{Mode: string(rs.Mode), State: string(rs.State), Connected: rs.Connected, LastError: rs.LastError, Fenced: rs.Fenced}
 	}
 	return os, nil
 }

@@ -35,10 +35,12 @@ func (s *Store) Snapshot(ctx context.Context, path, note string) error {
 		return fmt.Errorf("snapshot to %s: %w", path, err)
 	}
 	if _, err := s.db.ExecContext(ctx, "VACUUM INTO ?", tmp); err != nil {
+		// Interrupted (a stop) or failed: what it wrote is no snapshot.
+		removeCopy(tmp)
 		return fmt.Errorf("snapshot to %s: %w", path, err)
 	}
 	if err := markFile(ctx, tmp, note); err != nil {
-		os.Remove(tmp)
+		removeCopy(tmp)
 		return fmt.Errorf("snapshot to %s: %w", path, err)
 	}
 	if err := syncRename(tmp, path); err != nil {
@@ -46,6 +48,29 @@ func (s *Store) Snapshot(ctx context.Context, path, note string) error {
 		return fmt.Errorf("snapshot to %s: %w", path, err)
 	}
 	return nil
+}
+
+// removeCopy removes an unfinished copy and SQLite's files beside it.
+func removeCopy(path string) {
+	for _, suffix := range []string{"", "-journal", "-wal", "-shm"} {
+		os.Remove(path + suffix)
+	}
+}
+
+// SnapshotBytes estimates the size of a Snapshot taken now: the
+// database's pages in use (a snapshot leaves the free ones out). A
+// recorder makes room for it under its total cap before taking one.
+func (s *Store) SnapshotBytes(ctx context.Context) (int64, error) {
+	var pages, free, size int64
+	for _, q := range []struct {
+		pragma string
+		into   *int64
+	}{{"page_count", &pages}, {"freelist_count", &free}, {"page_size", &size}} {
+		if err := s.rdb.GetContext(ctx, q.into, "PRAGMA "+q.pragma); err != nil {
+			return 0, fmt.Errorf("estimate a snapshot's size: %w", err)
+		}
+	}
+	return (pages - free) * size, nil
 }
 
 // markFile marks the database file at path as a replay copy.
@@ -161,7 +186,7 @@ func CopyDatabase(ctx context.Context, src, dst, note string) error {
 		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
 	}
 	if err := markFile(ctx, tmp, note); err != nil {
-		os.Remove(tmp)
+		removeCopy(tmp)
 		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
 	}
 	if err := syncRename(tmp, dst); err != nil {

@@ -80,7 +80,7 @@ func securedConfig(t *testing.T, s *secured, password string, logs *logLines) Co
 
 // waitState waits for the relay's state and an error holding each of
 // want.
-func waitState(t *testing.T, rr *running, state string, want ...string) Status {
+func waitState(t *testing.T, rr *running, state State, want ...string) Status {
 	t.Helper()
 	var st Status
 	wait(t, 20*time.Second, func() error {

@@ -14,7 +14,8 @@ import (
 // after every record in it was acked. A crash or failure before the mark
 // publishes the batch again, so a consumer may see it twice and drops
 // repeats by their outboxd-id header.
-func (r *Relay) runAtLeastOnce(ctx, hard context.Context) (progressed bool, err error) {
+func (r *Relay) runAtLeastOnce(stop stopping) (progressed bool, err error) {
+	ctx := stop.soft
 	if err := r.store.CheckOwner(ctx); err != nil {
 		return false, err
 	}
@@ -22,14 +23,14 @@ func (r *Relay) runAtLeastOnce(ctx, hard context.Context) (progressed bool, err 
 	if err != nil {
 		return false, fmt.Errorf("start idempotent producer: %w", err)
 	}
-	defer r.dropProducer(ctx, hard, p)
+	defer r.dropProducer(stop, p)
 	last, err := r.store.RelayProgress(ctx, r.relayID)
 	if err != nil {
 		return false, err
 	}
 	r.log.Info("resuming", "after", last)
 	send := func(rows []outbox.Row, recs []*sarama.ProducerMessage) error {
-		return r.publishAcked(hard, p, rows, recs)
+		return r.publishAcked(stop.hard, p, rows, recs)
 	}
 	// Nothing to undo after a refusal: sendAll has waited for every record
 	// of the refused batch, and those that went out may go out again.
@@ -43,14 +44,16 @@ func (r *Relay) runAtLeastOnce(ctx, hard context.Context) (progressed bool, err 
 }
 
 // publishAcked publishes recs, the records of rows to publish, waits for
-// every ack, then marks the rows published.
-func (r *Relay) publishAcked(hard context.Context, p *producer, rows []outbox.Row, recs []*sarama.ProducerMessage) error {
+// every ack, then marks the rows published. ctx is the stopping's hard
+// step: the batch in hand may be acked and marked after the relay was
+// asked to stop.
+func (r *Relay) publishAcked(ctx context.Context, p *producer, rows []outbox.Row, recs []*sarama.ProducerMessage) error {
 	first, last := rows[0].ID, rows[len(rows)-1].ID
 	r.st.state(StatePublishing)
-	if err := p.sendAll(hard, recs); err != nil {
+	if err := p.sendAll(ctx, recs); err != nil {
 		return fmt.Errorf("publish outbox rows %d..%d: %w", first, last, err)
 	}
-	if err := r.store.SetRelayProgress(hard, r.relayID, last); err != nil {
+	if err := r.store.SetRelayProgress(ctx, r.relayID, last); err != nil {
 		return fmt.Errorf("mark outbox rows %d..%d published: %w", first, last, err)
 	}
 	r.st.published(last, len(recs))

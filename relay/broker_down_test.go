@@ -30,7 +30,7 @@ func TestRelay_BrokerDownAndBack(t *testing.T) {
 
 type cutFunc func(t *testing.T, rr *running, p *proxy, last int64)
 
-func brokerDownRounds(t *testing.T, mode string, cut cutFunc) {
+func brokerDownRounds(t *testing.T, mode Mode, cut cutFunc) {
 	c, p := proxiedCluster(t)
 	brokers := c.ListenAddrs()
 	s := newStore(t)

@@ -7,19 +7,24 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/kafkasec"
+	"github.com/outboxd/outboxd/internal/relaystatus"
 	"github.com/outboxd/outboxd/outbox"
 )
+
+// Mode is how the relay publishes (Config.Mode, Status.Mode): the shared
+// vocabulary of internal/relaystatus.
+type Mode = relaystatus.Mode
 
 // Modes accepted by Config.Mode.
 const (
 	// ModeExactlyOnce publishes each batch of rows in a Kafka transaction
 	// together with the relay's progress: a read_committed consumer sees
 	// every row exactly once, across any crash.
-	ModeExactlyOnce = "exactly-once"
+	ModeExactlyOnce = relaystatus.ModeExactlyOnce
 	// ModeAtLeastOnce publishes with an idempotent producer and marks rows
 	// published after the ack: a crash repeats at most the batch in flight.
 	// For brokers without transactions.
-	ModeAtLeastOnce = "at-least-once"
+	ModeAtLeastOnce = relaystatus.ModeAtLeastOnce
 )
 
 // Timestamps accepted by Config.Timestamp.
@@ -60,7 +65,7 @@ type Config struct {
 	// module too (Kafka.TLS = a *tls.Config, Kafka.SASL.Mechanism = ...).
 	Kafka kafkasec.Settings
 	// Mode is ModeExactlyOnce (default) or ModeAtLeastOnce.
-	Mode string
+	Mode Mode
 	// TransactionalID is the Kafka transactional id of the exactly-once
 	// producer. It must be stable for a database and unique to it: a second
 	// relay on the same id fences the first. Empty means "outboxd-" plus

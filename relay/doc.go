@@ -89,10 +89,15 @@
 //
 // # Stopping
 //
-// Run's context asks the relay to stop: no new transaction begins. A
-// second context, hard, done Config.ShutdownTimeout later, bounds the
-// transaction in hand, which may still commit until then; it is passed
-// beside ctx to what publishes and records. Opening a producer and
+// Stopping has two steps, carried as one value (stopping, made once per
+// Run) by what publishes, records and closes producers. Run's context is
+// the soft step: once it is done no new session, batch or transaction
+// begins. The hard step, done Config.ShutdownTimeout later, bounds the
+// work in hand: the transaction (or the acks) of the batch being
+// published, which may still commit until then, its progress write, the
+// recorder's last write, and the wait for a closing producer. What only
+// begins work takes the soft context, what finishes it the hard one.
+// Opening a producer and
 // running a transaction (calls to Kafka that take no context) run in a
 // goroutine that is not abandoned: when their context is done, the
 // connections they wait on are cut (internal/kafka's Dialer, under every

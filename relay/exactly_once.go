@@ -25,7 +25,8 @@ import (
 //
 // Any failure ends the session; the next one starts again from step 1, so
 // an unknown outcome is settled by Kafka, never guessed.
-func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err error) {
+func (r *Relay) runExactlyOnce(stop stopping) (progressed bool, err error) {
+	ctx := stop.soft
 	if err := r.ensureProgressTopic(ctx); err != nil {
 		return false, err
 	}
@@ -36,14 +37,14 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 	if err != nil {
 		return false, fmt.Errorf("start transactional producer %s: %w", r.txnID, err)
 	}
-	defer func() { r.dropProducer(ctx, hard, p) }()
+	defer func() { r.dropProducer(stop, p) }()
 	p.resending = r.st.resending
 	last, err := r.resumeExactlyOnce(ctx)
 	if err != nil {
 		return false, err
 	}
 	send := func(rows []outbox.Row, recs []*sarama.ProducerMessage) error {
-		return r.publishTxn(hard, p, rows, recs)
+		return r.publishTxn(stop.hard, p, rows, recs)
 	}
 	// A transaction whose records a broker refused cannot commit: a new
 	// producer fences this one, which aborts it at once. The transactions
@@ -54,7 +55,7 @@ func (r *Relay) runExactlyOnce(ctx, hard context.Context) (progressed bool, err 
 		if err != nil {
 			return fmt.Errorf("start transactional producer %s: %w", r.txnID, err)
 		}
-		r.dropProducer(ctx, hard, p)
+		r.dropProducer(stop, p)
 		p = np
 		p.resending = r.st.resending
 		return nil
@@ -87,8 +88,9 @@ func (r *Relay) drain(ctx context.Context, last int64, publish func([]outbox.Row
 
 // publishTxn publishes recs, the records of rows to publish, and the
 // progress after the last row in one transaction, then has the progress
-// stored in SQLite.
-func (r *Relay) publishTxn(hard context.Context, p *txnProducer, rows []outbox.Row, recs []*sarama.ProducerMessage) error {
+// stored in SQLite. ctx is the stopping's hard step: the transaction in
+// hand may commit after the relay was asked to stop.
+func (r *Relay) publishTxn(ctx context.Context, p *txnProducer, rows []outbox.Row, recs []*sarama.ProducerMessage) error {
 	last := &rows[len(rows)-1]
 	pm, err := progressMessage(r.cfg.ProgressTopic, r.relayID, r.stamped(progressOf(last)))
 	if err != nil {
@@ -99,9 +101,9 @@ func (r *Relay) publishTxn(hard context.Context, p *txnProducer, rows []outbox.R
 	// A copy: recs may be part of a longer slice whose next record the
 	// progress must not overwrite.
 	msgs := append(append(make([]*sarama.ProducerMessage, 0, len(recs)+1), recs...), pm)
-	if err := p.publishTxn(hard, msgs); err != nil {
+	if err := p.publishTxn(ctx, msgs); err != nil {
 		if isUnauthorized(err) {
-			err = r.pinpointTxn(hard, rows, err)
+			err = r.pinpointTxn(ctx, rows, err)
 		}
 		return fmt.Errorf("publish outbox rows %d..%d: %w", rows[0].ID, last.ID, err)
 	}

@@ -126,11 +126,11 @@ func TestRelay_NoProducerWithoutTheClaim(t *testing.T) {
 	older := claimed(t, path)
 	emit(t, older, "f", keyed("t", 10, 2, 0)...)
 	claimed(t, path)
-	for _, mode := range []string{ModeExactlyOnce, ModeAtLeastOnce} {
+	for _, mode := range []Mode{ModeExactlyOnce, ModeAtLeastOnce} {
 		cfg := testConfig(t, c.ListenAddrs())
 		cfg.Mode = mode
 		rr := startRelay(t, older, cfg)
-		err := waitRunDone(t, rr, mode+" relay")
+		err := waitRunDone(t, rr, string(mode)+" relay")
 		if !errors.Is(err, ErrFenced) || !errors.Is(err, outbox.ErrFenced) {
 			t.Fatalf("%s: Run returned %v, want ErrFenced and outbox.ErrFenced", mode, err)
 		}

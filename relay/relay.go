@@ -114,11 +114,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	defer r.kafka.close()
-	hard, cancelHard := hardContext(ctx, r.cfg.ShutdownTimeout)
-	defer cancelHard()
-	defer r.startHelpers(ctx, hard)()
+	stop, release := newStopping(ctx, r.cfg.ShutdownTimeout)
+	defer release()
+	defer r.startHelpers(stop)()
 
-	err := r.loop(ctx, hard)
+	err := r.loop(stop)
 	r.st.update(func(s *Status) {
 		s.Connected = false
 		if err == nil {
@@ -142,17 +142,17 @@ func (r *Relay) start(ctx context.Context) error {
 	return nil
 }
 
-// startHelpers starts the maintenance loop (until ctx is done) and the
-// progress recorder, and returns the function that stops both. The
-// recorder outlives ctx: it stops when that function is called, after the
-// last transaction, with a last write bounded by hard.
-func (r *Relay) startHelpers(ctx, hard context.Context) (stop func()) {
-	mctx, stopMaintain := context.WithCancel(ctx)
-	rctx, stopRecorder := context.WithCancel(context.WithoutCancel(ctx))
+// startHelpers starts the maintenance loop (until stop.soft is done) and
+// the progress recorder, and returns the function that stops both. The
+// recorder outlives stop.soft: it stops when that function is called,
+// after the last transaction, with a last write bounded by stop.hard.
+func (r *Relay) startHelpers(stop stopping) func() {
+	mctx, stopMaintain := context.WithCancel(stop.soft)
+	rctx, stopRecorder := context.WithCancel(context.WithoutCancel(stop.soft))
 	r.rec = newRecorder(r.store, r.relayID, &r.recorded, r.log, r.prunePublished)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.maintain(mctx) })
-	wg.Go(func() { r.rec.run(rctx, hard) })
+	wg.Go(func() { r.rec.run(rctx, stop.hard) })
 	return func() {
 		stopMaintain()
 		stopRecorder()
@@ -180,17 +180,17 @@ func (r *Relay) identify(ctx context.Context) error {
 	return nil
 }
 
-// loop runs sessions (one producer each) until ctx is done or one ends in
-// a way that needs an operator.
-func (r *Relay) loop(ctx, hard context.Context) error {
+// loop runs sessions (one producer each) until the relay is asked to stop
+// or one ends in a way that needs an operator.
+func (r *Relay) loop(stop stopping) error {
 	bo := &backoff.ExponentialBackOff{
 		InitialInterval: r.cfg.MinBackoff, RandomizationFactor: 0.2,
 		Multiplier: 2, MaxInterval: r.cfg.MaxBackoff,
 	}
 	bo.Reset()
 	for {
-		progressed, err := r.session(ctx, hard)
-		if ctx.Err() != nil {
+		progressed, err := r.session(stop)
+		if stop.asked() {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				r.log.Warn("stopped with the last batch unfinished", "err", err)
 			}
@@ -199,11 +199,11 @@ func (r *Relay) loop(ctx, hard context.Context) error {
 		if progressed {
 			bo.Reset()
 		}
-		if err := r.mustStop(ctx, err); err != nil {
+		if err := r.mustStop(stop.soft, err); err != nil {
 			return err
 		}
 		wait := r.failedSession(err, bo.NextBackOff())
-		if clock.Sleep(ctx, wait) != nil {
+		if clock.Sleep(stop.soft, wait) != nil {
 			return nil
 		}
 	}
@@ -285,18 +285,19 @@ func (r *Relay) fenced(err error) error {
 	return fmt.Errorf("relay: %w", err)
 }
 
-// session opens a producer and publishes with it until ctx is done or an
-// error ends it. progressed says whether it published anything.
-func (r *Relay) session(ctx, hard context.Context) (progressed bool, err error) {
+// session opens a producer and publishes with it until the relay is asked
+// to stop or an error ends it. progressed says whether it published
+// anything.
+func (r *Relay) session(stop stopping) (progressed bool, err error) {
 	r.st.starting()
 	r.known, r.refused = map[string]bool{}, map[int64]bool{}
-	if err := r.checkAccess(ctx); err != nil {
+	if err := r.checkAccess(stop.soft); err != nil {
 		return false, err
 	}
 	if r.cfg.Mode == ModeAtLeastOnce {
-		return r.runAtLeastOnce(ctx, hard)
+		return r.runAtLeastOnce(stop)
 	}
-	return r.runExactlyOnce(ctx, hard)
+	return r.runExactlyOnce(stop)
 }
 
 // connected records a producer ready to publish after id last. A relay
@@ -329,30 +330,19 @@ func (r *Relay) idle() { r.st.state(StateIdle) }
 // initialisation fences whatever it still has in flight. An idempotent
 // producer is not fenced, so the next session waits until its records have
 // settled, or a late retry could land after newer records. At shutdown both
-// get until hard is done.
-func (r *Relay) dropProducer(ctx, hard context.Context, p interface{ close() }) {
+// get until stop.hard is done.
+func (r *Relay) dropProducer(stop stopping, p interface{ close() }) {
 	done := make(chan struct{})
 	go func() {
 		p.close()
 		close(done)
 	}()
-	if r.cfg.Mode == ModeExactlyOnce && ctx.Err() == nil {
+	if r.cfg.Mode == ModeExactlyOnce && !stop.asked() {
 		return
 	}
 	select {
 	case <-done:
-	case <-hard.Done():
+	case <-stop.hard.Done():
 		r.log.Warn("the producer is still closing; leaving it to finish in the background")
-	}
-}
-
-// hardContext is done ShutdownTimeout after ctx is: the deadline for the
-// transaction in hand.
-func hardContext(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
-	hard, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
-	return hard, func() {
-		stop()
-		cancel()
 	}
 }

@@ -134,7 +134,7 @@ func TestRelay_MissingTopic(t *testing.T) {
 		if st.State == StateBackingOff && st.LastError != "" && bytes.Contains([]byte(st.LastError), []byte(`"absent"`)) {
 			return nil
 		}
-		return errors.New("status " + st.State + ": " + st.LastError)
+		return errors.New("status " + string(st.State) + ": " + st.LastError)
 	})
 	if n := countOutbox(t, s); n != 5 {
 		t.Fatalf("outbox holds %d rows, want the 5 unpublished ones", n)

@@ -8,30 +8,20 @@ import (
 	"github.com/outboxd/outboxd/internal/relaystatus"
 )
 
-// States reported in Status.State.
+// State is what the relay is doing (Status.State): the shared
+// vocabulary of internal/relaystatus, which the API reports.
+type State = relaystatus.State
+
+// The states the relay reports in Status.State; relaystatus documents each.
 const (
-	// StateStarting: making a producer and reading the progress.
-	StateStarting = "starting"
-	// StatePublishing: a batch is being published.
-	StatePublishing = "publishing"
-	// StateIdle: everything in the outbox is published; waiting for rows.
-	StateIdle = "idle"
-	// StateBackingOff: the last attempt failed (LastError says how); the
-	// relay waits before the next one.
-	StateBackingOff = "backing-off"
-	// StateUnauthorized: Kafka refused the relay's credentials or an
-	// operation its ACLs do not grant; LastError names the operation and
-	// the resource (or the credentials refused). The relay asks again
-	// every Config.UnauthorizedBackoff and goes on once allowed.
-	StateUnauthorized = "unauthorized"
-	// StateRefusing: the database has gone back in time (LastError says
-	// how); the relay publishes nothing.
-	StateRefusing = "refusing"
-	// StateFenced: another producer took over the transactional id; the
-	// relay has stopped.
-	StateFenced = "fenced"
-	// StateStopped: Run has not started or has returned.
-	StateStopped = "stopped"
+	StateStarting     = relaystatus.StateStarting
+	StatePublishing   = relaystatus.StatePublishing
+	StateIdle         = relaystatus.StateIdle
+	StateBackingOff   = relaystatus.StateBackingOff
+	StateUnauthorized = relaystatus.StateUnauthorized
+	StateRefusing     = relaystatus.StateRefusing
+	StateFenced       = relaystatus.StateFenced
+	StateStopped      = relaystatus.StateStopped
 )
 
 // Status is a snapshot of the relay, for the API and tests.
@@ -48,7 +38,7 @@ type tracker struct {
 	now      func() time.Time
 }
 
-func newTracker(mode string, now func() time.Time) *tracker {
+func newTracker(mode Mode, now func() time.Time) *tracker {
 	errs := make(map[string]int64, len(errorClasses))
 	for _, c := range errorClasses {
 		errs[c.String()] = 0
@@ -73,7 +63,7 @@ func (t *tracker) update(f func(s *Status)) {
 	f(&t.s)
 }
 
-func (t *tracker) state(state string) {
+func (t *tracker) state(state State) {
 	t.update(func(s *Status) { s.State = state })
 }
 
@@ -94,7 +84,7 @@ func (t *tracker) lastPublished() int64 {
 }
 
 // failed records err and the state it leaves the relay in.
-func (t *tracker) failed(state string, err error) {
+func (t *tracker) failed(state State, err error) {
 	t.update(func(s *Status) {
 		s.State, s.Connected = state, false
 		s.LastError, s.LastErrorAt = err.Error(), t.now()

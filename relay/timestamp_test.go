@@ -47,9 +47,9 @@ func tooOld(c *kfake.Cluster, limit time.Duration) *kfake.FaultHandle {
 // INVALID_TIMESTAMP, and each becomes a dead letter, once, while the new
 // rows among them are published: nothing loops, nothing is lost.
 func TestRelay_Timestamp(t *testing.T) {
-	for _, mode := range []string{ModeExactlyOnce, ModeAtLeastOnce} {
+	for _, mode := range []Mode{ModeExactlyOnce, ModeAtLeastOnce} {
 		for _, stamp := range []string{TimestampPublish, TimestampCreated} {
-			t.Run(mode+"/"+stamp, func(t *testing.T) {
+			t.Run(string(mode)+"/"+stamp, func(t *testing.T) {
 				c := newCluster(t)
 				tooOld(c, 24*time.Hour)
 				brokers := c.ListenAddrs()

@@ -50,7 +50,7 @@ func exactFit(t *testing.T, r row, id int64, limit int) []byte {
 // at-least-once mode the order is that of each row's last copy: a batch a
 // broker refused is sent again in halves, in order, while records of it
 // after the refused ones may have gone out the first time.
-func published(t *testing.T, mode string, recs []*kgo.Record, want map[int64]row) {
+func published(t *testing.T, mode Mode, recs []*kgo.Record, want map[int64]row) {
 	t.Helper()
 	ids := make([]int64, 0, len(want))
 	for id := range want {
@@ -153,8 +153,8 @@ func split(ids []int64, rows []row, big map[int]bool) (pub, dead map[int64]row) 
 // the relay counts a record as the broker does.
 func TestRelay_OutputTooLarge(t *testing.T) {
 	const limit = 64 << 10
-	for _, mode := range []string{ModeExactlyOnce, ModeAtLeastOnce} {
-		t.Run(mode, func(t *testing.T) {
+	for _, mode := range []Mode{ModeExactlyOnce, ModeAtLeastOnce} {
+		t.Run(string(mode), func(t *testing.T) {
 			c := newCluster(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(limit)}))
 			brokers := c.ListenAddrs()
 			s := newStore(t)
@@ -203,8 +203,8 @@ func TestRelay_BrokerRefusesTooLarge(t *testing.T) {
 		}},
 	}
 	for _, tc := range cases {
-		for _, mode := range []string{ModeExactlyOnce, ModeAtLeastOnce} {
-			t.Run(tc.name+"/"+mode, func(t *testing.T) {
+		for _, mode := range []Mode{ModeExactlyOnce, ModeAtLeastOnce} {
+			t.Run(tc.name+"/"+string(mode), func(t *testing.T) {
 				c := tc.setup(t)
 				brokers := c.ListenAddrs()
 				s := newStore(t)

@@ -168,7 +168,7 @@ func TestBacklogConfig_Limit(t *testing.T) {
 
 // The API tells an unauthorized relay by the relay's own state name.
 func TestRelayStateUnauthorized(t *testing.T) {
-	if relay.StateUnauthorized != api.RelayStateUnauthorized {
+	if string(relay.StateUnauthorized) != api.RelayStateUnauthorized {
 		t.Fatalf("relay says %q, the API looks for %q", relay.StateUnauthorized, api.RelayStateUnauthorized)
 	}
 }

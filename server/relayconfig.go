@@ -31,7 +31,7 @@ type RelayConfig struct {
 func DefaultRelayConfig() RelayConfig {
 	d := relay.DefaultConfig()
 	return RelayConfig{
-		Mode:             d.Mode,
+		Mode:             string(d.Mode),
 		ProgressTopic:    d.ProgressTopic,
 		Batch:            d.Batch,
 		Wait:             d.Wait,
@@ -82,7 +82,7 @@ func (r RelayConfig) relayConfig(brokers []string) relay.Config {
 	if len(brokers) > 0 {
 		c.Brokers = brokers
 	}
-	c.Mode = r.Mode
+	c.Mode = relay.Mode(r.Mode)
 	c.TransactionalID = r.TransactionalID
 	c.ProgressTopic = r.ProgressTopic
 	c.Batch = r.Batch

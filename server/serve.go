@@ -286,7 +286,7 @@ const serveAfter = 2 * time.Second
 // endpoints answer 503 until the claim: another server may own the
 // database meanwhile.
 func (m *Main) checkDatabaseServing(ctx context.Context) error {
-	if m.Relay == nil || m.Config.Relay.Mode != relay.ModeExactlyOnce {
+	if m.Relay == nil || m.Config.Relay.Mode != string(relay.ModeExactlyOnce) {
 		return nil
 	}
 	m.setStarting("checking, on the progress topic, that this database does not replace one that published " +

@@ -12,7 +12,7 @@ package main
 import (
 	"os"
 
-	"github.com/outboxd/outboxd/internal/bench"
+	"github.com/outboxd/outboxd/cmd/server/internal/bench"
 	"github.com/outboxd/outboxd/internal/earlysignal"
 	"github.com/outboxd/outboxd/server"
 )

@@ -29,9 +29,9 @@ import (
 // Consumer.Fetch.Default; a bigger record is fetched whole, the size
 // doubled until it fits). A fetch's records are parsed all at once into
 // messages that hold their decompressed batches, so it sets the memory a
-// partition in flight costs: at sarama's 1 MiB, 36-48 MiB of heap for three
-// partitions of small records (the server's peak RSS 340-350 MiB, where at
-// 64 KiB it is 240-262), and no rate measured here was lower for it.
+// partition in flight costs: smaller than sarama's 1 MiB for the server's
+// peak memory at no cost in rate (the figures are in docs/performance.md,
+// "The Kafka feed fetches 64 KiB").
 const kafkaFetchBytes = 64 << 10
 
 // Defaults of Config.

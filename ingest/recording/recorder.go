@@ -144,14 +144,23 @@ func (r *Recorder) Status() Status {
 // runName names a run by its start, UTC, so names sort by time.
 func runName(t time.Time) string { return t.UTC().Format("20060102T150405.000000000Z") }
 
-// Start applies the retention, takes the snapshot (when asked; or
-// reuses the last one, see Options.SnapshotInterval) and creates the
-// run's first file. Over the total cap, it starts paused.
+// Start removes what snapshots killed while being taken left, applies
+// the retention, takes the snapshot (when asked; or reuses the last one,
+// see Options.SnapshotInterval) and creates the run's first file. Over
+// the total cap, it starts paused.
 func (r *Recorder) Start(ctx context.Context, from map[int32]outbox.Checkpoint) {
 	r.ctx = ctx
 	if err := os.MkdirAll(r.o.Dir, 0o755); err != nil {
 		r.fail(fmt.Errorf("create %s: %w", r.o.Dir, err))
 		return
+	}
+	files, bytes, err := removeLeftovers(r.o.Dir, r.o.Header.Feed)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	if files > 0 {
+		r.log.Info("recording: removed what unfinished snapshots left", "files", files, "bytes", bytes)
 	}
 	r.committed = maps.Clone(from)
 	reuse, reuseRun := "", ""
@@ -165,18 +174,22 @@ func (r *Recorder) Start(ctx context.Context, from map[int32]outbox.Checkpoint) 
 	if reuse != "" {
 		// The generation recorded from stays; with no room beside it, a
 		// new one starts.
-		if !r.retain(reuseRun, false) {
+		if !r.retain(reuseRun, false, 0) {
 			return
 		}
-		if r.overCap() {
+		if r.overCap(0) {
 			reuse = ""
 		}
 	}
-	if reuse == "" && !r.retain("", true) {
-		return
+	var room int64 // a new snapshot's bytes, made room for first
+	if reuse == "" {
+		var ok bool
+		if room, ok = r.snapshotRoom(); !ok || !r.retain("", true, room) {
+			return
+		}
 	}
-	if r.overCap() {
-		r.pause()
+	if r.overCap(room) {
+		r.pause(room)
 		return
 	}
 	r.startRun(reuse != "")
@@ -250,22 +263,42 @@ func (r *Recorder) setDisk() {
 	r.mu.Unlock()
 }
 
-// overCap reports whether the feed's recordings hold the total cap.
-func (r *Recorder) overCap() bool {
+// overCap reports whether the feed's recordings, with room bytes more,
+// hold the total cap.
+func (r *Recorder) overCap(room int64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.o.Retention.MaxTotalBytes > 0 && r.status.DiskBytes >= r.o.Retention.MaxTotalBytes
+	return r.o.Retention.MaxTotalBytes > 0 && r.status.DiskBytes+room >= r.o.Retention.MaxTotalBytes
+}
+
+// snapshotRoom is what a new run's snapshot will take on disk (0 without
+// snapshots or without a total cap); false when it could not be told
+// (the recording stopped).
+func (r *Recorder) snapshotRoom() (int64, bool) {
+	if !r.o.Snapshot || r.o.Retention.MaxTotalBytes == 0 {
+		return 0, true
+	}
+	n, err := r.o.Store.SnapshotBytes(r.ctx)
+	if err != nil {
+		if r.ctx.Err() != nil {
+			return 0, false // the loop is stopping: no run to record
+		}
+		r.fail(err)
+		return 0, false
+	}
+	return n, true
 }
 
 // retain runs the retention, keeping run keep's generation (and the
-// newest); false when it failed (the recording stopped).
-func (r *Recorder) retain(keep string, newestToo bool) bool {
+// newest) and leaving room bytes free under the cap; false when it
+// failed (the recording stopped).
+func (r *Recorder) retain(keep string, newestToo bool, room int64) bool {
 	r.retained = r.o.Now()
 	if r.o.Retention == (Retention{}) {
 		r.count()
 		return true
 	}
-	left, files, bytes, err := retain(r.o.Dir, r.o.Header.Feed, keep, newestToo, r.o.Retention, r.retained)
+	left, files, bytes, err := retain(r.o.Dir, r.o.Header.Feed, keep, newestToo, room, r.o.Retention, r.retained)
 	if err != nil {
 		r.fail(err)
 		return false
@@ -288,9 +321,13 @@ func (r *Recorder) retain(keep string, newestToo bool) bool {
 // pause stops recording at the total cap: the run ends (its end frame,
 // and a gap mark so that no later run records from its snapshot), the
 // feed goes on.
-func (r *Recorder) pause() {
+func (r *Recorder) pause(room int64) {
 	why := fmt.Sprintf("the feed's recordings hold %d bytes, the cap is %d (--record-max-total-bytes): "+
 		"paused until retention frees room", r.Status().DiskBytes, r.o.Retention.MaxTotalBytes)
+	if room > 0 {
+		why = fmt.Sprintf("the feed's recordings hold %d bytes and a new run's snapshot needs %d, the cap is %d "+
+			"(--record-max-total-bytes): paused until retention frees room", r.Status().DiskBytes, room, r.o.Retention.MaxTotalBytes)
+	}
 	run := r.hdr.Run
 	if r.active {
 		w := r.w
@@ -318,7 +355,11 @@ func (r *Recorder) pause() {
 // resumeIfRoom starts a new run, with a new snapshot, once retention
 // has brought the recordings under the cap.
 func (r *Recorder) resumeIfRoom() {
-	if r.o.Now().Sub(r.retained) < retainEvery || !r.retain("", false) || r.overCap() {
+	if r.o.Now().Sub(r.retained) < retainEvery {
+		return
+	}
+	room, ok := r.snapshotRoom()
+	if !ok || !r.retain("", false, room) || r.overCap(room) {
 		return
 	}
 	r.paused = false
@@ -448,12 +489,12 @@ func (r *Recorder) Committed() {
 	r.status.Bytes = r.bytes + size
 	r.mu.Unlock()
 	r.setDisk()
-	if r.o.Retention != (Retention{}) && (r.overCap() || r.o.Now().Sub(r.retained) >= retainEvery) {
-		if !r.retain(r.hdr.Run, false) {
+	if r.o.Retention != (Retention{}) && (r.overCap(0) || r.o.Now().Sub(r.retained) >= retainEvery) {
+		if !r.retain(r.hdr.Run, false, 0) {
 			return
 		}
-		if r.overCap() {
-			r.pause()
+		if r.overCap(0) {
+			r.pause(0)
 			return
 		}
 	}

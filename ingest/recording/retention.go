@@ -132,12 +132,13 @@ type Retention struct {
 
 // retain removes, in dir, feed's generations past r's age or over its
 // bytes, never the one holding run keep ("" for none: a recorder
-// starting, or paused). It returns the bytes left on
-// disk and what it removed (files and bytes).
+// starting, or paused). room is what is about to be written (a new
+// snapshot): the bytes must leave room for it. It returns the bytes left
+// on disk and what it removed (files and bytes).
 //
 // newestToo lets the bytes remove the newest generation too (a run that
 // starts a generation of its own: nothing older is needed).
-func retain(dir, feed, keep string, newestToo bool, r Retention, now time.Time) (left int64, removedFiles int, removedBytes int64, err error) {
+func retain(dir, feed, keep string, newestToo bool, room int64, r Retention, now time.Time) (left int64, removedFiles int, removedBytes int64, err error) {
 	files, err := feedFiles(dir, feed)
 	if err != nil {
 		return 0, 0, 0, err
@@ -153,7 +154,7 @@ func retain(dir, feed, keep string, newestToo bool, r Retention, now time.Time) 
 		// The newest is never removed for bytes (the recorder pauses
 		// instead), only for its age.
 		old := r.MaxAge > 0 && now.Sub(g.last) > r.MaxAge
-		over := (newestToo || i < len(gens)-1) && r.MaxTotalBytes > 0 && left > r.MaxTotalBytes
+		over := (newestToo || i < len(gens)-1) && r.MaxTotalBytes > 0 && left+room > r.MaxTotalBytes
 		if !old && !over {
 			continue
 		}
@@ -195,4 +196,43 @@ func reusableSnapshot(dir, feed string, interval time.Duration, now time.Time) (
 		return f.name, f.run, nil
 	}
 	return "", "", nil
+}
+
+// leftoverPattern is what a process killed while creating a file leaves:
+// a snapshot's temporary copy (FEED-RUN.snapshot.db.tmp) and SQLite's
+// files beside it (-journal, -wal, -shm), or a part not yet renamed to
+// its name (FEED-RUN-NNNN.rec.tmp: it appears whole or not at all).
+// Nothing refers to them, and retention, which counts only recordings,
+// would never remove them: a crash loop would fill the disk past the
+// total cap unseen.
+const leftoverPattern = `(\.snapshot\.db\.tmp(-journal|-wal|-shm)?|-[0-9]{4}\.rec\.tmp)$`
+
+// removeLeftovers removes feed's leftovers of files that were never
+// finished, in dir: only at a recorder's start, when none of the feed's
+// is being created (one process records a feed: it holds the database's
+// claim). It returns the files and bytes removed.
+func removeLeftovers(dir, feed string) (files int, bytes int64, err error) {
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(feed) + `-` + runPattern + leftoverPattern)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, 0, fmt.Errorf("list recordings in %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if !re.MatchString(e.Name()) || !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return files, bytes, fmt.Errorf("list recordings in %s: %w", dir, err)
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return files, bytes, fmt.Errorf("remove an unfinished snapshot: %w", err)
+		}
+		files++
+		bytes += fi.Size()
+	}
+	return files, bytes, nil
 }

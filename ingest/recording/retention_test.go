@@ -265,3 +265,117 @@ func TestRecorder_StoppedBeforeSnapshot(t *testing.T) {
 		t.Fatalf("files %v", files)
 	}
 }
+
+// TestRecorder_RemovesUnfinishedSnapshots: a process killed while taking
+// its run's snapshot leaves the temporary copy (and SQLite's journal)
+// behind, or while creating a part its temporary file, which no recording
+// refers to; the next start removes them, and
+// only them: a finished snapshot, another feed's leftovers and a file
+// that is not a recording stay, and the bytes on disk are counted after.
+func TestRecorder_RemovesUnfinishedSnapshots(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	dir := t.TempDir()
+	r := run{dir: filepath.Join(dir, "rec"), db: filepath.Join(dir, "live.db"), input: filepath.Join(dir, "ledger.csv"),
+		snapshotInterval: time.Hour}
+	appendFile(t, r.input, lines(rng, 500))
+	r.record(t)
+	first := onDisk(t, r.dir)
+	leftovers := []string{
+		"ledger-20261201T000000.000000000Z.snapshot.db.tmp",
+		"ledger-20261201T000000.000000000Z.snapshot.db.tmp-journal",
+		"ledger-20261202T000000.000000000Z.snapshot.db.tmp-wal",
+		"ledger-20261202T000000.000000000Z-0003.rec.tmp",
+	}
+	kept := []string{
+		"other-20261201T000000.000000000Z.snapshot.db.tmp", // another feed's
+		"ledger-notes.tmp", // not a recording's
+		"ledger-20261202T000000.000000000Z-03.rec.tmp", // nor this
+	}
+	for i, n := range append(slices.Clone(leftovers), kept...) {
+		if err := os.WriteFile(filepath.Join(r.dir, n), make([]byte, 1000+i), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendFile(t, r.input, lines(rng, 500))
+	st := r.record(t)
+	files := onDisk(t, r.dir)
+	for _, n := range leftovers {
+		if _, ok := files[n]; ok {
+			t.Errorf("%s is still there", n)
+		}
+	}
+	for i, n := range kept {
+		if files[n] != int64(1000+len(leftovers)+i) {
+			t.Errorf("%s: %d bytes, want it kept whole", n, files[n])
+		}
+	}
+	for n, sz := range first {
+		if files[n] != sz {
+			t.Errorf("the first run's %s: %d bytes, want %d kept", n, files[n], sz)
+		}
+	}
+	var recorded int64 // the feed's recordings: what the status counts
+	for n, sz := range files {
+		if !slices.Contains(kept, n) {
+			recorded += sz
+		}
+	}
+	if st.DiskBytes != recorded {
+		t.Fatalf("status counts %d bytes on disk, the recordings hold %d: %v", st.DiskBytes, recorded, files)
+	}
+}
+
+// TestRecorder_RoomForTheSnapshot: a run that takes a new snapshot makes
+// room for it under the total cap first, so that a process killed right
+// after it started leaves the recordings within the cap: with the
+// recordings under the cap by less than a snapshot, the start removes
+// the oldest generations before it copies the database.
+func TestRecorder_RoomForTheSnapshot(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	dir := t.TempDir()
+	r := run{dir: filepath.Join(dir, "rec"), db: filepath.Join(dir, "live.db"), input: filepath.Join(dir, "ledger.csv")}
+	for range 3 {
+		appendFile(t, r.input, lines(rng, 1500))
+		r.record(t)
+	}
+	before := onDisk(t, r.dir)
+	store := testutil.OpenStore(t, outbox.DefaultConfig(r.db))
+	need, err := store.SnapshotBytes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if need == 0 {
+		t.Fatal("a snapshot of the ledger's database needs 0 bytes")
+	}
+	capBytes := total(before) + need/2
+	rec, err := recording.NewRecorder(recording.Options{Logger: quiet, Dir: r.dir, Store: store, Snapshot: true,
+		MaxBytes: recording.DefaultMaxBytes, Retention: recording.Retention{MaxTotalBytes: capBytes},
+		Header: recording.Header{Feed: "ledger"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Start(t.Context(), nil)
+	defer rec.Close()
+	after := onDisk(t, r.dir)
+	st := rec.Status()
+	newSnaps := 0
+	for _, n := range names(after, ".snapshot.db") {
+		if _, ok := before[n]; !ok {
+			newSnaps++
+			if after[n] != need {
+				t.Errorf("the new snapshot %s holds %d bytes, estimated %d", n, after[n], need)
+			}
+		}
+	}
+	var removed int64
+	for n, sz := range before {
+		if _, ok := after[n]; !ok {
+			removed += sz
+		}
+	}
+	if !st.Recording || st.Paused != "" || newSnaps != 1 || removed == 0 || st.RemovedBytes != removed ||
+		total(after) > capBytes || st.DiskBytes != total(after) {
+		t.Fatalf("status %+v; cap %d; %d new snapshots; %d bytes removed; before %v, after %v (%d bytes)",
+			st, capBytes, newSnaps, removed, before, after, total(after))
+	}
+}

@@ -5,18 +5,19 @@ package relaystatus
 
 import "time"
 
-// Status is a snapshot of the relay, for the API and tests. The relay
-// package documents its states (relay.State*) and modes.
+// Status is a snapshot of the relay, for the API and tests. Its state and
+// mode are this package's words (State, Mode), which the relay sets and
+// the API reports.
 type Status struct {
-	// Mode is relay.ModeExactlyOnce or relay.ModeAtLeastOnce.
-	Mode string `json:"mode"`
+	// Mode is ModeExactlyOnce or ModeAtLeastOnce.
+	Mode Mode `json:"mode"`
 	// RelayID keys the relay's progress (in SQLite and in Kafka); it is the
 	// store's "relay_id". Empty until Run has read it.
 	RelayID string `json:"relayId"`
 	// TransactionalID is the exactly-once producer's transactional id.
 	TransactionalID string `json:"transactionalId,omitempty"`
-	// State is one of the relay.State* constants.
-	State string `json:"state"`
+	// State is one of the State* constants but StateOff.
+	State State `json:"state"`
 	// Connected is true while a producer is open and its last operation
 	// succeeded.
 	Connected bool `json:"connected"`

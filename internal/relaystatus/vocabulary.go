@@ -1,7 +1,7 @@
 package relaystatus
 
-// State is what the relay is doing (Status.State holds its string): the
-// relay sets it, the API, its metrics and `outboxd status` report it.
+// State is what the relay is doing (Status.State): the relay sets it, the
+// API, its metrics and `outboxd status` report it.
 type State string
 
 // The relay's states, and the one the API reports with no relay.
@@ -16,12 +16,16 @@ const (
 	// relay waits before the next one.
 	StateBackingOff State = "backing-off"
 	// StateUnauthorized: Kafka refused the relay's credentials or an
-	// operation its ACLs do not grant; /readyz fails.
+	// operation its ACLs do not grant; LastError names the operation and
+	// the resource (or the credentials refused). The relay asks again
+	// every relay.Config.UnauthorizedBackoff and goes on once allowed;
+	// /readyz fails meanwhile.
 	StateUnauthorized State = "unauthorized"
-	// StateRefusing: the database has gone back in time; the relay
-	// publishes nothing.
+	// StateRefusing: the database has gone back in time (LastError says
+	// how); the relay publishes nothing.
 	StateRefusing State = "refusing"
-	// StateFenced: another producer took over the transactional id.
+	// StateFenced: another producer took over the transactional id; the
+	// relay has stopped.
 	StateFenced State = "fenced"
 	// StateStopped: the relay's Run has not started or has returned.
 	StateStopped State = "stopped"
@@ -35,7 +39,7 @@ const (
 var States = []State{StateStarting, StatePublishing, StateIdle, StateBackingOff,
 	StateUnauthorized, StateRefusing, StateFenced, StateStopped, StateOff}
 
-// Mode is how the relay publishes (Status.Mode holds its string).
+// Mode is how the relay publishes (Status.Mode, relay.Config.Mode).
 type Mode string
 
 // The relay's modes, and the one the API reports with no relay.
@@ -51,4 +55,4 @@ const (
 )
 
 // StateIs reports whether the status is in state st.
-func (s Status) StateIs(st State) bool { return State(s.State) == st }
+func (s Status) StateIs(st State) bool { return s.State == st }

@@ -11,7 +11,7 @@ import (
 // every one of them.
 func TestVocabulary_SameAsRelay(t *testing.T) {
 	for _, c := range []struct {
-		relay  string
+		relay  relay.State
 		shared relaystatus.State
 	}{
 		{relay.StateStarting, relaystatus.StateStarting},
@@ -23,11 +23,11 @@ func TestVocabulary_SameAsRelay(t *testing.T) {
 		{relay.StateFenced, relaystatus.StateFenced},
 		{relay.StateStopped, relaystatus.StateStopped},
 	} {
-		if c.relay != string(c.shared) {
+		if c.relay != c.shared {
 			t.Errorf("relay state %q, shared %q", c.relay, c.shared)
 		}
 	}
-	if relay.ModeExactlyOnce != string(relaystatus.ModeExactlyOnce) || relay.ModeAtLeastOnce != string(relaystatus.ModeAtLeastOnce) {
+	if relay.ModeExactlyOnce != relaystatus.ModeExactlyOnce || relay.ModeAtLeastOnce != relaystatus.ModeAtLeastOnce {
 		t.Errorf("relay modes %q, %q; shared %q, %q", relay.ModeExactlyOnce, relay.ModeAtLeastOnce,
 			relaystatus.ModeExactlyOnce, relaystatus.ModeAtLeastOnce)
 	}

@@ -47,6 +47,11 @@ import (
 	"github.com/outboxd/outboxd"
 )
 
+// ErrSQLiteOnly is returned, on a PostgreSQL store, by what only the
+// SQLite engine has yet: the state queries and the SQL processors' guard,
+// both built on SQLite's authorizer.
+var ErrSQLiteOnly = errors.New("runs on a SQLite --db only in this version (it is checked by SQLite's authorizer)")
+
 // IsPostgres reports whether db names a PostgreSQL database (a
 // postgres:// or postgresql:// URL) rather than a SQLite file.
 func IsPostgres(db string) bool {

@@ -1,7 +1,12 @@
 package tests
 
 import (
+	"context"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,4 +54,30 @@ func TestPostgres_KillNine(t *testing.T) {
 	checkTopics(t, broker, lf, 0)
 	checkLedger(t, db, lf, 0)
 	checkRunningBalances(t, db)
+}
+
+// TestPostgres_RefusesSQLiteOnly: a state query (and a SQL processor,
+// through the same check) is refused at start on --db postgres://, in one
+// line, before the database is touched.
+func TestPostgres_RefusesSQLiteOnly(t *testing.T) {
+	db := pgtest.New(t)
+	cfg := filepath.Join(t.TempDir(), "outboxd.yaml")
+	if err := os.WriteFile(cfg, []byte("queries:\n  n: SELECT count(*) AS n FROM feeds\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(serverBin, "--config", cfg, "--db", db.DSN, "--relay", "none")
+	out, _ := cmd.CombinedOutput()
+	// Its last line (a warning that no feed is given comes first).
+	want := "\nserver: queries.n: a state query runs on a SQLite --db only in this version " +
+		"(it is checked by SQLite's authorizer), not on --db postgres://\n"
+	if cmd.ProcessState.ExitCode() != 2 || !strings.HasSuffix(string(out), want) {
+		t.Fatalf("exit %d, %q; want 2, %q", cmd.ProcessState.ExitCode(), out, want)
+	}
+	var tables int
+	if err := db.Conn(t).QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 {
+		t.Fatalf("the refused start made %d tables", tables)
+	}
 }

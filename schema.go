@@ -18,6 +18,11 @@ import (
 //go:embed schema.sql
 var schemaSQL string
 
+// schemaPGSQL is the same migrations in PostgreSQL's dialect.
+//
+//go:embed schema_pg.sql
+var schemaPGSQL string
+
 // Migration is one numbered step of the schema.
 type Migration struct {
 	Version int
@@ -32,6 +37,21 @@ func Migrations() []Migration {
 	ms, err := parseMigrations(schemaSQL)
 	if err != nil {
 		panic(err)
+	}
+	return ms
+}
+
+// PGMigrations returns the schema's migrations in PostgreSQL's dialect
+// (schema_pg.sql): as many as Migrations, under the same numbers. It
+// panics if the file is misnumbered or holds another count than
+// schema.sql, since that is a build defect.
+func PGMigrations() []Migration {
+	ms, err := parseMigrations(schemaPGSQL)
+	if err != nil {
+		panic(fmt.Errorf("schema_pg.sql: %w", err))
+	}
+	if n := len(Migrations()); len(ms) != n {
+		panic(fmt.Errorf("schema_pg.sql holds %d migrations, schema.sql %d", len(ms), n))
 	}
 	return ms
 }

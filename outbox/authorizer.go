@@ -31,6 +31,9 @@ type AuthRequest struct {
 // connection the pool had to replace (it never does unless the driver
 // reports it broken) would have none.
 func (s *Store) SetAuthorizer(ctx context.Context, allow func(AuthRequest) bool) error {
+	if s.pg {
+		return ErrSQLiteOnly
+	}
 	var fn sqlite.AuthorizerFn
 	if allow != nil {
 		fn = func(action sqlite.AuthorizerActionCode, arg1, arg2, db, inside string) sqlite.AuthorizerReturnCode {

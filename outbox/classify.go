@@ -67,6 +67,9 @@ func Classify(err error) ErrorClass {
 	if errors.Is(err, ErrFenced) {
 		return ClassFenced
 	}
+	if c, ok := classifyPG(err); ok {
+		return c
+	}
 	code, ok := SQLiteCode(err)
 	if !ok {
 		return ClassOther

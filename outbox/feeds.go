@@ -187,15 +187,17 @@ func (tx *Tx) AddStats(ctx context.Context, feed string, d StatsDelta) error {
 
 // DeadLetter stores d (its ID and At are assigned) and returns its id.
 func (tx *Tx) DeadLetter(ctx context.Context, d DeadLetter) (int64, error) {
-	res, err := tx.tx.ExecContext(ctx, `INSERT INTO dead_letters
+	// RETURNING, not LastInsertId: PostgreSQL's driver has none.
+	var id int64
+	err := tx.tx.GetContext(ctx, &id, `INSERT INTO dead_letters
 (feed, partition, epoch, position, sequence, attempts, reason, error, key, payload, headers, at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 		d.Feed, d.Partition, d.Epoch, d.Position, d.Sequence, d.Attempts, d.Reason, d.Error,
 		d.Key, d.Payload, d.Headers, tx.store.Now().UnixNano())
 	if err != nil {
 		return 0, fmt.Errorf("store dead letter of %s at %d: %w", d.Feed, d.Position, err)
 	}
-	return res.LastInsertId()
+	return id, nil
 }
 
 // MarkRequeued marks a dead letter requeued, by no one named (see

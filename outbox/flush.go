@@ -24,8 +24,11 @@ func insertChunks(n int) string {
 // The statements of the outbox's ids: the largest assigned, read once per
 // commit that writes outputs and set at its end.
 const (
-	lastIDSQL    = `SELECT last_id FROM outbox_ids`
-	setLastIDSQL = `UPDATE outbox_ids SET last_id = ?`
+	lastIDSQL = `SELECT last_id FROM outbox_ids`
+	// lastIDInTxSQL is lastIDSQL as a commit reads it (on PostgreSQL it
+	// locks the row, see pg_engine.go).
+	lastIDInTxSQL = `SELECT last_id FROM outbox_ids /* in the commit */`
+	setLastIDSQL  = `UPDATE outbox_ids SET last_id = ?`
 )
 
 // insertChunksBySize holds the INSERT texts by chunk count, built once: a
@@ -186,7 +189,7 @@ const keptBodyBytes = 1 << 20
 
 // lastOutboxID reads the largest id assigned, in the transaction.
 func (tx *Tx) lastOutboxID(dc any) (int64, error) {
-	st, err := tx.store.ownQueryStmt(dc, lastIDSQL)
+	st, err := tx.store.ownQueryStmt(dc, lastIDInTxSQL)
 	if err != nil {
 		return 0, err
 	}

@@ -104,6 +104,9 @@ func (s *Store) probeFiles(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if s.pg {
+		return s.probePG(ctx)
+	}
 	for _, p := range []string{s.cfg.Path, s.cfg.Path + "-wal"} {
 		f, err := os.OpenFile(p, os.O_WRONLY, 0)
 		if errors.Is(err, os.ErrNotExist) && p != s.cfg.Path {

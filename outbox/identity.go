@@ -76,6 +76,9 @@ func (s *Store) recordFiles() error {
 // three stat calls and no SQL, so it is cheap enough for every commit and
 // for readiness probes. It is safe for concurrent use.
 func (s *Store) CheckPath() error {
+	if s.pg {
+		return nil // a server's database has no path to lose
+	}
 	s.files.mu.Lock()
 	infos := s.files.infos
 	s.files.mu.Unlock()

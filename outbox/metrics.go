@@ -33,6 +33,9 @@ func (s *Store) DeadLetterReasons(ctx context.Context) ([]ReasonCount, error) {
 // WALBytes returns the size of the database's write-ahead log file, 0
 // when there is none. It only stats the file.
 func (s *Store) WALBytes() (int64, error) {
+	if s.pg {
+		return 0, nil // the server's WAL is not the store's to count
+	}
 	fi, err := os.Stat(s.cfg.Path + "-wal")
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -63,6 +66,9 @@ type CheckpointResult struct {
 // too; this one measures the cost and keeps the log short when commits
 // are rare.
 func (s *Store) Checkpoint(ctx context.Context) (CheckpointResult, error) {
+	if s.pg {
+		return CheckpointResult{}, nil // PostgreSQL checkpoints by itself
+	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return CheckpointResult{}, fmt.Errorf("checkpoint: %w", err)

@@ -15,6 +15,14 @@ var ErrFenced = errors.New("another outboxd process has claimed this database")
 
 const ownerKey = "owner"
 
+// claimSQL takes the next owner generation; ownerInTxSQL reads it inside
+// a batch's transaction (on PostgreSQL FOR SHARE, see pg_engine.go).
+const (
+	claimSQL = `INSERT INTO meta (key, value) VALUES (?, '1')
+ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1`
+	ownerInTxSQL = `SELECT value FROM meta WHERE key = ? /* in the batch */`
+)
+
 // Claim makes this store the database's only writer of ingest transactions:
 // it takes the next owner generation, and from then on every Tx.Commit
 // checks, inside its write transaction, that no later Claim has happened.
@@ -30,8 +38,7 @@ func (s *Store) Claim(ctx context.Context) (int64, error) {
 	if err := refuseReplayCopy(ctx, tx); err != nil {
 		return 0, fmt.Errorf("claim database: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, '1')
-ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1`, ownerKey); err != nil {
+	if _, err := tx.ExecContext(ctx, claimSQL, ownerKey); err != nil {
 		return 0, fmt.Errorf("claim database: %w", err)
 	}
 	var v string
@@ -93,7 +100,7 @@ func (tx *Tx) checkOwner() error {
 		return nil
 	}
 	var v string
-	if err := tx.tx.GetContext(txCtx(), &v, `SELECT value FROM meta WHERE key = ?`, ownerKey); err != nil {
+	if err := tx.tx.GetContext(txCtx(), &v, ownerInTxSQL, ownerKey); err != nil {
 		return fmt.Errorf("check database owner: %w", err)
 	}
 	return ownerIs(v, gen)

@@ -108,6 +108,9 @@ func (q *Query) Params() []string { return append([]string{}, q.params...) }
 // and an error wrapping ErrQueryNotReady: each Run checks it again until
 // it compiles.
 func (s *Store) PrepareQuery(ctx context.Context, name, text string) (*Query, error) {
+	if s.pg {
+		return nil, fmt.Errorf("query %s: %w", name, ErrSQLiteOnly)
+	}
 	params, err := scanQuery(text)
 	if err != nil {
 		return nil, fmt.Errorf("query %s: %w: %v", name, ErrQueryRefused, err)

@@ -13,10 +13,22 @@ import (
 // and runs in Tx.Batch as often as it needs: the store prepares it on its
 // engine's fastest path the first time and keeps it prepared. Arguments
 // bind by position (?1, ?2, ...).
-type Statement struct{ query string }
+type Statement struct {
+	query string
+	pg    string // the PostgreSQL text, when it differs (OnPostgres)
+}
 
 // NewStatement declares query as a statement run through Tx.Batch.
 func NewStatement(query string) *Statement { return &Statement{query: query} }
+
+// OnPostgres gives the statement its PostgreSQL text, run in place of
+// the SQLite one on a PostgreSQL store, and returns st. Placeholders are
+// written as for SQLite (?, ?N). Declare it before the statement's first
+// use.
+func (st *Statement) OnPostgres(query string) *Statement {
+	st.pg = query
+	return st
+}
 
 // String is the statement's SQL text.
 func (st *Statement) String() string { return st.query }
@@ -129,7 +141,11 @@ func (b *Batch) stmt(st *Statement) (driver.Stmt, error) {
 	if b.dc == nil {
 		return nil, fmt.Errorf("statement %q: the batch has ended", firstLine(st.query))
 	}
-	return b.tx.store.driverStmt(b.dc, st.query)
+	q := st.query
+	if b.tx.store.pg && st.pg != "" {
+		q = st.pg
+	}
+	return b.tx.store.driverStmt(b.dc, q)
 }
 
 // Rows are the rows of a Batch's Query.

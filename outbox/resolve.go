@@ -100,6 +100,11 @@ type OpenDeadLetterCount struct {
 	AtLeast bool  `db:"-"`
 }
 
+// openDeadLettersSQL counts a feed's open dead letters since a time, up
+// to a cap, from the index of open ones.
+const openDeadLettersSQL = `SELECT count(*) FROM (SELECT 1 FROM dead_letters INDEXED BY dead_letters_open
+WHERE feed = ? AND at >= ? AND requeued_at = 0 AND discarded_at = 0 LIMIT ?)`
+
 // OpenDeadLetters counts, per feed, the dead letters stored since since
 // that no one requeued or discarded, each count stopping at limit (so a
 // flood of them costs a bounded read: the count is of an index's entries,
@@ -113,8 +118,7 @@ func (s *Store) OpenDeadLetters(ctx context.Context, since time.Time, limit int6
 		}
 		for _, name := range names {
 			var n int64
-			if err := tx.GetContext(ctx, &n, `SELECT count(*) FROM (SELECT 1 FROM dead_letters INDEXED BY dead_letters_open
-WHERE feed = ? AND at >= ? AND requeued_at = 0 AND discarded_at = 0 LIMIT ?)`, name, since.UnixNano(), limit); err != nil {
+			if err := tx.GetContext(ctx, &n, openDeadLettersSQL, name, since.UnixNano(), limit); err != nil {
 				return fmt.Errorf("count open dead letters of %s: %w", name, err)
 			}
 			if n > 0 {

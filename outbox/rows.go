@@ -62,11 +62,13 @@ func (s *Store) RelayProgress(ctx context.Context, relayID string) (int64, error
 	return id, nil
 }
 
+const setRelayProgressSQL = `INSERT INTO relay_progress (relay_id, last_id, updated_at) VALUES (?, ?, ?)
+ON CONFLICT(relay_id) DO UPDATE SET last_id = max(last_id, excluded.last_id), updated_at = excluded.updated_at`
+
 // SetRelayProgress records that every row up to lastID is published. The
 // stored progress never moves back.
 func (s *Store) SetRelayProgress(ctx context.Context, relayID string, lastID int64) error {
-	st, err := s.prepared(ctx, `INSERT INTO relay_progress (relay_id, last_id, updated_at) VALUES (?, ?, ?)
-ON CONFLICT(relay_id) DO UPDATE SET last_id = max(last_id, excluded.last_id), updated_at = excluded.updated_at`)
+	st, err := s.prepared(ctx, setRelayProgressSQL)
 	if err != nil {
 		return err
 	}
@@ -78,6 +80,10 @@ ON CONFLICT(relay_id) DO UPDATE SET last_id = max(last_id, excluded.last_id), up
 	s.relayStored(lastID)
 	return nil
 }
+
+const feedBacklogSQL = `SELECT coalesce(sum(min(count, last_id - ?1)), 0) AS pending,
+coalesce(min(created_at), 0) AS oldest_at
+FROM outbox_chunks WHERE last_id > ?1 AND last_id <= ?2 AND feed = ?3`
 
 // pruneChunk bounds each delete (in chunks of outputs) so that pruning a
 // large backlog never holds the write lock for long.
@@ -127,6 +133,10 @@ func (s *Store) Backlog(ctx context.Context, feed string, after int64) (Backlog,
 	return s.backlog(ctx, s.rdb, feed, after)
 }
 
+const backlogSQL = `SELECT
+max((SELECT last_id FROM outbox_ids) - ?, 0) AS pending,
+coalesce((SELECT created_at FROM outbox_chunks WHERE last_id > ? ORDER BY last_id LIMIT 1), 0) AS oldest_at`
+
 // backlog is Backlog read through q: the read-only pool, or a read
 // transaction whose snapshot it then shares.
 func (s *Store) backlog(ctx context.Context, q sqlx.QueryerContext, feed string, after int64) (Backlog, error) {
@@ -134,9 +144,7 @@ func (s *Store) backlog(ctx context.Context, q sqlx.QueryerContext, feed string,
 	if feed != "" {
 		return s.feedBacklog(ctx, q, feed, after)
 	}
-	err := sqlx.GetContext(ctx, q, &b, `SELECT
-max((SELECT last_id FROM outbox_ids) - ?, 0) AS pending,
-coalesce((SELECT created_at FROM outbox_chunks WHERE last_id > ? ORDER BY last_id LIMIT 1), 0) AS oldest_at`, after, after)
+	err := sqlx.GetContext(ctx, q, &b, backlogSQL, after, after)
 	if err != nil {
 		return b, fmt.Errorf("read outbox backlog: %w", err)
 	}
@@ -193,9 +201,7 @@ func (s *Store) feedBacklog(ctx context.Context, q sqlx.QueryerContext, feed str
 	// Rows after last are left out, so the result is exactly that of
 	// (after, last], whatever commits meanwhile; of the chunk holding
 	// after, only its outputs past it count.
-	err = sqlx.GetContext(ctx, q, &b, `SELECT coalesce(sum(min(count, last_id - ?1)), 0) AS pending,
-coalesce(min(created_at), 0) AS oldest_at
-FROM outbox_chunks WHERE last_id > ?1 AND last_id <= ?2 AND feed = ?3`, after, last, feed)
+	err = sqlx.GetContext(ctx, q, &b, feedBacklogSQL, after, last, feed)
 	if err != nil {
 		return b, fmt.Errorf("read outbox backlog of %s: %w", feed, err)
 	}

@@ -23,11 +23,13 @@ func (s *Store) SinkProgress(ctx context.Context, name string) (int64, error) {
 	return id, nil
 }
 
+const setSinkProgressSQL = `INSERT INTO sink_progress (sink, last_id, updated_at) VALUES (?, ?, ?)
+ON CONFLICT(sink) DO UPDATE SET last_id = max(last_id, excluded.last_id), updated_at = excluded.updated_at`
+
 // SetSinkProgress records that the sink named name holds (or passed over)
 // every row up to lastID. The stored progress never moves back.
 func (s *Store) SetSinkProgress(ctx context.Context, name string, lastID int64) error {
-	st, err := s.prepared(ctx, `INSERT INTO sink_progress (sink, last_id, updated_at) VALUES (?, ?, ?)
-ON CONFLICT(sink) DO UPDATE SET last_id = max(last_id, excluded.last_id), updated_at = excluded.updated_at`)
+	st, err := s.prepared(ctx, setSinkProgressSQL)
 	if err != nil {
 		return err
 	}

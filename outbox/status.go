@@ -46,7 +46,13 @@ type OutboxSnapshot struct {
 // readTx runs f in a read transaction of the read-only pool: every read
 // in f sees the same commit, and none waits for the writer.
 func (s *Store) readTx(ctx context.Context, f func(tx *sqlx.Tx) error) error {
-	tx, err := s.rdb.BeginTxx(ctx, &sql.TxOptions{ReadOnly: true})
+	opts := &sql.TxOptions{ReadOnly: true}
+	if s.pg {
+		// READ COMMITTED takes a snapshot per statement: one for the
+		// whole transaction, as SQLite's read transaction has.
+		opts.Isolation = sql.LevelRepeatableRead
+	}
+	tx, err := s.rdb.BeginTxx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("begin read: %w", err)
 	}
@@ -150,13 +156,16 @@ FROM positions WHERE feed = ? ORDER BY partition`, name); err != nil {
 	return snap, err
 }
 
+// lastLossesSQL reads a feed's last losses, oldest first.
+const lastLossesSQL = `SELECT * FROM
+(SELECT * FROM losses WHERE feed = ? ORDER BY id DESC LIMIT ?) ORDER BY id`
+
 func (s *Store) snapshotLosses(ctx context.Context, tx *sqlx.Tx, snap *FeedSnapshot) error {
 	name := snap.Name
 	if err := tx.GetContext(ctx, &snap.LossCount, `SELECT count(*) FROM losses WHERE feed = ?`, name); err != nil {
 		return fmt.Errorf("count losses of %s: %w", name, err)
 	}
-	if err := tx.SelectContext(ctx, &snap.Losses, `SELECT * FROM
-(SELECT * FROM losses WHERE feed = ? ORDER BY id DESC LIMIT ?) ORDER BY id`, name, MaxSnapshotLosses); err != nil {
+	if err := tx.SelectContext(ctx, &snap.Losses, lastLossesSQL, name, MaxSnapshotLosses); err != nil {
 		return fmt.Errorf("read losses of %s: %w", name, err)
 	}
 	return nil

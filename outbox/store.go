@@ -92,6 +92,7 @@ func (c Config) Validate() error {
 // Store is an open outboxd database. It is safe for concurrent use.
 type Store struct {
 	cfg Config
+	pg  bool     // the engine is PostgreSQL (pg_engine.go), not SQLite
 	db  *sqlx.DB // the one writer connection
 	rdb *sqlx.DB // read-only pool
 
@@ -138,6 +139,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if IsPostgres(cfg.Path) {
+		return openPG(ctx, cfg)
 	}
 	if dir := filepath.Dir(cfg.Path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -354,7 +358,7 @@ func (s *Store) applyMigration(ctx context.Context, m outboxd.Migration, latest 
 // later would replay it onto whatever file is there now.
 func (s *Store) Close() error {
 	s.closed.Store(true)
-	if errors.Is(s.CheckPath(), ErrMoved) {
+	if !s.pg && errors.Is(s.CheckPath(), ErrMoved) {
 		s.emptyWAL()
 	}
 	s.mu.Lock()
@@ -366,16 +370,25 @@ func (s *Store) Close() error {
 	s.closeDriverStmts(context.Background())
 	rerr := errors.Join(s.closeQueryConns(), s.rdb.Close())
 	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", s.cfg.Path, err)
+		return fmt.Errorf("close %s: %w", s.name(), err)
 	}
 	if rerr != nil {
-		return fmt.Errorf("close %s (readers): %w", s.cfg.Path, rerr)
+		return fmt.Errorf("close %s (readers): %w", s.name(), rerr)
 	}
 	return nil
 }
 
-// Path is the database file's path.
+// Path is the database file's path (a PostgreSQL store's URL).
 func (s *Store) Path() string { return s.cfg.Path }
+
+// name is the database as messages name it: its path, or its URL without
+// the password.
+func (s *Store) name() string {
+	if s.pg {
+		return redactDSN(s.cfg.Path)
+	}
+	return s.cfg.Path
+}
 
 // Synchronous is the synchronous mode the store was opened with.
 func (s *Store) Synchronous() SyncMode { return s.cfg.Synchronous }
@@ -485,6 +498,9 @@ func (s *Store) MetaID(ctx context.Context, key string) (string, error) {
 // IntegrityCheck runs PRAGMA integrity_check and returns its answer ("ok"
 // for a sound database).
 func (s *Store) IntegrityCheck(ctx context.Context) (string, error) {
+	if s.pg {
+		return "ok", nil // PostgreSQL checks its pages itself (data checksums)
+	}
 	var rows []string
 	if err := s.rdb.SelectContext(ctx, &rows, "PRAGMA integrity_check"); err != nil {
 		return "", fmt.Errorf("integrity check: %w", err)

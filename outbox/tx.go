@@ -187,6 +187,9 @@ func (tx *Tx) checkLost(err error) error {
 	if tx.lost != nil {
 		return tx.lost
 	}
+	if tx.store.pg {
+		return tx.checkLostPG(err)
+	}
 	if !mayEndTransaction(err) {
 		return err
 	}

@@ -3,6 +3,8 @@ package server
 import (
 	"flag"
 	"path/filepath"
+
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // DevBrokerConfig is the in-process dev broker's part of the
@@ -28,6 +30,9 @@ func DefaultDevBrokerConfig() DevBrokerConfig {
 // memory only.
 func (d DevBrokerConfig) dir(db string) string {
 	if d.Data == DevBrokerDataAuto {
+		if outbox.IsPostgres(db) {
+			return "devbroker" // in the working directory: a URL has none
+		}
 		return filepath.Join(filepath.Dir(db), "devbroker")
 	}
 	return d.Data

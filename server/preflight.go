@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/outboxd/outboxd/ingest/filefeed"
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // ConfigError is a configuration the server cannot start with, found
@@ -52,7 +53,9 @@ func (m *Main) preflight() error {
 	if err := m.checkSQLProcessors(); err != nil {
 		return err
 	}
-	if err := checkDatabasePath(m.Config.DB); err != nil {
+	if outbox.IsPostgres(m.Config.DB) {
+		// A server's database: Open says whether it answers.
+	} else if err := checkDatabasePath(m.Config.DB); err != nil {
 		return configErr("--db %s: %w", m.Config.DB, err)
 	}
 	ln, err := net.Listen("tcp", m.Config.HTTP)

@@ -213,7 +213,11 @@ func (b BacklogConfig) limit(dir string, relayOff bool) (lim outbox.BacklogLimit
 	if relayOff {
 		return lim, "none: the relay is off", nil
 	}
-	free, known, err := outbox.FreeSpace(dir)
+	var free uint64
+	var known bool
+	if dir != "" {
+		free, known, err = outbox.FreeSpace(dir)
+	}
 	switch {
 	case err != nil:
 		return lim, "", fmt.Errorf("--max-backlog-bytes auto: %w", err)

@@ -235,7 +235,11 @@ func (m *Main) startingReason() string {
 // settleBacklog sets the outbox backlog's bound, from the flags or the
 // free space, and says what it is.
 func (m *Main) settleBacklog() error {
-	lim, how, err := m.Config.Backlog.limit(filepath.Dir(m.Config.DB), m.Config.Relay.Mode == modeNone)
+	dir := filepath.Dir(m.Config.DB)
+	if outbox.IsPostgres(m.Config.DB) {
+		dir = "" // the outbox is on the server's disk, not measured from here
+	}
+	lim, how, err := m.Config.Backlog.limit(dir, m.Config.Relay.Mode == modeNone)
 	if err != nil {
 		return configErr("%w", err)
 	}
@@ -394,6 +398,9 @@ func newProcessor(name, target string, fc *FeedConfig, c Config, logger *slog.Lo
 // the database and its WAL there wakes the watch (at 1,000,000 accounts
 // the ledger spends about a fifth more CPU per line that way).
 func (m *Main) warnSharedDir(feed, file string) {
+	if outbox.IsPostgres(m.Config.DB) {
+		return
+	}
 	fd, err1 := filepath.Abs(filepath.Dir(file))
 	dd, err2 := filepath.Abs(filepath.Dir(m.Config.DB))
 	if err1 == nil && err2 == nil && fd == dd {

@@ -363,6 +363,22 @@ var upsertBySize, upsertOneFeedBySize = map[int]string{}, map[int]string{}
 // store.
 var upsertStmts, upsertOneFeedStmts = map[int]*outbox.Statement{}, map[int]*outbox.Statement{}
 
+// pgOnConflict is the upserts' conflict clause on PostgreSQL, which names
+// the existing row by its table.
+const pgOnConflict = " ON CONFLICT(feed, account) DO UPDATE SET balance = excluded.balance, lines = ledger_balances.lines + excluded.lines"
+
+// typedPlaceholders is outbox.Placeholders with each column's value cast
+// to its type: PostgreSQL types a parameter of a VALUES list as text
+// unless told.
+func typedPlaceholders(n int, types ...string) string {
+	g := make([]string, len(types))
+	for i, t := range types {
+		g[i] = "?::" + t
+	}
+	group := "(" + strings.Join(g, ",") + ")"
+	return strings.TrimSuffix(strings.Repeat(group+",", n), ",")
+}
+
 func init() {
 	const onConflict = " ON CONFLICT(feed, account) DO UPDATE SET balance = excluded.balance, lines = lines + excluded.lines"
 	for n := upsertChunk; n >= 1; n /= 2 {
@@ -372,8 +388,13 @@ func init() {
 		// a join constraint.
 		upsertOneFeedBySize[n] = "INSERT INTO ledger_balances (feed, account, balance, lines) " +
 			"SELECT ?, column1, column2, column3 FROM (VALUES " + outbox.Placeholders(n, 3) + ") WHERE true" + onConflict
-		upsertStmts[n] = outbox.NewStatement(upsertBySize[n])
-		upsertOneFeedStmts[n] = outbox.NewStatement(upsertOneFeedBySize[n])
+		upsertStmts[n] = outbox.NewStatement(upsertBySize[n]).OnPostgres(
+			"INSERT INTO ledger_balances (feed, account, balance, lines) VALUES " +
+				typedPlaceholders(n, "text", "text", "bigint", "bigint") + pgOnConflict)
+		upsertOneFeedStmts[n] = outbox.NewStatement(upsertOneFeedBySize[n]).OnPostgres(
+			"INSERT INTO ledger_balances (feed, account, balance, lines) " +
+				"SELECT ?::text, v.column1, v.column2, v.column3 FROM (VALUES " + typedPlaceholders(n, "text", "bigint", "bigint") +
+				") AS v(column1, column2, column3)" + pgOnConflict)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -69,11 +70,34 @@ func TempStore(tb testing.TB) *outbox.Store {
 	return NewStore(tb, nil)
 }
 
-// NewStore is OpenStore on a new file in the test's temporary directory,
-// with the default configuration changed by cfg (when not nil).
+// EnvStore is the environment variable that selects the engine of the
+// stores NewStore and TempStore open: "postgres" gives each test a
+// PostgreSQL database of its own (pgtest), anything else a SQLite file.
+// It runs a package's store tests against PostgreSQL unchanged:
+// OUTBOXD_TEST_STORE=postgres go test ./outbox.
+const EnvStore = "OUTBOXD_TEST_STORE"
+
+// OnPostgres reports whether EnvStore selects PostgreSQL.
+func OnPostgres() bool { return os.Getenv(EnvStore) == "postgres" }
+
+// SQLiteOnly skips a test of what only the SQLite engine has (its file,
+// its PRAGMAs, its WAL) when EnvStore selects PostgreSQL.
+func SQLiteOnly(tb testing.TB) {
+	tb.Helper()
+	if OnPostgres() {
+		tb.Skip("SQLite only: " + EnvStore + "=postgres")
+	}
+}
+
+// NewStore is OpenStore on a new file in the test's temporary directory
+// (a new PostgreSQL database under EnvStore=postgres), with the default
+// configuration changed by cfg (when not nil).
 func NewStore(tb testing.TB, cfg func(*outbox.Config)) *outbox.Store {
 	tb.Helper()
 	c := outbox.DefaultConfig(filepath.Join(tb.TempDir(), "t.db"))
+	if OnPostgres() {
+		c.Path = pgtest.New(tb).DSN
+	}
 	if cfg != nil {
 		cfg(&c)
 	}

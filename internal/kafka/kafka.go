@@ -23,7 +23,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -238,15 +237,6 @@ func (c *Client) learn(resp *sarama.MetadataResponse) {
 			delete(c.brokers, id)
 		}
 	}
-}
-
-// isConnectionError reports a failure of the connection rather than an
-// answer: another broker, or the same one later, may do better.
-func isConnectionError(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, net.ErrClosed) || errors.Is(err, sarama.ErrNotConnected) || errors.Is(err, sarama.ErrOutOfBrokers)
 }
 
 // Dialer dials a sarama client's connections (set it with Use) and keeps

@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/internal/kafkasec"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 func TestAtLeastOnce_Publish(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := testutil.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Mode = ModeAtLeastOnce
 	ids := emit(t, s, "f", keyed("alo", 150, 5, 0)...)
@@ -40,7 +41,7 @@ func TestAtLeastOnce_Publish(t *testing.T) {
 func TestAtLeastOnce_RepeatsOnlyUnmarked(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := testutil.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Mode = ModeAtLeastOnce
 	ids := emit(t, s, "f", keyed("alo", 100, 5, 0)...)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -54,7 +55,7 @@ func BenchmarkRelay(b *testing.B) {
 	if err := c.CreateTopic("bench", 3, nil); err != nil {
 		b.Fatal(err)
 	}
-	s := newStore(b)
+	s := testutil.TempStore(b)
 	cfg := DefaultConfig()
 	cfg.Brokers = c.ListenAddrs()
 	cfg.Logger = slog.New(slog.DiscardHandler)

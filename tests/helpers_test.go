@@ -144,11 +144,7 @@ var wait = testutil.Wait
 // running: WAL lets readers in.
 func readStore(t *testing.T, path string) *outbox.Store {
 	t.Helper()
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := testutil.StoreAt(t, path)
 	return s
 }
 

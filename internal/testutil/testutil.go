@@ -63,6 +63,14 @@ func OpenStore(tb testing.TB, cfg outbox.Config) *outbox.Store {
 	return s
 }
 
+// StoreAt is OpenStore with the default configuration on the SQLite file
+// at path, whatever EnvStore says: for a test that opens the same file
+// again (a restart) or shares it with another process.
+func StoreAt(tb testing.TB, path string) *outbox.Store {
+	tb.Helper()
+	return OpenStore(tb, outbox.DefaultConfig(path))
+}
+
 // TempStore is OpenStore with the default configuration, on a new file in
 // the test's temporary directory.
 func TempStore(tb testing.TB) *outbox.Store {

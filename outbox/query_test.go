@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -372,17 +373,14 @@ func TestStore_QueryConns(t *testing.T) {
 		}
 		// Once a quick query finds no connection free, every one runs the
 		// slow query.
-		deadline := time.Now().Add(2 * time.Second)
-		for {
+		testutil.Wait(t, 2*time.Second, func() error {
 			short := lim
 			short.Timeout = 20 * time.Millisecond
-			if _, err := s.Query(ctx, quick, nil, short); errors.Is(err, outbox.ErrQueryTimeout) {
-				break
+			if _, err := s.Query(ctx, quick, nil, short); !errors.Is(err, outbox.ErrQueryTimeout) {
+				return fmt.Errorf("the slow queries do not hold every query connection: a quick query answered %v", err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatal("the slow queries never held every query connection")
-			}
-		}
+			return nil
+		})
 		// The store's other reads go on, on their own pool.
 		start := time.Now()
 		fctx, cancel := context.WithTimeout(ctx, time.Second)

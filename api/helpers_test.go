@@ -20,9 +20,10 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/filefeed"
 	"github.com/outboxd/outboxd/ingest/ledger"
-	"github.com/outboxd/outboxd/internal/testseam"
+	"github.com/outboxd/outboxd/ingest/testseam"
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // testToken is the admin token of the test servers.
@@ -50,7 +51,7 @@ func openStore(t *testing.T) *outbox.Store {
 	t.Helper()
 	cfg := outbox.DefaultConfig(filepath.Join(t.TempDir(), "outboxd.db"))
 	cfg.Now = func() time.Time { return clock }
-	return testutil.OpenStore(t, cfg)
+	return outboxtest.OpenStore(t, cfg)
 }
 
 // loopFeed adapts a running ingest.Loop to api.Feed, as cmd/server does.

@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestRelay_CommitAppliedButUnanswered: the coordinator commits, the answer
@@ -18,7 +18,7 @@ import (
 func TestRelay_CommitAppliedButUnanswered(t *testing.T) {
 	c, p := proxiedCluster(t)
 	brokers := c.ListenAddrs()
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	rr := startRelay(t, s, testConfig(t, brokers))
 	ids := emit(t, s, "f", keyed("t", 30, 3, 0)...)
 	rr.waitPublished(t, ids[len(ids)-1])
@@ -52,7 +52,7 @@ func TestRelay_CommitAppliedButUnanswered(t *testing.T) {
 func TestRelay_CommitRefused(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	rr := startRelay(t, s, testConfig(t, brokers))
 	ids := emit(t, s, "f", keyed("t", 30, 3, 0)...)
 	rr.waitPublished(t, ids[len(ids)-1])

@@ -5,14 +5,13 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/internal/kafkasec"
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 func TestAtLeastOnce_Publish(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Mode = ModeAtLeastOnce
 	ids := emit(t, s, "f", keyed("alo", 150, 5, 0)...)
@@ -41,7 +40,7 @@ func TestAtLeastOnce_Publish(t *testing.T) {
 func TestAtLeastOnce_RepeatsOnlyUnmarked(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Mode = ModeAtLeastOnce
 	ids := emit(t, s, "f", keyed("alo", 100, 5, 0)...)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestRelay_BrokerDownAndBack cuts every connection to the broker while
@@ -35,7 +35,7 @@ type cutFunc func(t *testing.T, rr *running, p *proxy, last int64)
 func brokerDownRounds(t *testing.T, mode Mode, cut cutFunc) {
 	c, p := proxiedCluster(t)
 	brokers := c.ListenAddrs()
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Mode = mode
 	cfg.Batch = 50

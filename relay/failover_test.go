@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // failoverCluster is a three-broker cluster with topic t (3 partitions)
@@ -81,7 +81,7 @@ func TestRelay_LeaderFailover(t *testing.T) {
 	f := newFailoverCluster(t, txnID)
 	c := f.c
 	brokers := c.ListenAddrs()
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.TransactionalID = txnID
 	ids := emit(t, s, "f", keyed("t", 60, 6, 0)...)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // BenchmarkRelayModes publishes benchRows outbox rows per iteration (100
@@ -26,7 +26,7 @@ func benchRelayMode(b *testing.B, mode Mode) {
 	if err := c.CreateTopic("bench", 3, nil); err != nil {
 		b.Fatal(err)
 	}
-	s := testutil.TempStore(b)
+	s := outboxtest.TempStore(b)
 	cfg := DefaultConfig()
 	cfg.Brokers = c.ListenAddrs()
 	cfg.Mode = mode

@@ -6,14 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 func TestPrune_RetentionZeroPrunesPublishedAtOnce(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Retention = 0
 	cfg.CreateTopics = false
@@ -60,7 +59,7 @@ func TestPrune_RetentionZeroPrunesPublishedAtOnce(t *testing.T) {
 
 func TestPrune_KeepsRowsWithinRetention(t *testing.T) {
 	c := newCluster(t)
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, c.ListenAddrs())
 	cfg.Retention = time.Hour
 	ids := emit(t, s, "f", keyed("t", 30, 3, 0)...)

@@ -11,8 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestTxnProducer_ManyBrokers: three brokers lead the partitions of two
@@ -29,7 +29,7 @@ func TestTxnProducer_ManyBrokers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Batch = 500
 	cfg.MaxMessageBytes = outbox.MinMessageBytes
@@ -105,7 +105,7 @@ func TestTxnProducer_RetriableRefusals(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cl := newCluster(t)
 			brokers := cl.ListenAddrs()
-			s := testutil.TempStore(t)
+			s := outboxtest.TempStore(t)
 			ids := emit(t, s, "f", keyed("t", 40, 4, 0)...)
 			rr := startRelay(t, s, testConfig(t, brokers))
 			rr.waitPublished(t, ids[len(ids)-1])
@@ -176,7 +176,7 @@ func refusal(req kmsg.Request, code int16) kmsg.Response {
 func TestTxnProducer_ProduceFailsThenFenced(t *testing.T) {
 	cl := newCluster(t)
 	brokers := cl.ListenAddrs()
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	ids := emit(t, s, "f", keyed("t", 40, 4, 0)...)
 	rr := startRelay(t, s, testConfig(t, brokers))
 	rr.waitPublished(t, ids[len(ids)-1])
@@ -218,7 +218,7 @@ func TestTxnProducer_DuplicateOnFirstSend(t *testing.T) {
 		t.Run(map[int16]string{0: "FirstSend", kerr.NotLeaderForPartition.Code: "AfterNotLeader"}[before], func(t *testing.T) {
 			cl := newCluster(t)
 			brokers := cl.ListenAddrs()
-			s := testutil.TempStore(t)
+			s := outboxtest.TempStore(t)
 			ids := emit(t, s, "f", keyed("t", 40, 4, 0)...)
 			rr := startRelay(t, s, testConfig(t, brokers))
 			rr.waitPublished(t, ids[len(ids)-1])

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -231,7 +230,7 @@ func TestMain_SQLProcessor(t *testing.T) {
 	if !reflect.DeepEqual(rs, want) {
 		t.Fatalf("outbox rows\n%q\nwant\n%q", rs, want)
 	}
-	rd := testutil.StoreAt(t, db)
+	rd := outboxtest.StoreAt(t, db)
 	var bal []string
 	if err := outboxtest.Select(context.Background(), rd, &bal, "SELECT account || '=' || balance FROM balances ORDER BY account"); err != nil ||
 		strings.Join(bal, " ") != "alice=7 bob=5" {
@@ -255,7 +254,7 @@ func feedPosition(t *testing.T, s *outbox.Store, feed string) int64 {
 // readRows lists the outbox's rows as "topic key value".
 func readRows(t *testing.T, db string) []string {
 	t.Helper()
-	rows, err := testutil.StoreAt(t, db).Rows(context.Background(), 0, 100)
+	rows, err := outboxtest.StoreAt(t, db).Rows(context.Background(), 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

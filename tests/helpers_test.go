@@ -20,6 +20,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // serverBin is the binary as shipped; seamBin is built with the testseams
@@ -144,7 +145,7 @@ var wait = testutil.Wait
 // running: WAL lets readers in.
 func readStore(t *testing.T, path string) *outbox.Store {
 	t.Helper()
-	s := testutil.StoreAt(t, path)
+	s := outboxtest.StoreAt(t, path)
 	return s
 }
 

@@ -16,8 +16,8 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/feedtest"
 	"github.com/outboxd/outboxd/ingest/kafkafeed"
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // recreateRun is a loop on a Kafka feed, run in the background, that keeps
@@ -34,7 +34,7 @@ type recreateRun struct {
 
 func startRecreateRun(t *testing.T, c *kfake.Cluster, topic string, refresh time.Duration) *recreateRun {
 	t.Helper()
-	s := testutil.StoreAt(t, filepath.Join(t.TempDir(), "o.db"))
+	s := outboxtest.StoreAt(t, filepath.Join(t.TempDir(), "o.db"))
 	fc := testKafkaConfig(t, c, topic)
 	fc.MetadataRefresh = refresh
 	rr := &recreateRun{store: s, feed: kafkafeed.New(fc), name: topic, applied: map[string]int{}}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -46,7 +45,7 @@ const testEpoch = "t\"q\\b\t\n\x01\x1fé\xff:"
 func newSide(t *testing.T, name string, proc *Processor, ref bool) *side {
 	t.Helper()
 	ctx := context.Background()
-	s := testutil.StoreAt(t, filepath.Join(t.TempDir(), name+".db"))
+	s := outboxtest.StoreAt(t, filepath.Join(t.TempDir(), name+".db"))
 	for _, f := range testFeeds {
 		if err := s.RegisterFeed(ctx, outbox.FeedInfo{Name: f}); err != nil {
 			t.Fatal(err)

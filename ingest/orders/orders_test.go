@@ -11,8 +11,8 @@ import (
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/orders"
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 const (
@@ -33,7 +33,7 @@ type harness struct {
 
 func newHarness(t *testing.T, mod ...func(*orders.Config)) *harness {
 	t.Helper()
-	s := testutil.StoreAt(t, filepath.Join(t.TempDir(), "o.db"))
+	s := outboxtest.StoreAt(t, filepath.Join(t.TempDir(), "o.db"))
 	if err := s.RegisterFeed(context.Background(), outbox.FeedInfo{Name: feed}); err != nil {
 		t.Fatal(err)
 	}

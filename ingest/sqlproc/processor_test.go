@@ -16,7 +16,6 @@ import (
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/sqlproc"
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -565,7 +564,7 @@ func TestProcessor_Setup(t *testing.T) {
 // newStoreSame is the store s, opened again (as after a restart), guarded.
 func newStoreSame(t *testing.T, s *outbox.Store) *outbox.Store {
 	t.Helper()
-	s2 := testutil.StoreAt(t, s.Path())
+	s2 := outboxtest.StoreAt(t, s.Path())
 	if err := sqlproc.Guard(context.Background(), s2); err != nil {
 		t.Fatal(err)
 	}

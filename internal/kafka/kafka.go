@@ -7,7 +7,9 @@
 // connected with the TLS and SASL of a kafkasec.Settings. The relay's
 // producers (relay/txnproducer.go and sarama's AsyncProducer) and the
 // Kafka feed's consumer are sarama too; Config is the configuration they
-// start from.
+// start from. IsRetriable and IsNetworkError are the product's one list of
+// the Kafka failures a retry mends, which relay.Classify, Consume and the
+// consume command share.
 //
 // A Client connects lazily, so one made while Kafka is away works once it
 // is back. Every call takes a context: when it is done, the connection the

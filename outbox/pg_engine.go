@@ -203,7 +203,10 @@ func classifyPG(err error) (ErrorClass, bool) {
 		return ClassFull, true
 	case strings.HasPrefix(code, "53"), strings.HasPrefix(code, "58"):
 		return ClassIO, true
-	case strings.HasPrefix(code, "23"):
+	case strings.HasPrefix(code, "23"), strings.HasPrefix(code, "22"):
+		// An integrity constraint, or a data exception: a value the
+		// column's type refuses (text that is not UTF-8 or holds a NUL,
+		// a number out of range), the item's as a constraint is.
 		return ClassConstraint, true
 	case code == "42501", code == "25006":
 		return ClassReadOnly, true

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -108,6 +109,19 @@ func TestStore_View(t *testing.T) {
 func TestOutboxtest_ExecOnTheWriter(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openStore(t)
+	if testutil.OnPostgres() {
+		// A session's setting on PostgreSQL: the store's writes run
+		// under it.
+		if _, err := outboxtest.Exec(ctx, s, `SET lock_timeout = '4321ms'`); err != nil {
+			t.Fatal(err)
+		}
+		tx := begin(t, s)
+		defer tx.Rollback()
+		var got string
+		must(t, tx.Get(ctx, &got, `SELECT current_setting('lock_timeout')`))
+		equal(t, "lock_timeout in the store's transaction", got, "4321ms")
+		return
+	}
 	var pages int
 	must(t, outboxtest.Get(ctx, s, &pages, `PRAGMA page_count`))
 	if _, err := outboxtest.Exec(ctx, s, fmt.Sprintf("PRAGMA max_page_count = %d", pages)); err != nil {

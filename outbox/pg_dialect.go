@@ -1,5 +1,7 @@
 package outbox
 
+import "fmt"
+
 // pgDialect holds the store's statements whose PostgreSQL text differs
 // from SQLite's, keyed by the SQLite text the methods run: pgConn swaps
 // them before binding. SQLite's two-argument max and min are GREATEST and
@@ -37,4 +39,17 @@ FROM dead_letters WHERE feed = ?3 AND id > ?4 AND (?6 = '' OR reason = ?6)
 AND (NOT ?7::boolean OR (requeued_at = 0 AND discarded_at = 0)) ORDER BY id LIMIT ?5`,
 	ownerInTxSQL:  `SELECT value FROM meta WHERE key = ? FOR SHARE`,
 	lastIDInTxSQL: `SELECT last_id FROM outbox_ids FOR UPDATE`,
+}
+
+// PostgresText declares, for a statement a processor runs by its SQLite
+// text (Tx.Exec, Get, Select, Stmt, ReadStmt), the text a PostgreSQL
+// store runs in its place, with placeholders written as for SQLite (?,
+// ?N). A processor whose SQL is the same on both engines declares
+// nothing. Call it from an init function (the texts are read without a
+// lock); it panics when sqlite already has another PostgreSQL text.
+func PostgresText(sqlite, pg string) {
+	if was, ok := pgDialect[sqlite]; ok && was != pg {
+		panic(fmt.Sprintf("outbox: PostgresText: %q has a PostgreSQL text already", firstLine(sqlite)))
+	}
+	pgDialect[sqlite] = pg
 }

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/orders"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -32,11 +32,7 @@ type harness struct {
 
 func newHarness(t *testing.T, mod ...func(*orders.Config)) *harness {
 	t.Helper()
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(filepath.Join(t.TempDir(), "o.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := testutil.NewStore(t, nil)
 	if err := s.RegisterFeed(context.Background(), outbox.FeedInfo{Name: feed}); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/sink"
 )
@@ -133,6 +134,7 @@ func TestOpenAPI_States(t *testing.T) {
 }
 
 func TestOpenAPI_ResponsesMatch(t *testing.T) {
+	testutil.SQLiteOnly(t, "state queries rest on SQLite's authorizer (outbox.ErrSQLiteOnly on PostgreSQL)")
 	cfg := api.DefaultConfig()
 	cfg.AdminToken = testToken
 	h := newHarness(t, cfg)

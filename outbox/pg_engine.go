@@ -65,6 +65,7 @@ func (s *Store) Postgres() bool { return s.pg }
 // openPG opens and migrates the PostgreSQL database cfg.Path names.
 func openPG(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, pg: true, stmts: map[string]*sqlx.Stmt{}, committed: make(chan struct{}, 1)}
+	s.pack.never = true // the outbox view decodes raw bodies only (pg_view.go)
 	var err error
 	if s.db, err = pgPool(cfg.Path, false); err != nil {
 		return nil, err
@@ -158,6 +159,9 @@ func (s *Store) migratePG(ctx context.Context) error {
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 			return fmt.Errorf("migration %d: %w", m.Version, err)
 		}
+	}
+	if _, err := tx.ExecContext(ctx, pgOutboxView); err != nil {
+		return fmt.Errorf("migrate: the outbox view: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE outboxd_schema SET version = $1`, len(ms)); err != nil {
 		return fmt.Errorf("migrate: set version: %w", err)

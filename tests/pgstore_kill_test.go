@@ -81,3 +81,29 @@ func TestPostgres_RefusesSQLiteOnly(t *testing.T) {
 		t.Fatalf("the refused start made %d tables", tables)
 	}
 }
+
+// TestPostgres_RefusesRecording: a recorded feed on --db postgres:// is
+// refused at start in one line saying why (exit 2), nothing created.
+func TestPostgres_RefusesRecording(t *testing.T) {
+	db := pgtest.New(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "in.csv")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(serverBin, "--db", db.DSN, "--relay", "none", "--feed", "f=file:"+file,
+		"--processor", "f=forward", "--topic", "f=t", "--record", "f="+filepath.Join(dir, "rec"))
+	out, _ := cmd.CombinedOutput()
+	want := "\nserver: --record f: a recording starts from a SQLite snapshot of the database and replays into a SQLite file: " +
+		"record on a SQLite --db, not on --db postgres://\n"
+	if cmd.ProcessState.ExitCode() != 2 || !strings.HasSuffix("\n"+string(out), want) {
+		t.Fatalf("exit %d, %q; want 2, %q", cmd.ProcessState.ExitCode(), out, want)
+	}
+	var tables int
+	if err := db.Conn(t).QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 {
+		t.Fatalf("the refused start made %d tables", tables)
+	}
+}

@@ -56,7 +56,7 @@ var testQueries = []string{
 }
 
 func TestServer_Query(t *testing.T) {
-	testutil.SQLiteOnly(t, "state queries rest on SQLite's authorizer (outbox.ErrSQLiteOnly on PostgreSQL)")
+	testutil.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	lim := outbox.QueryLimits{Timeout: 200 * time.Millisecond, MaxRows: 2, MaxBytes: 1 << 20}
 	base, store := queryServer(t, lim, testQueries...)
 	get := func(path string) (int, string) {
@@ -197,7 +197,7 @@ func TestServer_Query(t *testing.T) {
 }
 
 func TestServer_QueryBytesLimit(t *testing.T) {
-	testutil.SQLiteOnly(t, "state queries rest on SQLite's authorizer (outbox.ErrSQLiteOnly on PostgreSQL)")
+	testutil.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	row := len(`{"account":"alice","balance":7}`) + len(`{"account":"bob","balance":-3}`)
 	base, _ := queryServer(t, outbox.QueryLimits{MaxBytes: row}, testQueries[2], testQueries[3])
 	code, _, b := request(t, base, http.MethodGet, "/queries/all", "", nil)
@@ -244,7 +244,7 @@ func queriesReadiness(t *testing.T, base string) (int, api.Check) {
 // disconnect; then a quick query answers at once, not 503, and /readyz
 // says no query is running.
 func TestServer_QueryRunaway(t *testing.T) {
-	testutil.SQLiteOnly(t, "state queries rest on SQLite's authorizer (outbox.ErrSQLiteOnly on PostgreSQL)")
+	testutil.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	quick := func(t *testing.T, base string) {
 		t.Helper()
 		code, _, b := request(t, base, http.MethodGet, "/queries/one", "", nil)

@@ -48,8 +48,8 @@ import (
 )
 
 // ErrSQLiteOnly is returned, on a PostgreSQL store, by what only the
-// SQLite engine has yet: the state queries and the SQL processors' guard,
-// both built on SQLite's authorizer.
+// SQLite engine has yet: the SQL processors' guard, built on SQLite's
+// authorizer. (State queries run on both: pg_query.go.)
 var ErrSQLiteOnly = errors.New("runs on a SQLite --db only in this version (it is checked by SQLite's authorizer)")
 
 // IsPostgres reports whether db names a PostgreSQL database (a

@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // pgStore opens a store on a PostgreSQL database of the test's own.
@@ -262,6 +263,36 @@ key IS NULL AS key_null, value IS NULL AS value_null FROM outbox ORDER BY id`)
 		}
 		if !reflect.DeepEqual(r, want[i]) {
 			t.Fatalf("view row %d:\n got %+v\nwant %+v", i, r, want[i])
+		}
+	}
+}
+
+// TestPostgres_RelayRowsWindow: the relay's read on PostgreSQL is bounded
+// to the chunks of the next ids asked for, from the first chunk there is:
+// a range of ids the outbox no longer holds is skipped, not taken for
+// the end.
+func TestPostgres_RelayRowsWindow(t *testing.T) {
+	s := pgStore(t, pgtest.New(t).DSN)
+	ctx := context.Background()
+	for tx := range 3 {
+		outs := make([]outbox.Output, 10)
+		for i := range outs {
+			outs[i] = out("t", "k", fmt.Sprint(tx*10+i+1))
+		}
+		emit(t, s, place("f", int64(tx+1)), outs...)
+	}
+	if _, err := outboxtest.Exec(ctx, s, `DELETE FROM outbox_chunks WHERE last_id <= 10`); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		after          int64
+		limit          int
+		first, last, n int64
+	}{{0, 5, 11, 15, 5}, {0, 100, 11, 30, 20}, {12, 100, 13, 30, 18}, {19, 3, 20, 22, 3}, {30, 10, 0, 0, 0}} {
+		rows, err := s.RelayRows(ctx, c.after, c.limit)
+		testutil.Must(t, err)
+		if int64(len(rows)) != c.n || c.n > 0 && (rows[0].ID != c.first || rows[len(rows)-1].ID != c.last) {
+			t.Fatalf("RelayRows(%d, %d): %d rows %v, want %d from %d to %d", c.after, c.limit, len(rows), ids(rows), c.n, c.first, c.last)
 		}
 	}
 }

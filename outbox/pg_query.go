@@ -74,19 +74,43 @@ func (s *Store) pgQueryColumns(ctx context.Context, text string) ([]string, erro
 			return err
 		}
 		defer tx.Rollback(context.Background())
-		sd, err := tx.Prepare(ctx, "", text)
+		sd, err := tx.Prepare(ctx, pgCheckStmt, text)
 		if err != nil {
 			return err
 		}
+		defer c.Deallocate(context.Background(), pgCheckStmt)
 		for _, f := range sd.Fields {
 			cols = append(cols, f.Name)
 		}
-		return nil
+		return pgRefuseWrites(ctx, tx, len(sd.ParamOIDs))
 	})
 	if code, ok := pgCode(err); ok && (code == "42P01" || code == "42703" || code == "42883") {
 		return nil, fmt.Errorf("%w: %v", ErrQueryNotReady, err)
 	}
 	return cols, err
+}
+
+// pgCheckStmt names the statement a query's check prepares, on a session
+// of its own for the check's length.
+const pgCheckStmt = "outboxd_query_check"
+
+// pgRefuseWrites refuses, with ErrQueryRefused, a prepared query whose
+// plan modifies a table (a data-modifying WITH): a READ ONLY transaction
+// would refuse it at each run, but a start should instead. The plan is
+// EXPLAIN's, made with every parameter NULL, nothing run.
+func pgRefuseWrites(ctx context.Context, tx pgx.Tx, params int) error {
+	q := "EXPLAIN (FORMAT JSON) EXECUTE " + pgCheckStmt
+	if params > 0 {
+		q += "(" + strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ") + ")"
+	}
+	var plan string
+	if err := tx.QueryRow(ctx, q).Scan(&plan); err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	if strings.Contains(plan, `"ModifyTable"`) {
+		return fmt.Errorf("%w: it writes (a data-modifying WITH): a query may only read", ErrQueryRefused)
+	}
+	return nil
 }
 
 // pgQuery is Query on PostgreSQL.

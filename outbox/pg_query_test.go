@@ -47,12 +47,19 @@ func TestPostgres_Query(t *testing.T) {
 		t.Fatalf("rows %s, truncated %q", got, res.Truncated)
 	}
 
-	w, err := s.PrepareQuery(ctx, "w", `WITH d AS (DELETE FROM balances RETURNING account) SELECT count(*) AS n FROM d`)
-	if err == nil {
-		_, err = s.Query(ctx, w, nil, lim)
+	// Refused when it is checked (PrepareQuery, at start), and by the
+	// READ ONLY transaction in any case.
+	if _, err := s.PrepareQuery(ctx, "w", `WITH d AS (DELETE FROM balances WHERE account <> :a RETURNING account) SELECT count(*) AS n FROM d`); !errors.Is(err, outbox.ErrQueryRefused) {
+		t.Fatalf("a query that deletes = %v, want ErrQueryRefused", err)
+	}
+	nv, err := s.PrepareQuery(ctx, "nv", `SELECT nextval('s') AS n`)
+	if err == nil || errors.Is(err, outbox.ErrQueryNotReady) {
+		_, err = outboxtest.Exec(ctx, s, `CREATE SEQUENCE s`)
+		testutil.Must(t, err)
+		_, err = s.Query(ctx, nv, nil, lim)
 	}
 	if !errors.Is(err, outbox.ErrQueryRefused) {
-		t.Fatalf("a query that deletes = %v, want ErrQueryRefused", err)
+		t.Fatalf("a query that moves a sequence = %v, want ErrQueryRefused", err)
 	}
 	var n int
 	testutil.Must(t, outboxtest.Get(ctx, s, &n, `SELECT count(*) FROM balances`))

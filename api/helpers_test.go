@@ -45,13 +45,12 @@ var clock = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// openStore opens a store on a file in t.TempDir() whose clock stands at
+// openStore opens a store on a file in t.TempDir() (a PostgreSQL database
+// of its own under OUTBOXD_TEST_STORE=postgres) whose clock stands at
 // clock.
 func openStore(t *testing.T) *outbox.Store {
 	t.Helper()
-	cfg := outbox.DefaultConfig(filepath.Join(t.TempDir(), "outboxd.db"))
-	cfg.Now = func() time.Time { return clock }
-	return outboxtest.OpenStore(t, cfg)
+	return outboxtest.NewStore(t, func(cfg *outbox.Config) { cfg.Now = func() time.Time { return clock } })
 }
 
 // loopFeed adapts a running ingest.Loop to api.Feed, as cmd/server does.

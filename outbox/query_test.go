@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // commit runs statements in one committed store transaction.
@@ -55,6 +56,7 @@ func rowsText(r outbox.QueryResult) string {
 }
 
 func TestStore_Query(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	ctx := context.Background()
 	s, _ := openStore(t)
 	commit(t, s, `INSERT INTO ledger_balances VALUES ('l', 'alice', 7, 2), ('l', 'bob', -3, 1), ('m', 'alice', 100, 1)`)
@@ -184,6 +186,7 @@ func TestStore_Query(t *testing.T) {
 }
 
 func TestStore_PrepareQuery(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	ctx := context.Background()
 	s, _ := openStore(t)
 
@@ -286,6 +289,7 @@ func TestStore_PrepareQuery(t *testing.T) {
 // encoding/json encodes what SQLite gives (the encoder takes no
 // reflection for the common ones, and must not differ from it).
 func TestStore_QueryEncoding(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	ctx := context.Background()
 	s, _ := openStore(t)
 	values := []struct {
@@ -331,6 +335,7 @@ func TestStore_QueryEncoding(t *testing.T) {
 // TestStore_QueryConns: queries run on connections of their own, each
 // keeping its statements prepared.
 func TestStore_QueryConns(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	ctx := context.Background()
 	lim := outbox.DefaultQueryLimits()
 
@@ -505,6 +510,7 @@ func queryWithin(t *testing.T, d time.Duration, ctx context.Context, s *outbox.S
 // at its limit, as is one whose caller's context ends (its client gone);
 // every query connection then answers at once, QueryConns at a time.
 func TestStore_QueryRunawayLaterRow(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	ctx := context.Background()
 	s, _ := openStore(t)
 	q := prepare(t, s, runaway)

@@ -423,7 +423,7 @@ func TestStore_ReadDB(t *testing.T) {
 		if err == nil {
 			t.Fatal("wrote through the read-only pool")
 		}
-		if !strings.Contains(err.Error(), "attempt to write a readonly database") {
+		if outbox.Classify(err) != outbox.ClassReadOnly {
 			t.Fatalf("error = %q", err)
 		}
 		var n int

@@ -353,6 +353,11 @@ func (tx *Tx) Emit(ctx context.Context, o Output) error {
 	if o.Topic == "" {
 		return errors.New("emit: output has no topic")
 	}
+	if tx.store.pg {
+		if err := checkPGText("emit: topic", o.Topic); err != nil {
+			return err
+		}
+	}
 	if tx.rows == nil {
 		tx.rows = make([]Row, 0, tx.store.rowsHint.Load())
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -184,4 +185,15 @@ func TestBinary_NoTestSeams(t *testing.T) {
 			}
 		}
 	}
+}
+
+// killDB is where a kill -9 test's server keeps its store: a file in dir,
+// or a PostgreSQL database of the test's own under
+// OUTBOXD_TEST_STORE=postgres (the same suite on the PostgreSQL store).
+func killDB(t *testing.T, dir string) string {
+	t.Helper()
+	if outboxtest.OnPostgres() {
+		return pgtest.New(t).DSN
+	}
+	return filepath.Join(dir, "outboxd.db")
 }

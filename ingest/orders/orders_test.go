@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -33,7 +32,7 @@ type harness struct {
 
 func newHarness(t *testing.T, mod ...func(*orders.Config)) *harness {
 	t.Helper()
-	s := outboxtest.StoreAt(t, filepath.Join(t.TempDir(), "o.db"))
+	s := outboxtest.NewStore(t, nil)
 	if err := s.RegisterFeed(context.Background(), outbox.FeedInfo{Name: feed}); err != nil {
 		t.Fatal(err)
 	}

@@ -48,11 +48,13 @@ const EnvStore = "OUTBOXD_TEST_STORE"
 func OnPostgres() bool { return os.Getenv(EnvStore) == "postgres" }
 
 // SQLiteOnly skips a test of what only the SQLite engine has (its file,
-// its PRAGMAs, its WAL) when EnvStore selects PostgreSQL.
-func SQLiteOnly(tb testing.TB) {
+// its PRAGMAs, its WAL) when EnvStore selects PostgreSQL, in one line
+// that says why: what the test checks that PostgreSQL has no counterpart
+// of.
+func SQLiteOnly(tb testing.TB, why string) {
 	tb.Helper()
 	if OnPostgres() {
-		tb.Skip("SQLite only: " + EnvStore + "=postgres")
+		tb.Skip("SQLite only (" + EnvStore + "=postgres): " + why)
 	}
 }
 

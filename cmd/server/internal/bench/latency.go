@@ -92,7 +92,7 @@ func (b *bench) measureLatency(ctx context.Context, lr *latencyRun, path, topic 
 		return err
 	}
 	defer cons.stop()
-	e, err := b.startEngine(ctx, engineSpec{db: b.path("latency.db"), source: "file:" + path, topic: topic, relay: "exactly-once"})
+	e, err := b.startEngine(ctx, engineSpec{db: b.engineDB("latency.db"), source: "file:" + path, topic: topic, relay: "exactly-once"})
 	if err != nil {
 		return err
 	}

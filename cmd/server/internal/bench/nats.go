@@ -57,7 +57,7 @@ func (b *bench) runEndToEndNATS(ctx context.Context) error {
 	if err := createBenchStream(ctx, url, topic); err != nil {
 		return err
 	}
-	db := b.path("e2e-nats.db")
+	db := b.engineDB("e2e-nats.db")
 	spec := engineSpec{db: db, source: "file:" + b.data.Path, topic: topic, relay: "none",
 		extra: []string{"--sink", "js=" + url}}
 	res, last, err := b.timeEngine(ctx, "end_to_end_nats", spec, b.data.Lines, "the sink to deliver every output",

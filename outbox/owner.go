@@ -95,6 +95,9 @@ func (tx *Tx) checkOwner() error {
 	if err := tx.store.CheckPath(); err != nil {
 		return err
 	}
+	if err := tx.checkPartitions(); err != nil {
+		return err
+	}
 	gen := tx.store.owner.Load()
 	if gen == 0 {
 		return nil

@@ -117,6 +117,7 @@ type Store struct {
 	// partowner.go); grouped is set once it has a group feed.
 	parts   partOwners
 	grouped atomic.Bool
+	shared  atomic.Bool // set by Share
 
 	queries  queryConns    // the state queries' own connections, see QueryConns
 	drv      driverStmts   // statements prepared by Tx.Batch

@@ -206,6 +206,15 @@ func (m *Main) open(ctx context.Context) error {
 			return err
 		}
 	}
+	if m.Config.Shared() {
+		if err := s.Share(steps, m.serverID(), m.API.URL()); err != nil {
+			return err
+		}
+		m.setStarting("")
+		m.Logger.Info("database shared: this server takes the partitions its consumer groups assign it",
+			"db", redactURL(m.Config.DB), "server", m.serverID())
+		return m.recordProcessors(steps, plans)
+	}
 	gen, err := s.Claim(steps)
 	if err != nil {
 		return err
@@ -218,6 +227,16 @@ func (m *Main) open(ctx context.Context) error {
 			"db", m.Config.DB, "generation", gen)
 	}
 	return m.recordProcessors(steps, plans)
+}
+
+// serverID is this server's name among those sharing the database
+// (--server-id, default HOST-PID).
+func (m *Main) serverID() string {
+	if m.Config.ServerID != "" {
+		return m.Config.ServerID
+	}
+	host, _ := os.Hostname() // "" names no host: the pid still tells servers apart
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
 // setStarting sets what the start waits for, "" once the database is
@@ -428,6 +447,14 @@ func (m *Main) newFeed(name string, fc *FeedConfig, kind, target string, proc in
 	case "kafka":
 		kc := kafkafeed.Config{Brokers: m.Config.Brokers, Topic: target, Group: fc.Group, Logger: m.Logger,
 			Kafka: m.Config.Kafka.Settings}
+		if fc.KafkaGroup != "" {
+			if retry != "" {
+				return nil, fmt.Errorf("feed %s: processor %s sends items to the retry topic %s, which a feed shared by a consumer group "+
+					"(--kafka-group) does not read yet", name, fc.Processor, retry)
+			}
+			kc.Group = fc.KafkaGroup
+			return kafkafeed.NewGroup(kafkafeed.GroupConfig{Config: kc, Feed: name, Store: m.Store, Owner: m.serverID()}), nil
+		}
 		if retry != "" {
 			kc.Topics = []string{retry}
 		}

@@ -33,6 +33,7 @@ type Main struct {
 	Store  *outbox.Store
 	Loops  []*ingest.Loop
 	Relay  *relay.Relay
+	leader *relay.Leader  // runs Relay while this server holds the relay's lease, when servers share the database
 	Sinks  []*sink.Runner // the targets besides Kafka (sinks.go)
 	Broker *devkafka.Broker
 	API    *api.Server
@@ -521,6 +522,7 @@ func (m *Main) newRelay() error {
 		return err
 	}
 	m.Relay = r
+	m.newLeader()
 	return nil
 }
 
@@ -557,6 +559,7 @@ func (m *Main) serve(ctx context.Context) error {
 		}
 	})
 	watchers.Go(func() { m.checkpoints(watchCtx, checkpointEvery) })
+	watchers.Go(func() { m.heartbeat(watchCtx) })
 	m.logSummary(ctx)
 	close(m.ready)
 	var err error
@@ -600,7 +603,7 @@ func (m *Main) runLoop(ctx context.Context, l *ingest.Loop, fatal chan<- error) 
 // refuses to publish (a database gone back in time) stays, so the status
 // says why.
 func (m *Main) relayRun(ctx context.Context, fatal chan<- error) error {
-	err := m.Relay.Run(ctx)
+	err := m.relayRunner()(ctx)
 	switch {
 	case err == nil:
 		return nil

@@ -112,6 +112,7 @@ func (s *Store) ClaimPartition(ctx context.Context, feed string, partition int32
 	}
 	s.parts.held[feedPart{feed, partition}] = epoch
 	s.parts.mu.Unlock()
+	s.claims.Add(1)
 	return epoch, nil
 }
 
@@ -133,6 +134,13 @@ func (s *Store) ReleasePartition(ctx context.Context, feed string, partition int
 	}
 	return nil
 }
+
+// PartitionClaims counts the ClaimPartition calls of this store that
+// succeeded. A processor that caches state across batches drops its cache
+// when it moves: a partition this store takes may have been another
+// server's since the cache was filled, so what the cache holds of it may be
+// stale.
+func (s *Store) PartitionClaims() int64 { return s.claims.Load() }
 
 // HeldPartitions returns the partitions of feed this store holds, in order.
 func (s *Store) HeldPartitions(feed string) []int32 {

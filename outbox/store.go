@@ -117,7 +117,8 @@ type Store struct {
 	// partowner.go); grouped is set once it has a group feed.
 	parts   partOwners
 	grouped atomic.Bool
-	shared  atomic.Bool // set by Share
+	shared  atomic.Bool  // set by Share
+	claims  atomic.Int64 // ClaimPartition calls that succeeded
 
 	queries  queryConns    // the state queries' own connections, see QueryConns
 	drv      driverStmts   // statements prepared by Tx.Batch

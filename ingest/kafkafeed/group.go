@@ -54,7 +54,7 @@ import (
 
 // Defaults of GroupConfig.
 const (
-	DefaultSessionTimeout   = 10 * time.Second
+	DefaultSessionTimeout   = 6 * time.Second
 	DefaultHeartbeat        = 1 * time.Second
 	DefaultRebalanceTimeout = 10 * time.Second
 )

@@ -257,6 +257,11 @@ func TestCluster_Failover(t *testing.T) {
 				}
 				return fmt.Errorf("%s neither exited nor holds a partition again", victim.id())
 			})
+			if victim.exited() {
+				what += ", then exited (fenced)"
+			} else {
+				what += ", then rejoined"
+			}
 		}
 		t.Logf("fault %d: %s of %s holding %d partitions: moved on in %v", i+1, what, victim.id(), len(held),
 			took.Round(time.Millisecond))

@@ -28,7 +28,13 @@ type latencyRun struct {
 	// The consumer's alone until it stops.
 	seen      bitset // by line index
 	latencies []time.Duration
-	stats     checkStats
+	// toRelay and fromRelay split each latency at the record's timestamp,
+	// the time the relay made its batch (--relay's default timestamp,
+	// publish; to the millisecond): append -> batch made (the feed, the
+	// loop's batch and commit, the relay's wait) and batch made -> visible
+	// (the Kafka transaction, the consumer's fetch).
+	toRelay, fromRelay []time.Duration
+	stats              checkStats
 
 	mu       sync.Mutex
 	distinct int64
@@ -208,7 +214,10 @@ func (lr *latencyRun) add(r *kafka.Record, at time.Time) {
 	if i == 0 {
 		close(lr.warm)
 	} else {
-		lr.latencies = append(lr.latencies, at.Sub(time.Unix(0, lr.appended[i].Load())))
+		appended := time.Unix(0, lr.appended[i].Load())
+		lr.latencies = append(lr.latencies, at.Sub(appended))
+		lr.toRelay = append(lr.toRelay, max(0, r.Timestamp.Sub(appended)))
+		lr.fromRelay = append(lr.fromRelay, max(0, at.Sub(r.Timestamp)))
 	}
 	if lr.distinct++; lr.distinct == int64(len(lr.positions)) {
 		close(lr.complete)
@@ -236,11 +245,17 @@ func (lr *latencyRun) isComplete() (bool, error) {
 // p99's ratio to the disk's (sync). Call it once the consumer has stopped.
 func (lr *latencyRun) result(o benchOptions, rate int, sync *syncResult) *latencyResult {
 	slices.Sort(lr.latencies)
+	slices.Sort(lr.toRelay)
+	slices.Sort(lr.fromRelay)
 	r := &latencyResult{
 		Rate: rate, Seconds: o.LatencyDuration.Seconds(), Lines: int64(len(lr.latencies)),
-		P50Ms: millis(percentile(lr.latencies, 0.50)),
-		P99Ms: millis(percentile(lr.latencies, 0.99)),
-		MaxMs: millis(percentile(lr.latencies, 1)),
+		P50Ms:          millis(percentile(lr.latencies, 0.50)),
+		P99Ms:          millis(percentile(lr.latencies, 0.99)),
+		MaxMs:          millis(percentile(lr.latencies, 1)),
+		ToRelayP50Ms:   millis(percentile(lr.toRelay, 0.50)),
+		ToRelayP99Ms:   millis(percentile(lr.toRelay, 0.99)),
+		FromRelayP50Ms: millis(percentile(lr.fromRelay, 0.50)),
+		FromRelayP99Ms: millis(percentile(lr.fromRelay, 0.99)),
 	}
 	if lr.writing > 0 && r.Lines > 1 {
 		// The lines after the first are appended over lr.writing.

@@ -115,6 +115,14 @@ type latencyResult struct {
 	// P99OverFdatasync is P99Ms over the disk's fdatasync p99 (1: a
 	// line waits no longer than one durable write at p99).
 	P99OverFdatasync float64 `json:"p99_over_fdatasync"`
+	// ToRelay* are the percentiles of append -> the relay made the
+	// line's batch (its record's timestamp, to the millisecond): the file
+	// feed, the loop's batch and commit, the relay's wait. FromRelay* are
+	// those of the rest: the Kafka transaction and the consumer's fetch.
+	ToRelayP50Ms   float64 `json:"to_relay_p50_ms"`
+	ToRelayP99Ms   float64 `json:"to_relay_p99_ms"`
+	FromRelayP50Ms float64 `json:"from_relay_p50_ms"`
+	FromRelayP99Ms float64 `json:"from_relay_p99_ms"`
 }
 
 // rssResult is the bench process's resident memory, in MiB. With the dev
@@ -347,8 +355,10 @@ func (r *benchResult) latencyLines(w io.Writer) {
 	}
 	for _, l := range r.LatencyCurve {
 		fmt.Fprintf(w, "latency   %d lines at %d lines/s (achieved %.0f) for %gs, append -> visible (read_committed): "+
-			"p50 %.1f ms, p99 %.1f ms (%.1fx fdatasync p99), max %.1f ms\n",
-			l.Lines, l.Rate, l.AchievedRate, l.Seconds, l.P50Ms, l.P99Ms, l.P99OverFdatasync, l.MaxMs)
+			"p50 %.1f ms, p99 %.1f ms (%.1fx fdatasync p99), max %.1f ms; append -> relay batch p50/p99 %.1f/%.1f ms, "+
+			"relay batch -> visible %.1f/%.1f ms\n",
+			l.Lines, l.Rate, l.AchievedRate, l.Seconds, l.P50Ms, l.P99Ms, l.P99OverFdatasync, l.MaxMs,
+			l.ToRelayP50Ms, l.ToRelayP99Ms, l.FromRelayP50Ms, l.FromRelayP99Ms)
 	}
 }
 

@@ -14,8 +14,10 @@ import (
 )
 
 // saramaConfig is the producers' configuration: idempotent, acks=all, one
-// request in flight per broker (which keeps per-partition order across
-// retries), keys partitioned like the Java client. A non-empty txnID makes
+// request in flight per broker for sarama's own producer (which keeps
+// per-partition order across retries; the exactly-once producer's client
+// keeps up to maxInFlight, see clientConfig), keys partitioned like the
+// Java client. A non-empty txnID makes
 // it transactional: the exactly-once relay's txnProducer reads its
 // settings (batch limit, compression, acks, timeouts, retries,
 // partitioner) and sends its requests itself; the at-least-once relay's

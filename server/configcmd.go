@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -69,6 +70,9 @@ func RenderConfig(c Config, tokenFromEnv bool) ([]byte, error) {
 	for _, k := range r.secrets {
 		head = append(head, fmt.Sprintf("%s is set (%s) but not printed: give it again.", k, c.Origin(k)))
 	}
+	for _, k := range r.passwords {
+		head = append(head, fmt.Sprintf("%s holds a password (%s), printed as %s: put it back, or keep it in a password file.", k, c.Origin(k), redacted))
+	}
 	if tokenFromEnv {
 		head = append(head, "The admin token comes from "+api.EnvAdminToken+", not printed: set it again.")
 	}
@@ -90,8 +94,43 @@ func RenderConfig(c Config, tokenFromEnv bool) ([]byte, error) {
 
 // renderer builds the YAML nodes of a configuration.
 type renderer struct {
-	c       *Config
-	secrets []string // keys left out
+	c         *Config
+	secrets   []string // keys left out
+	passwords []string // keys whose URL or DSN had its password replaced
+}
+
+// redacted stands for a password taken out of a URL or a DSN.
+const redacted = "REDACTED"
+
+// dsnPassword finds a password=... pair in a key/value connection string
+// (PostgreSQL's libpq form: "host=db user=u password=p").
+var dsnPassword = regexp.MustCompile(`(?i)(^|\s)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+
+// redactPassword returns s with the password of a URL (scheme://user:pw@)
+// or of a key/value DSN (password=pw) replaced by redacted, and whether it
+// replaced one. Other text is returned unchanged.
+func redactPassword(s string) (string, bool) {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" {
+		if dsnPassword.MatchString(s) {
+			return dsnPassword.ReplaceAllString(s, "${1}${2}"+redacted), true
+		}
+		return s, false
+	}
+	changed := false
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), redacted)
+		changed = true
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", redacted)
+		u.RawQuery = q.Encode()
+		changed = true
+	}
+	if !changed {
+		return s, false
+	}
+	return u.String(), true
 }
 
 func scalar(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v} }
@@ -164,8 +203,17 @@ func (r *renderer) fields(n *yaml.Node, v reflect.Value, key string) {
 
 // scalarOf renders one value, tagged by its kind so that text that reads
 // as a number or a boolean is quoted and numbers are not.
-func scalarOf(v reflect.Value) *yaml.Node {
-	n := scalar(formatValue(v))
+func (r *renderer) scalarOf(v reflect.Value, key string) *yaml.Node {
+	text := formatValue(v)
+	if v.Kind() == reflect.String {
+		if t, ok := redactPassword(text); ok {
+			text = t
+			if !slices.Contains(r.passwords, key) {
+				r.passwords = append(r.passwords, key)
+			}
+		}
+	}
+	n := scalar(text)
 	if v.Type() == durationType {
 		return n
 	}
@@ -187,10 +235,10 @@ func (r *renderer) value(v reflect.Value, key string) *yaml.Node {
 	if v.Kind() == reflect.Slice && v.Type().Elem().Kind() != reflect.Uint8 {
 		n = &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
 		for i := range v.Len() {
-			n.Content = append(n.Content, scalarOf(v.Index(i)))
+			n.Content = append(n.Content, r.scalarOf(v.Index(i), key))
 		}
 	} else {
-		n = scalarOf(v)
+		n = r.scalarOf(v, key)
 	}
 	n.LineComment = originComment(r.c.Origin(key))
 	return n
@@ -201,4 +249,11 @@ func originComment(origin string) string {
 		return origin
 	}
 	return "from " + origin
+}
+
+// shownDB is the database as logs and messages show it: a PostgreSQL
+// URL's or DSN's password is replaced by REDACTED.
+func (c Config) shownDB() string {
+	s, _ := redactPassword(c.DB)
+	return s
 }

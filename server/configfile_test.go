@@ -278,3 +278,35 @@ func TestRenderConfig_Secrets(t *testing.T) {
 		t.Fatalf("rendered %d nodes, secrets %q", len(n.Content), r.secrets)
 	}
 }
+
+// TestRenderConfig_Passwords prints a URL's or a DSN's password as
+// REDACTED and names the key in the header; other URLs are unchanged.
+func TestRenderConfig_Passwords(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://app:s3cr%40t@db:5432/out?sslmode=require": "postgres://app:REDACTED@db:5432/out?sslmode=require",
+		"postgres://db/out?password=x&user=app":               "postgres://db/out?password=REDACTED&user=app",
+		"host=db user=app password='a b' dbname=out":          "host=db user=app password=REDACTED dbname=out",
+		"nats://user:pw@127.0.0.1:4222":                       "nats://user:REDACTED@127.0.0.1:4222",
+		"postgres://app@db/out":                               "postgres://app@db/out",
+		"https://hooks.example.com/in":                        "https://hooks.example.com/in",
+		"/var/lib/outboxd/outboxd.db":                         "/var/lib/outboxd/outboxd.db",
+	} {
+		got, changed := redactPassword(in)
+		if got != want || changed != (in != want) {
+			t.Errorf("redactPassword(%q) = %q, %v; want %q", in, got, changed, want)
+		}
+	}
+	c, err := ParseConfig([]string{"--db", "postgres://app:hunter2@127.0.0.1/out"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := RenderConfig(c, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "hunter2") ||
+		!strings.Contains(string(out), "db: postgres://app:REDACTED@127.0.0.1/out # from --db\n") ||
+		!strings.Contains(string(out), "# db holds a password (--db), printed as REDACTED: put it back, or keep it in a password file.\n") {
+		t.Fatalf("rendered:\n%s", out)
+	}
+}

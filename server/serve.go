@@ -98,7 +98,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			err = cerr
 		}
 		if err == nil && m.Store != nil && m.Store.Claimed() {
-			m.Logger.Info("outboxd stopped", "db", m.Config.DB)
+			m.Logger.Info("outboxd stopped", "db", m.Config.shownDB())
 		}
 	}()
 	if err := m.open(ctx); err != nil {
@@ -212,10 +212,10 @@ func (m *Main) open(ctx context.Context) error {
 	}
 	m.setStarting("")
 	if gen == 1 {
-		m.Logger.Info("database claimed: the first server on it", "db", m.Config.DB, "generation", gen)
+		m.Logger.Info("database claimed: the first server on it", "db", m.Config.shownDB(), "generation", gen)
 	} else {
 		m.Logger.Info("database claimed: an older server on it, if one still runs, is fenced at its next commit",
-			"db", m.Config.DB, "generation", gen)
+			"db", m.Config.shownDB(), "generation", gen)
 	}
 	return m.recordProcessors(steps, plans)
 }
@@ -405,7 +405,7 @@ func (m *Main) warnSharedDir(feed, file string) {
 	dd, err2 := filepath.Abs(filepath.Dir(m.Config.DB))
 	if err1 == nil && err2 == nil && fd == dd {
 		m.Logger.Warn("the feed's file is in the database's directory: every database write wakes the feed's file watch; keep them in different directories",
-			"feed", feed, "file", file, "db", m.Config.DB)
+			"feed", feed, "file", file, "db", m.Config.shownDB())
 	}
 }
 

@@ -28,7 +28,7 @@ func (m *Main) logSummary(ctx context.Context) {
 	}
 	m.Logger.LogAttrs(ctx, slog.LevelInfo, "outboxd running", attrs...)
 	if m.Config.Synchronous == outbox.SyncNormal {
-		m.Logger.Warn("synchronous=normal: a commit survives a process crash, not a power loss", "db", m.Config.DB)
+		m.Logger.Warn("synchronous=normal: a commit survives a process crash, not a power loss", "db", m.Config.shownDB())
 	}
 	for _, name := range slices.Sorted(maps.Keys(m.Config.Feeds)) {
 		if kind, target, _ := strings.Cut(m.Config.Feeds[name].Source, ":"); kind == "file" {
@@ -50,7 +50,7 @@ func summary(cfg Config, devBroker bool, url string) []slog.Attr {
 	}
 	return []slog.Attr{
 		slog.String("feeds", strings.Join(feeds, "; ")),
-		slog.String("db", cfg.DB),
+		slog.String("db", cfg.shownDB()),
 		slog.String("synchronous", string(cfg.Synchronous)),
 		slog.String("relay", cfg.Relay.Mode),
 		slog.String("brokers", brokers),

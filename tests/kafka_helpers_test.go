@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,9 +32,15 @@ func startBroker(t *testing.T) string {
 	return b.Addr()
 }
 
-// endMarker is the value of the sentinel records a test appends to every
-// partition once the relay is idle: reading up to them reads everything.
+// endMarker begins the value of the sentinel records a test appends to
+// every partition once the relay is idle: reading up to them reads
+// everything. Each read appends markers of its own (endMarker and a
+// number), so that a topic read twice closes a partition at this read's
+// marker, not at an earlier read's: those are skipped like the first.
 const endMarker = "__end__"
+
+// markerSeq numbers the reads' end markers.
+var markerSeq atomic.Int64
 
 // consumed is what a read_committed consumer found on a topic.
 type consumed struct {
@@ -56,7 +64,8 @@ func readAllWith(t *testing.T, broker string, opts []kgo.Opt, topics ...string) 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	parts := markEnds(ctx, t, broker, opts, topics)
+	marker := fmt.Sprintf("%s%d-%d", endMarker, time.Now().UnixNano(), markerSeq.Add(1))
+	parts := markEnds(ctx, t, broker, opts, topics, marker)
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(broker), kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted())}, opts...)...)
 	if err != nil {
@@ -68,6 +77,7 @@ func readAllWith(t *testing.T, broker string, opts []kgo.Opt, topics ...string) 
 	for _, n := range parts {
 		open += n
 	}
+	closed := map[string]map[int32]bool{}
 	for open > 0 {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -75,8 +85,14 @@ func readAllWith(t *testing.T, broker string, opts []kgo.Opt, topics ...string) 
 		}
 		fs.EachError(func(topic string, p int32, err error) { t.Fatalf("fetch %s[%d]: %v", topic, p, err) })
 		fs.EachRecord(func(r *kgo.Record) {
-			if string(r.Value) == endMarker {
-				open--
+			if strings.HasPrefix(string(r.Value), endMarker) {
+				if string(r.Value) == marker && !closed[r.Topic][r.Partition] {
+					if closed[r.Topic] == nil {
+						closed[r.Topic] = map[int32]bool{}
+					}
+					closed[r.Topic][r.Partition] = true
+					open--
+				}
 				return
 			}
 			c := consumed{Partition: r.Partition, Offset: r.Offset, Key: string(r.Key), Value: string(r.Value), Headers: map[string]string{}}
@@ -92,9 +108,9 @@ func readAllWith(t *testing.T, broker string, opts []kgo.Opt, topics ...string) 
 	return out
 }
 
-// markEnds appends an end marker to every partition of each topic and
+// markEnds appends the end marker to every partition of each topic and
 // returns the partition counts.
-func markEnds(ctx context.Context, t *testing.T, broker string, opts []kgo.Opt, topics []string) map[string]int {
+func markEnds(ctx context.Context, t *testing.T, broker string, opts []kgo.Opt, topics []string, marker string) map[string]int {
 	t.Helper()
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(broker), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
 	if err != nil {
@@ -113,7 +129,7 @@ func markEnds(ctx context.Context, t *testing.T, broker string, opts []kgo.Opt, 
 		}
 		parts[topic] = len(d.Partitions)
 		for p := range d.Partitions {
-			r := &kgo.Record{Topic: topic, Partition: p, Value: []byte(endMarker)}
+			r := &kgo.Record{Topic: topic, Partition: p, Value: []byte(marker)}
 			if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 				t.Fatalf("mark end of %s[%d]: %v", topic, p, err)
 			}

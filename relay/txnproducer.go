@@ -16,7 +16,11 @@ import (
 	kafkaclient "github.com/outboxd/outboxd/internal/kafka"
 )
 
-// txnProducer is the exactly-once relay's producer. It drives Kafka's
+// txnProducer is the relay's producer: transactional for exactly-once,
+// or, without a transactional id, the at-least-once relay's idempotent
+// producer, which sends the same record batches the same way with no
+// transaction around them (no AddPartitionsToTxn, no EndTxn: a batch is
+// published once every record of it is written). It drives Kafka's
 // transaction protocol itself, with sarama's client, connections and
 // requests: per transaction it adds the transaction's partitions to it
 // (AddPartitionsToTxn), sends each partition's records as record batches,
@@ -142,9 +146,6 @@ func openTxnProducer(ctx context.Context, cfg Config, txnID string) (*txnProduce
 func newTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, principal string,
 	delivery time.Duration) (*txnProducer, error) {
 	txnID := sc.Producer.Transaction.ID
-	if txnID == "" {
-		return nil, errors.New("a transactional producer needs a transactional id")
-	}
 	d, ok := sc.Net.Proxy.Dialer.(*kafkaclient.Dialer)
 	if !ok || !sc.Net.Proxy.Enable {
 		d = kafkaclient.NewDialer(sc.Net.DialTimeout)
@@ -162,10 +163,13 @@ func newTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, pr
 		maxBatch:   sc.Producer.MaxMessageBytes,
 		maxRequest: int(sarama.MaxRequestSize) - 10<<10,
 	}
+	req := &sarama.InitProducerIDRequest{Version: initProducerIDVersion, ProducerID: -1, ProducerEpoch: -1}
+	if p.transactional() {
+		req.TransactionalID, req.TransactionTimeout = &txnID, sc.Producer.Transaction.Timeout
+	}
 	var resp *sarama.InitProducerIDResponse
 	err = p.coordinated(ctx, func(coord *sarama.Broker) (sarama.KError, error) {
-		r, err := coord.InitProducerID(&sarama.InitProducerIDRequest{Version: initProducerIDVersion,
-			TransactionalID: &txnID, TransactionTimeout: sc.Producer.Transaction.Timeout, ProducerID: -1, ProducerEpoch: -1})
+		r, err := coord.InitProducerID(req)
 		if err != nil {
 			return 0, err
 		}
@@ -174,9 +178,14 @@ func newTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, pr
 	})
 	if err != nil {
 		client.Close()
+		err = fmt.Errorf("initialise the producer id: %w", err)
+		if !p.transactional() {
+			// An idempotent producer id needs IdempotentWrite on the
+			// cluster (or Write on some topic).
+			return nil, denied(err, principal, ask("IdempotentWrite", ResourceCluster, clusterName))
+		}
 		// Initialising a producer id needs Write on the transactional id.
-		return nil, denied(fmt.Errorf("initialise the producer id: %w", err), principal,
-			ask("Write", ResourceTransactionalID, txnID))
+		return nil, denied(err, principal, ask("Write", ResourceTransactionalID, txnID))
 	}
 	p.pid, p.epoch = resp.ProducerID, resp.ProducerEpoch
 	return p, nil
@@ -201,6 +210,24 @@ func clientConfig(sc *sarama.Config) *sarama.Config {
 	return &c
 }
 
+// transactional says the producer has a transactional id: it publishes in
+// transactions (exactly-once). Without one it is the at-least-once
+// relay's idempotent producer: the same record batches, no transaction.
+func (p *txnProducer) transactional() bool { return p.txnID != "" }
+
+// coordinator is the broker that answers the producer's InitProducerID
+// and transaction requests: the transaction coordinator, or any broker
+// (the least loaded) for an idempotent producer.
+func (p *txnProducer) coordinator() (*sarama.Broker, error) {
+	if p.transactional() {
+		return p.client.TransactionCoordinator(p.txnID)
+	}
+	if b := p.client.LeastLoadedBroker(); b != nil {
+		return b, nil
+	}
+	return nil, sarama.ErrOutOfBrokers
+}
+
 // coordinated runs req against the transaction coordinator until it
 // answers something other than "busy" or "not here": a coordinator
 // loading its log or still writing the last transaction's markers is
@@ -218,7 +245,7 @@ func (p *txnProducer) coordinated(ctx context.Context, req func(*sarama.Broker) 
 		if err := ctx.Err(); err != nil {
 			return errors.Join(last, err)
 		}
-		coord, err := p.client.TransactionCoordinator(p.txnID)
+		coord, err := p.coordinator()
 		if err != nil {
 			err = fmt.Errorf("find the transaction coordinator: %w", err)
 			if !coordinatorRetriable(err) {
@@ -236,6 +263,9 @@ func (p *txnProducer) coordinated(ctx context.Context, req func(*sarama.Broker) 
 				return nil
 			case code == sarama.ErrNotCoordinatorForConsumer || code == sarama.ErrConsumerCoordinatorNotAvailable:
 				last = code
+				if !p.transactional() {
+					break
+				}
 				if rerr := p.client.RefreshTransactionCoordinator(p.txnID); rerr != nil {
 					last = errors.Join(code, fmt.Errorf("find the transaction coordinator: %w", rerr))
 				}
@@ -283,6 +313,9 @@ func (p *txnProducer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMes
 		return err
 	}
 	err = fmt.Errorf("produce: %w", err)
+	if !p.transactional() {
+		return err // no transaction to end: what went out may go out again
+	}
 	if len(p.doubt) > 0 {
 		return fmt.Errorf("%w (a produce to %s is in doubt: the transaction is left to the next producer's "+
 			"initialisation to end)", err, p.doubted())
@@ -309,8 +342,10 @@ func (p *txnProducer) txn(ctx context.Context, msgs []*sarama.ProducerMessage) e
 	if err := p.build(msgs); err != nil {
 		return err
 	}
-	if err := p.addPartitions(ctx); err != nil {
-		return err
+	if p.transactional() {
+		if err := p.addPartitions(ctx); err != nil {
+			return err
+		}
 	}
 	// Every batch at once, a partition's in sequence order: produce
 	// sends a leader's requests one after the other on its connection,
@@ -329,6 +364,9 @@ func (p *txnProducer) txn(ctx context.Context, msgs []*sarama.ProducerMessage) e
 	}
 	if err := p.produce(ctx, sends); err != nil {
 		return err
+	}
+	if !p.transactional() {
+		return nil // every batch written: acked
 	}
 	err := p.coordinated(ctx, func(coord *sarama.Broker) (sarama.KError, error) {
 		r, err := coord.EndTxn(&sarama.EndTxnRequest{Version: endTxnVersion, TransactionalID: p.txnID,
@@ -447,7 +485,7 @@ func (p *txnProducer) add(tp topicPartition, m *sarama.ProducerMessage, r *saram
 	} else {
 		b = &sarama.RecordBatch{Version: 2, Codec: p.conf.Producer.Compression,
 			CompressionLevel: p.conf.Producer.CompressionLevel, FirstTimestamp: ts,
-			ProducerID: p.pid, ProducerEpoch: p.epoch, IsTransactional: true}
+			ProducerID: p.pid, ProducerEpoch: p.epoch, IsTransactional: p.transactional()}
 		pb.batches = append(pb.batches, b)
 		pb.size = size
 	}
@@ -699,8 +737,11 @@ func (p *txnProducer) requests(batches []sendBatch) ([]*sarama.Broker, map[*sara
 		}
 		if rq == nil || rq.tps[b.tp] || (rq.bytes > 0 && rq.bytes+size > p.maxRequest) {
 			rq = &produceRequest{broker: leader, tps: map[topicPartition]bool{}, req: &sarama.ProduceRequest{
-				TransactionalID: &p.txnID, RequiredAcks: p.conf.Producer.RequiredAcks,
-				Timeout: int32(p.conf.Producer.Timeout / time.Millisecond), Version: produceVersion}}
+				RequiredAcks: p.conf.Producer.RequiredAcks,
+				Timeout:      int32(p.conf.Producer.Timeout / time.Millisecond), Version: produceVersion}}
+			if p.transactional() {
+				rq.req.TransactionalID = &p.txnID
+			}
 			byBroker[leader] = append(rqs, rq)
 		}
 		rq.req.AddBatch(b.tp.topic, b.tp.partition, b.batch)

@@ -113,6 +113,12 @@ type Store struct {
 	commitHook func(ctx context.Context) error
 
 	owner atomic.Int64 // generation taken by Claim; 0 = unclaimed
+	// parts holds the group feeds' partitions this store took (see
+	// partowner.go); grouped is set once it has a group feed.
+	parts   partOwners
+	grouped atomic.Bool
+	shared  atomic.Bool  // set by Share
+	claims  atomic.Int64 // ClaimPartition calls that succeeded
 
 	queries  queryConns    // the state queries' own connections, see QueryConns
 	drv      driverStmts   // statements prepared by Tx.Batch

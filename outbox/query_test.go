@@ -344,6 +344,11 @@ func TestStore_QueryConns(t *testing.T) {
 		commit(t, s, `INSERT INTO ledger_balances VALUES ('l', 'a0', 0, 1), ('l', 'a1', 10, 2), ('l', 'a2', 20, 3),
 			('l', 'a3', 30, 4), ('l', 'a4', 40, 5)`)
 		q := prepare(t, s, `SELECT account, balance, lines FROM ledger_balances WHERE feed = 'l' AND account = :account`)
+		// What is checked is each answer, not its time: four goroutines a
+		// connection wait their turn, for longer than the default second
+		// under -race on a loaded machine.
+		lim := lim
+		lim.Timeout = time.Minute
 		var wg sync.WaitGroup
 		errs := make(chan error, 4*outbox.QueryConns)
 		for g := range 4 * outbox.QueryConns {

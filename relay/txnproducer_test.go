@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestTxnProducer_ManyBrokers: three brokers lead the partitions of two
@@ -28,7 +29,7 @@ func TestTxnProducer_ManyBrokers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Batch = 500
 	cfg.MaxMessageBytes = outbox.MinMessageBytes
@@ -104,7 +105,7 @@ func TestTxnProducer_RetriableRefusals(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cl := newCluster(t)
 			brokers := cl.ListenAddrs()
-			s := newStore(t)
+			s := outboxtest.TempStore(t)
 			ids := emit(t, s, "f", keyed("t", 40, 4, 0)...)
 			rr := startRelay(t, s, testConfig(t, brokers))
 			rr.waitPublished(t, ids[len(ids)-1])
@@ -144,7 +145,7 @@ func TestTxnProducer_PipelinedRefusal(t *testing.T) {
 	if err := cl.CreateTopic("t", 3, nil); err != nil {
 		t.Fatal(err)
 	}
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Batch = 1000
 	cfg.MaxMessageBytes = outbox.MinMessageBytes
@@ -221,7 +222,7 @@ func refusal(req kmsg.Request, code int16) kmsg.Response {
 func TestTxnProducer_ProduceFailsThenFenced(t *testing.T) {
 	cl := newCluster(t)
 	brokers := cl.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	ids := emit(t, s, "f", keyed("t", 40, 4, 0)...)
 	rr := startRelay(t, s, testConfig(t, brokers))
 	rr.waitPublished(t, ids[len(ids)-1])
@@ -263,7 +264,7 @@ func TestTxnProducer_DuplicateOnFirstSend(t *testing.T) {
 		t.Run(map[int16]string{0: "FirstSend", kerr.NotLeaderForPartition.Code: "AfterNotLeader"}[before], func(t *testing.T) {
 			cl := newCluster(t)
 			brokers := cl.ListenAddrs()
-			s := newStore(t)
+			s := outboxtest.TempStore(t)
 			ids := emit(t, s, "f", keyed("t", 40, 4, 0)...)
 			rr := startRelay(t, s, testConfig(t, brokers))
 			rr.waitPublished(t, ids[len(ids)-1])

@@ -65,6 +65,10 @@ type benchOptions struct {
 	Postgres string
 	// Webhook adds the webhook sink's phase (sinkhook.go).
 	Webhook bool
+	// DB (a postgres:// URL) runs the engine phases' servers on
+	// PostgreSQL: each phase a database of its own on that server
+	// (enginedb.go). The floors stay SQLite's.
+	DB string
 }
 
 // defaultBenchOptions are the engine's own defaults, so that the bench
@@ -154,6 +158,7 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 	fs.StringVar(&o.Dir, "dir", o.Dir, "`DIR` (on the disk to measure) for the files and databases (default: the system temp dir)")
 	fs.BoolVar(&o.NATS, "nats", o.NATS, "add the phase end_to_end_nats: the outputs relayed by a sink to JetStream (a nats-server the bench starts: Debian's package)")
 	fs.StringVar(&o.Postgres, "postgres", o.Postgres, "a PostgreSQL `URL` (postgres://...): add the phases sink_postgres and sink_postgres_e2e, their tables in its schema outboxd_bench")
+	fs.StringVar(&o.DB, "db", o.DB, "a PostgreSQL `URL` (postgres://...): the engine phases' servers run on it, each phase a database of its own (outboxd_bench_<phase>, made again each run); the floors stay SQLite's")
 	fs.BoolVar(&o.Webhook, "webhook", o.Webhook, "add the phase sink_webhook: the webhook sink drains the ingest phase's outbox to an endpoint in the bench that answers 200")
 	fs.BoolVar(&o.Keep, "keep", o.Keep, "keep the files, databases and topics")
 	fs.BoolVar(&o.Verify, "verify", o.Verify, "check every output arrived exactly once and the balances (exit 1 otherwise)")
@@ -194,6 +199,10 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--line-fill random: the %s processor reads the line whole: give --processor forward", o.Processor)
 	case o.Postgres != "" && !strings.HasPrefix(o.Postgres, "postgres://") && !strings.HasPrefix(o.Postgres, "postgresql://"):
 		return fmt.Errorf("--postgres: want a postgres:// URL")
+	case o.DB != "" && !outbox.IsPostgres(o.DB):
+		return fmt.Errorf("--db: want a postgres:// URL (the bench's SQLite databases are its own files)")
+	case o.DB != "" && (o.Record || o.Sweep != ""):
+		return fmt.Errorf("--db: the recording and the sweep compare SQLite files: leave out --record and --sweep")
 	case o.Sweep != "" && o.Sweep != "accounts":
 		return fmt.Errorf("--sweep: %q is not accounts", o.Sweep)
 	case o.Sweep != "" && o.Processor == "forward":

@@ -128,7 +128,7 @@ func (b *bench) measureLatency(ctx context.Context, lr *latencyRun, path, topic,
 		return err
 	}
 	defer cons.stop()
-	e, err := b.startEngine(ctx, engineSpec{db: b.path(name + ".db"), source: "file:" + path, topic: topic, relay: "exactly-once"})
+	e, err := b.startEngine(ctx, engineSpec{db: b.engineDB(name + ".db"), source: "file:" + path, topic: topic, relay: "exactly-once"})
 	if err != nil {
 		return err
 	}

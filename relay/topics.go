@@ -106,6 +106,9 @@ func (r *Relay) ensureOutputTopics(ctx context.Context, rows []outbox.Row) error
 	seen := map[string]bool{}
 	for i := range rows {
 		t := rows[i].Topic
+		if i > 0 && t == rows[i-1].Topic {
+			continue // a batch's rows mostly share a topic: looked at once
+		}
 		if !r.known[t] && !seen[t] {
 			seen[t] = true
 			topics = append(topics, t)

@@ -256,3 +256,40 @@ CREATE TABLE processor_watermarks (
     max_event_time INTEGER NOT NULL, -- the largest event time seen, Unix seconds
     late           INTEGER NOT NULL DEFAULT 0 -- late items counted (late: count)
 ) STRICT;
+
+-- migration: 10
+
+-- Many servers on one database (a consumer group feed): each partition of
+-- such a feed has an owner epoch, bumped by the server the group assigned
+-- it to before it reads the partition's position. Every batch transaction
+-- that touches the partition checks, inside itself, that its epoch is still
+-- the one its server took, so a server paused or cut off past its turn
+-- commits nothing once another owns the partition. owner names the server
+-- holding it ('' once it let it go).
+CREATE TABLE partition_owners (
+    feed       TEXT NOT NULL,
+    partition  INTEGER NOT NULL,
+    epoch      INTEGER NOT NULL,
+    owner      TEXT NOT NULL DEFAULT '',
+    claimed_at INTEGER NOT NULL, -- unix nanoseconds
+    PRIMARY KEY (feed, partition)
+) STRICT, WITHOUT ROWID;
+
+-- Leases (the relay's leader, say): the holder, its term (bumped at every
+-- change of holder, never reused) and when the lease ends unless renewed.
+CREATE TABLE leases (
+    name       TEXT PRIMARY KEY,
+    holder     TEXT NOT NULL,
+    term       INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL, -- unix nanoseconds
+    renewed_at INTEGER NOT NULL  -- unix nanoseconds
+) STRICT;
+
+-- The servers sharing the database, as each last said it was alive: its
+-- id, its API's address, when it started and when it was last seen.
+CREATE TABLE cluster_servers (
+    id         TEXT PRIMARY KEY,
+    api        TEXT NOT NULL DEFAULT '',
+    started_at INTEGER NOT NULL, -- unix nanoseconds
+    seen_at    INTEGER NOT NULL  -- unix nanoseconds
+) STRICT;

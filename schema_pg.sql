@@ -174,3 +174,29 @@ CREATE TABLE processor_watermarks (
     max_event_time BIGINT NOT NULL,
     late           BIGINT NOT NULL DEFAULT 0
 );
+
+-- migration: 10
+
+CREATE TABLE partition_owners (
+    feed       TEXT NOT NULL,
+    partition  BIGINT NOT NULL,
+    epoch      BIGINT NOT NULL,
+    owner      TEXT NOT NULL DEFAULT '',
+    claimed_at BIGINT NOT NULL,
+    PRIMARY KEY (feed, partition)
+);
+
+CREATE TABLE leases (
+    name       TEXT PRIMARY KEY,
+    holder     TEXT NOT NULL,
+    term       BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL,
+    renewed_at BIGINT NOT NULL
+);
+
+CREATE TABLE cluster_servers (
+    id         TEXT PRIMARY KEY,
+    api        TEXT NOT NULL DEFAULT '',
+    started_at BIGINT NOT NULL,
+    seen_at    BIGINT NOT NULL
+);

@@ -20,9 +20,10 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/filefeed"
 	"github.com/outboxd/outboxd/ingest/ledger"
-	"github.com/outboxd/outboxd/internal/testseam"
+	"github.com/outboxd/outboxd/ingest/testseam"
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // testToken is the admin token of the test servers.
@@ -49,7 +50,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // clock.
 func openStore(t *testing.T) *outbox.Store {
 	t.Helper()
-	return testutil.NewStore(t, func(cfg *outbox.Config) { cfg.Now = func() time.Time { return clock } })
+	return outboxtest.NewStore(t, func(cfg *outbox.Config) { cfg.Now = func() time.Time { return clock } })
 }
 
 // loopFeed adapts a running ingest.Loop to api.Feed, as cmd/server does.

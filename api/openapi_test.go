@@ -19,8 +19,8 @@ import (
 
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/ingest"
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 	"github.com/outboxd/outboxd/sink"
 )
 
@@ -134,7 +134,7 @@ func TestOpenAPI_States(t *testing.T) {
 }
 
 func TestOpenAPI_ResponsesMatch(t *testing.T) {
-	testutil.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
+	outboxtest.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	cfg := api.DefaultConfig()
 	cfg.AdminToken = testToken
 	h := newHarness(t, cfg)
@@ -276,6 +276,33 @@ func TestOpenAPI_ResponsesMatch(t *testing.T) {
 	c.check(qbase, "GET", "/queries/nope", "", 404)
 	c.check(qbase, "GET", "/queries/later?k=a", "", 503)
 	c.check(qbase, "GET", "/queries/spin", "", 504)
+
+	// A database shared by servers: its servers, partitions and leases.
+	c.check(base, "GET", "/cluster", "", 200) // none
+	ctx := context.Background()
+	cs := openStore(t)
+	if err := cs.Share(ctx, "s1", "http://s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.ClaimPartition(ctx, "g", 0, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.ClaimPartition(ctx, "g", 1, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cs.AcquireLease(ctx, "relay", "s1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.RegisterFeed(ctx, outbox.FeedInfo{Name: "g", Kind: "kafka"}); err != nil {
+		t.Fatal(err)
+	}
+	csrv, err := api.New(api.DefaultConfig(), cs, nil, nil, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := newTestServer(t, csrv)
+	c.check(shared, "GET", "/cluster", "", 200)
+	c.check(shared, "GET", "/feeds/g/status", "", 200) // with owners
 
 	// Every operation of openapi.yaml was exercised.
 	doc, _ := openapi3.NewLoader().LoadFromData(api.OpenAPI)

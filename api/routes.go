@@ -42,6 +42,7 @@ func (s *Server) routes() http.Handler {
 	r.Get("/topics", s.handleTopics)
 	r.Get("/topics/{name}", s.handleTopic)
 	r.Get("/feeds", s.handleFeeds)
+	r.Get("/cluster", s.handleCluster)
 	r.Get("/outbox/status", s.handleOutboxStatus)
 	r.Get("/sinks", s.handleSinks)
 	r.Get("/queries", s.handleQueries)

@@ -70,6 +70,11 @@ type PartitionStatus struct {
 	Position  int64  `json:"position"`
 	End       int64  `json:"end"`
 	Lag       int64  `json:"lag"`
+	// Owner and OwnerEpoch, for a feed shared by servers (a consumer
+	// group), name the server holding the partition ("" when none does)
+	// and its owner epoch; absent otherwise.
+	Owner      string `json:"owner,omitempty"`
+	OwnerEpoch int64  `json:"ownerEpoch,omitempty"`
 }
 
 // LossStatus is one loss of a feed: input it moved past without keeping its
@@ -127,7 +132,11 @@ func (s *Server) feedStatus(ctx context.Context, name string) (FeedStatus, error
 	case err != nil:
 		return FeedStatus{}, err
 	}
-	return s.statusOf(snap, f), nil
+	fs := s.statusOf(snap, f)
+	if err := s.setOwners(ctx, &fs); err != nil {
+		return FeedStatus{}, err
+	}
+	return fs, nil
 }
 
 // feedStatuses reads the status of every feed, configured or stored, by

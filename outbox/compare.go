@@ -261,7 +261,7 @@ func scanOutput(rows *sqlx.Rows) (Row, error) {
 // is a processor's state. A migration that adds a table adds it here.
 var OwnTables = []string{"meta", "feeds", "positions", "outbox", "dead_letters", "losses", "relay_progress",
 	"outbox_chunks", "outbox_ids", "outbox_slots", "feed_processors", "sink_progress",
-	"processor_migrations", "processor_watermarks"}
+	"processor_migrations", "processor_watermarks", "partition_owners", "leases", "cluster_servers"}
 
 // StateTable is a processor's state table.
 type StateTable struct {

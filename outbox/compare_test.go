@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestOutputsByPlace: the outputs of a feed come in place order (partition,
@@ -52,7 +52,7 @@ func TestOutputsByPlace(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("outputs %v, want %v (written %v)", got, want, wrote)
 	}
-	if testutil.OnPostgres() {
+	if outboxtest.OnPostgres() {
 		return // PostgreSQL's sorts spill by themselves: no temp_store
 	}
 	var store int

@@ -147,6 +147,7 @@ source_end = excluded.source_end, updated_at = excluded.updated_at`
 
 // SetPosition stores where a feed's partition stands.
 func (tx *Tx) SetPosition(ctx context.Context, feed string, c Checkpoint) error {
+	tx.touch(feed, c.Partition)
 	st, err := tx.Stmt(ctx, upsertPosition)
 	if err != nil {
 		return err
@@ -187,6 +188,7 @@ func (tx *Tx) AddStats(ctx context.Context, feed string, d StatsDelta) error {
 
 // DeadLetter stores d (its ID and At are assigned) and returns its id.
 func (tx *Tx) DeadLetter(ctx context.Context, d DeadLetter) (int64, error) {
+	tx.touch(d.Feed, d.Partition)
 	// RETURNING, not LastInsertId: PostgreSQL's driver has none.
 	var id int64
 	err := tx.tx.GetContext(ctx, &id, `INSERT INTO dead_letters
@@ -209,6 +211,7 @@ func (tx *Tx) MarkRequeued(ctx context.Context, feed string, id int64) (bool, er
 
 // RecordLoss stores l (its At is assigned) and marks the feed not lossless.
 func (tx *Tx) RecordLoss(ctx context.Context, l Loss) error {
+	tx.touch(l.Feed, l.Partition)
 	now := tx.store.Now().UnixNano()
 	if _, err := tx.tx.ExecContext(ctx, `INSERT INTO losses (feed, partition, at, reason, epoch, from_pos, to_pos)
 VALUES (?, ?, ?, ?, ?, ?, ?)`, l.Feed, l.Partition, now, l.Reason, l.Epoch, l.From, l.To); err != nil {

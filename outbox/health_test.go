@@ -86,7 +86,7 @@ func TestStore_CheckWritable(t *testing.T) {
 		// A feed stalled on a full database stores its reason: that
 		// one-row update fits in the pages the database has, and must
 		// not make the database look writable again.
-		testutil.SQLiteOnly(t, "a full database is made by PRAGMA max_page_count")
+		outboxtest.SQLiteOnly(t, "a full database is made by PRAGMA max_page_count")
 		s, _ := openStore(t)
 		must(t, s.RegisterFeed(ctx, outbox.FeedInfo{Name: "f", Kind: "file"}))
 		var pages int
@@ -123,7 +123,7 @@ func TestStore_CheckWritable(t *testing.T) {
 	})
 
 	t.Run("IdleImmutable", func(t *testing.T) {
-		testutil.SQLiteOnly(t, "an unwritable database is made by chattr +i of its file")
+		outboxtest.SQLiteOnly(t, "an unwritable database is made by chattr +i of its file")
 		if os.Geteuid() != 0 {
 			t.Skip("chattr +i needs root: not root")
 		}

@@ -5,8 +5,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 func TestStore_WALAndCheckpoint(t *testing.T) {
@@ -64,7 +64,7 @@ func TestStore_DeadLetterReasons(t *testing.T) {
 			t.Fatalf("counts %v, want %v (a requeued dead letter still counts)", got, want)
 		}
 	}
-	if testutil.OnPostgres() {
+	if outboxtest.OnPostgres() {
 		return // the plan below is SQLite's EXPLAIN QUERY PLAN
 	}
 	var id, parent, unused int

@@ -56,8 +56,9 @@ func (s *Store) Claim(ctx context.Context) (int64, error) {
 	return gen, nil
 }
 
-// Claimed reports whether this store has claimed its database.
-func (s *Store) Claimed() bool { return s.owner.Load() != 0 }
+// Claimed reports whether this store has claimed its database, or shares
+// it with other servers (Share).
+func (s *Store) Claimed() bool { return s.owner.Load() != 0 || s.shared.Load() }
 
 // CheckOwner reports whether this store still owns its database: nil when
 // its path still names the file it opened (CheckPath) and it holds the
@@ -93,6 +94,9 @@ func ownerIs(v string, gen int64) error {
 // the write transaction, so the claim check and the commit are atomic.
 func (tx *Tx) checkOwner() error {
 	if err := tx.store.CheckPath(); err != nil {
+		return err
+	}
+	if err := tx.checkPartitions(); err != nil {
 		return err
 	}
 	gen := tx.store.owner.Load()

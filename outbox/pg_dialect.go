@@ -7,7 +7,7 @@ import "fmt"
 // them before binding. SQLite's two-argument max and min are GREATEST and
 // LEAST; an upsert names the existing row by its table; a sum is numeric
 // on PostgreSQL, cast back to BIGINT; the batch's reads of the outbox ids
-// and of the claim lock their rows (see pg_engine.go).
+// and of the claim and the partitions' owner epochs lock their rows (see pg_engine.go).
 var pgDialect = map[string]string{
 	addStats: `UPDATE feeds SET applied = applied + ?, replays_skipped = replays_skipped + ?,
 retries = retries + ?, dead_lettered = dead_lettered + ?, completion_failures = completion_failures + ?,
@@ -37,8 +37,9 @@ coalesce(length(headers), 0) AS headers_bytes, at, requeued_at,
 discarded_at, resolved_by, substr(resolution_note, 1, ?1) AS resolution_note, requeued_payload IS NOT NULL AS requeue_edited
 FROM dead_letters WHERE feed = ?3 AND id > ?4 AND (?6 = '' OR reason = ?6)
 AND (NOT ?7::boolean OR (requeued_at = 0 AND discarded_at = 0)) ORDER BY id LIMIT ?5`,
-	ownerInTxSQL:  `SELECT value FROM meta WHERE key = ? FOR SHARE`,
-	lastIDInTxSQL: `SELECT last_id FROM outbox_ids FOR UPDATE`,
+	ownerInTxSQL:          `SELECT value FROM meta WHERE key = ? FOR SHARE`,
+	lastIDInTxSQL:         `SELECT last_id FROM outbox_ids FOR UPDATE`,
+	partitionEpochInTxSQL: `SELECT epoch FROM partition_owners WHERE feed = ? AND partition = ? FOR SHARE`,
 }
 
 // PostgresText declares, for a statement a processor runs by its SQLite

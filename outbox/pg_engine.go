@@ -29,8 +29,8 @@ package outbox
 // The outbox's fast path is SQLite's: chunks of up to 64 outputs, 16
 // chunks a multi-row INSERT prepared once on the connection.
 //
-// The per-partition owner epoch of a consumer group will be one more row
-// read FOR SHARE in the batch transaction, beside the claim.
+// The per-partition owner epoch of a consumer group feed is one more row
+// read FOR SHARE in the batch transaction, beside the claim (partowner.go).
 
 import (
 	"context"

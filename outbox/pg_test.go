@@ -20,7 +20,7 @@ import (
 // pgStore opens a store on a PostgreSQL database of the test's own.
 func pgStore(t *testing.T, dsn string) *outbox.Store {
 	t.Helper()
-	return testutil.OpenStore(t, outbox.DefaultConfig(dsn))
+	return outboxtest.OpenStore(t, outbox.DefaultConfig(dsn))
 }
 
 func TestPostgres_OpenMigrates(t *testing.T) {

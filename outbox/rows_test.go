@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // emitMany commits n rows of one item each at positions 1..n of feed, all
@@ -123,7 +123,7 @@ func TestStore_Rows(t *testing.T) {
 	t.Run("EmptyKeyAndValueAreNotNull", func(t *testing.T) {
 		s, _ := openStore(t)
 		emit(t, s, place("f", 1), outbox.Output{Topic: "t", Key: []byte{}, Value: []byte{}})
-		if !testutil.OnPostgres() { // PostgreSQL's outbox holds packed chunks only
+		if !outboxtest.OnPostgres() { // PostgreSQL's outbox holds packed chunks only
 			var types []string
 			must(t, outbox.WriterOf(s).Select(&types, `SELECT typeof(key) || ',' || typeof(value) FROM outbox`))
 			// Stored right: zero-length blobs, not NULL.
@@ -588,7 +588,7 @@ func TestTx_DeadLetter(t *testing.T) {
 		must(t, err)
 		// ID and At are the store's; a new dead letter is not requeued.
 		d.ID, d.At, d.RequeuedAt = 1, clk.Now().UnixNano(), 0
-		if testutil.OnPostgres() {
+		if outboxtest.OnPostgres() {
 			d.Error = `line 1:` + "\n\tbad " + `\x00 byte` // PostgreSQL's text holds no NUL
 		}
 		sameDeadLetter(t, got, d)
@@ -766,7 +766,7 @@ func TestStore_RelayRowsMatchesRows(t *testing.T) {
 // foreignKeyFailed is what the store's engine says of a row whose foreign
 // key names no row.
 func foreignKeyFailed() string {
-	if testutil.OnPostgres() {
+	if outboxtest.OnPostgres() {
 		return "violates foreign key constraint"
 	}
 	return "FOREIGN KEY constraint failed"

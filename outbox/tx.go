@@ -73,6 +73,7 @@ type Tx struct {
 	rowBytes     int64                 // the written rows' bytes, as the backlog counts them (chunkBytes)
 	lost         error                 // set once SQLite rolled the transaction back under it
 	batch        Batch                 // reused by each Batch call
+	parts        []feedPart            // the group feeds' partitions touched, see checkPartitions
 }
 
 // txCtx is the context of what a Tx runs for itself (see Tx): never done.
@@ -113,6 +114,7 @@ func (s *Store) Begin(ctx context.Context) (*Tx, error) {
 // prepared, say) wait for it.
 func (tx *Tx) release() {
 	if tx.conn != nil {
+		tx.store.watch.unwatch()
 		tx.conn.Close()
 		tx.conn = nil
 	}
@@ -295,13 +297,17 @@ func (tx *Tx) BeginItem(p Place) error {
 		return errors.New("begin item: previous item still open")
 	}
 	tx.place, tx.n, tx.inItem, tx.savepoint, tx.itemStart = p, 0, true, false, len(tx.rows)
+	tx.touch(p.Feed, p.Partition)
 	tx.undo = tx.undo[:0]
 	return nil
 }
 
 // SetPlace makes p the place of the outputs emitted next, outside any item,
 // for writes that cannot fail part-way (a dead letter).
-func (tx *Tx) SetPlace(p Place) { tx.place, tx.n = p, 0 }
+func (tx *Tx) SetPlace(p Place) {
+	tx.place, tx.n = p, 0
+	tx.touch(p.Feed, p.Partition)
+}
 
 // EndItem keeps the current item's writes. Its error wraps ErrTxLost when
 // SQLite had rolled the transaction back during the item.
@@ -312,10 +318,19 @@ func (tx *Tx) EndItem() error {
 		return tx.lost
 	}
 	tx.savepoint = false
-	if err := tx.control(sqlRelease); err != nil {
+	if err := tx.releaseItem(); err != nil {
 		return fmt.Errorf("release savepoint: %w", tx.checkLost(err))
 	}
 	return nil
+}
+
+// releaseItem releases the item's savepoint: on SQLite, on the driver's
+// connection, as Batch opened it.
+func (tx *Tx) releaseItem() error {
+	if tx.store.pg {
+		return tx.control(sqlRelease)
+	}
+	return tx.conn.Raw(func(dc any) error { return tx.controlOn(dc, sqlRelease) })
 }
 
 // RollbackItem undoes every write since BeginItem (state and outputs alike);

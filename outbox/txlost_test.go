@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // endlessInsert is a write that never ends: only its context's deadline
@@ -39,7 +39,7 @@ func TestTx_Lost(t *testing.T) {
 	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	endless := endlessInsert
-	if testutil.OnPostgres() {
+	if outboxtest.OnPostgres() {
 		endless = `INSERT INTO t SELECT count(*) FROM generate_series(1, 1000000000000)`
 	}
 	_, err = tx.Exec(actx, endless)
@@ -63,7 +63,7 @@ func TestTx_Lost(t *testing.T) {
 	}
 	var n int
 	tables := `SELECT count(*) FROM sqlite_schema WHERE name = 't'`
-	if testutil.OnPostgres() {
+	if outboxtest.OnPostgres() {
 		tables = `SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 't'`
 	}
 	if err := outbox.ReadPoolOf(s).Get(&n, tables); err != nil || n != 0 {
@@ -87,7 +87,7 @@ func TestTx_Lost(t *testing.T) {
 	if err := tx.Emit(ctx, out("x", "k", "v")); err != nil {
 		t.Fatal(err)
 	}
-	if testutil.OnPostgres() {
+	if outboxtest.OnPostgres() {
 		// PostgreSQL refuses every statement after a failed one until
 		// the item's savepoint is rolled back: an item ended instead
 		// loses the transaction (the ingest loop then fails the item).

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -109,7 +108,7 @@ func TestStore_View(t *testing.T) {
 func TestOutboxtest_ExecOnTheWriter(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openStore(t)
-	if testutil.OnPostgres() {
+	if outboxtest.OnPostgres() {
 		// A session's setting on PostgreSQL: the store's writes run
 		// under it.
 		if _, err := outboxtest.Exec(ctx, s, `SET lock_timeout = '4321ms'`); err != nil {

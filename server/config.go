@@ -35,6 +35,10 @@ type FeedConfig struct {
 	KeyField int `yaml:"keyField"`
 	// Group is a Kafka feed's consumer group (default outboxd-NAME).
 	Group string `yaml:"group"`
+	// KafkaGroup, when set, makes a Kafka feed join this consumer group,
+	// which spreads its partitions over the servers sharing the
+	// PostgreSQL database (docs/cluster.md); Group is then unused.
+	KafkaGroup string `yaml:"kafkaGroup"`
 	// OnProcessorChange is what a start does when the feed's state was
 	// made by another processor: "" refuses (exit code 2), restart starts
 	// the feed over from the beginning, keep keeps its state on purpose.
@@ -95,6 +99,12 @@ type Config struct {
 	// (relay.Config.NewDatabase). A decision for one start, so it is a
 	// command-line flag only: neither the environment nor the file sets it.
 	NewDatabase bool `yaml:"-"`
+	// ServerID names this server among those sharing the database
+	// (default HOST-PID).
+	ServerID string `yaml:"serverId"`
+	// RelayLease is how long the relay's leader holds its lease unless it
+	// renews it, when servers share the database (docs/cluster.md).
+	RelayLease time.Duration `yaml:"relayLease"`
 
 	// procs are the processors feeds may name (ParseConfig's Options).
 	procs *registry
@@ -142,6 +152,7 @@ func DefaultConfig() Config {
 
 		MaxMessageBytes: relay.DefaultMaxMessageBytes,
 		Grace:           20 * time.Second,
+		RelayLease:      5 * time.Second,
 		LogLevel:        "info",
 		LogFormat:       "text",
 		Feeds:           map[string]*FeedConfig{},
@@ -177,6 +188,17 @@ func (c *Config) FeedNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// Shared reports whether the server shares its database with others: a
+// feed of it joins a consumer group (--kafka-group).
+func (c *Config) Shared() bool {
+	for _, f := range c.Feeds {
+		if f.KafkaGroup != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // fillDefaults completes each feed's settings.
@@ -248,6 +270,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RetryDelay <= 0 || c.RetryAttempts < 1 {
 		add(fmt.Errorf("--retry-delay %v, --retry-attempts %d: want a positive delay and at least 1 attempt", c.RetryDelay, c.RetryAttempts))
+	}
+	if c.RelayLease < time.Second {
+		add(fmt.Errorf("--relay-lease: %v, want at least 1s", c.RelayLease))
 	}
 	add(checkAddr("--http", c.HTTP, true))
 	for _, b := range c.Brokers {
@@ -417,6 +442,14 @@ func (f *FeedConfig) validate(name string, c *Config) error {
 	default:
 		add(fmt.Errorf("--on-completion-failure %s=%s: want stop or skip", name, f.OnCompletionFailure))
 	}
+	if f.KafkaGroup != "" {
+		switch {
+		case kind != "kafka":
+			add(fmt.Errorf("--kafka-group %s=%s: only a Kafka feed (--feed %s=kafka:TOPIC) joins a consumer group", name, f.KafkaGroup, name))
+		case !outbox.IsPostgres(c.DB):
+			add(fmt.Errorf("--kafka-group %s=%s: servers share a feed only on a PostgreSQL --db (postgres://...)", name, f.KafkaGroup))
+		}
+	}
 	if f.KeyField < 0 {
 		add(fmt.Errorf("--key-field %s=%d: want 0 (no key) or a 1-based field", name, f.KeyField))
 	}
@@ -563,6 +596,11 @@ func flagSet(c *Config, configPath *string, given *givenSettings) *flag.FlagSet 
 	fs.DurationVar(&c.RetryDelay, "retry-delay", c.RetryDelay, "orders: wait (`D`) before a refused event comes back (doubles per attempt)")
 	fs.IntVar(&c.RetryAttempts, "retry-attempts", c.RetryAttempts, "orders: tries (`N`) of a refused event before it is a dead letter")
 	perFeedFlag("group", "group", "outboxd-NAME", "a Kafka feed's consumer group, `NAME=G`, where its offsets are committed for Kafka's tools")
+	perFeedFlag("kafka-group", "kafkaGroup", "", "a Kafka feed shared by servers, `NAME=G`: it joins consumer group G, which spreads its "+
+		"partitions over the servers on one PostgreSQL --db; positions stay in the database (docs/cluster.md)")
+	fs.StringVar(&c.ServerID, "server-id", c.ServerID, "this server's `ID` among the servers sharing the database (default HOST-PID)")
+	fs.DurationVar(&c.RelayLease, "relay-lease", c.RelayLease, "servers sharing the database: the relay leader's lease (`D`), "+
+		"renewed every third of it; another server's relay takes over once it expires")
 	perFeedFlag("on-processor-change", "onProcessorChange", "",
 		"a feed whose state another processor made, `NAME=P`: restart (read its source again from the beginning) or keep "+
 			"(keep its position and state); none: the start is refused; recorded, so needed once")

@@ -33,6 +33,7 @@ type Main struct {
 	Store  *outbox.Store
 	Loops  []*ingest.Loop
 	Relay  *relay.Relay
+	leader *relay.Leader  // runs Relay while this server holds the relay's lease, when servers share the database
 	Sinks  []*sink.Runner // the targets besides Kafka (sinks.go)
 	Broker *devkafka.Broker
 	API    *api.Server
@@ -206,6 +207,15 @@ func (m *Main) open(ctx context.Context) error {
 			return err
 		}
 	}
+	if m.Config.Shared() {
+		if err := s.Share(steps, m.serverID(), m.API.URL()); err != nil {
+			return err
+		}
+		m.setStarting("")
+		m.Logger.Info("database shared: this server takes the partitions its consumer groups assign it",
+			"db", redactURL(m.Config.DB), "server", m.serverID())
+		return m.recordProcessors(steps, plans)
+	}
 	gen, err := s.Claim(steps)
 	if err != nil {
 		return err
@@ -218,6 +228,16 @@ func (m *Main) open(ctx context.Context) error {
 			"db", m.Config.shownDB(), "generation", gen)
 	}
 	return m.recordProcessors(steps, plans)
+}
+
+// serverID is this server's name among those sharing the database
+// (--server-id, default HOST-PID).
+func (m *Main) serverID() string {
+	if m.Config.ServerID != "" {
+		return m.Config.ServerID
+	}
+	host, _ := os.Hostname() // "" names no host: the pid still tells servers apart
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
 // setStarting sets what the start waits for, "" once the database is
@@ -428,6 +448,14 @@ func (m *Main) newFeed(name string, fc *FeedConfig, kind, target string, proc in
 	case "kafka":
 		kc := kafkafeed.Config{Brokers: m.Config.Brokers, Topic: target, Group: fc.Group, Logger: m.Logger,
 			Kafka: m.Config.Kafka.Settings}
+		if fc.KafkaGroup != "" {
+			if retry != "" {
+				return nil, fmt.Errorf("feed %s: processor %s sends items to the retry topic %s, which a feed shared by a consumer group "+
+					"(--kafka-group) does not read yet", name, fc.Processor, retry)
+			}
+			kc.Group = fc.KafkaGroup
+			return kafkafeed.NewGroup(kafkafeed.GroupConfig{Config: kc, Feed: name, Store: m.Store, Owner: m.serverID()}), nil
+		}
 		if retry != "" {
 			kc.Topics = []string{retry}
 		}
@@ -494,6 +522,7 @@ func (m *Main) newRelay() error {
 		return err
 	}
 	m.Relay = r
+	m.newLeader()
 	return nil
 }
 
@@ -530,6 +559,7 @@ func (m *Main) serve(ctx context.Context) error {
 		}
 	})
 	watchers.Go(func() { m.checkpoints(watchCtx, checkpointEvery) })
+	watchers.Go(func() { m.heartbeat(watchCtx) })
 	m.logSummary(ctx)
 	close(m.ready)
 	var err error
@@ -573,7 +603,7 @@ func (m *Main) runLoop(ctx context.Context, l *ingest.Loop, fatal chan<- error) 
 // refuses to publish (a database gone back in time) stays, so the status
 // says why.
 func (m *Main) relayRun(ctx context.Context, fatal chan<- error) error {
-	err := m.Relay.Run(ctx)
+	err := m.relayRunner()(ctx)
 	switch {
 	case err == nil:
 		return nil

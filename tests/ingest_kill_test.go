@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/ingest/ledger"
-	"github.com/outboxd/outboxd/internal/testseam"
+	"github.com/outboxd/outboxd/ingest/testseam"
 	"github.com/outboxd/outboxd/outbox"
 )
 

@@ -2,6 +2,9 @@
 // a topic (and extra topics, such as a retry topic), read with sarama from
 // the positions the store holds. Its epochs are topic IDs with the partition,
 // and offsets deleted by retention before they were read are losses.
+// GroupFeed shares a topic's partitions among servers on one database
+// through a Kafka consumer group, each partition fenced by its owner epoch
+// in the store (group.go).
 package kafkafeed
 
 import (

@@ -81,7 +81,11 @@ type Output struct {
 // account's balance once per batch, when the batch commits
 // (Tx.BeforeCommit), in key order.
 // That is safe because one server owns the database (outbox.Store.Claim) and
-// the processor is its only writer of ledger_balances.
+// the processor is its only writer of ledger_balances; or, when servers
+// share the database (a consumer group feed), each partition, and so each
+// account keyed to it, has one owner at a time, and the cache is dropped
+// whenever the store takes a partition (outbox.Store.PartitionClaims):
+// another server may have changed its accounts since.
 type Processor struct {
 	topic string
 
@@ -95,6 +99,7 @@ type Processor struct {
 	// maps and undo log: the next batch's are made that large, not grown
 	// (and rehashed or copied) from empty as its items arrive.
 	lastKeys, lastRead, lastSets int
+	claims                       int64 // the store's PartitionClaims the cache is as of
 }
 
 type balanceKey struct{ feed, account string }
@@ -165,6 +170,8 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 	defer p.mu.Unlock()
 	if tx != p.tx {
 		p.begin(tx)
+	} else {
+		p.checkClaims(tx) // a partition taken during the batch: its items come after
 	}
 	k := balanceKey{d.Feed, e.Account}
 	c := p.pending.m[k] // the batch's change of k, nil before its first
@@ -195,12 +202,22 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 // begin starts tracking a new transaction: what an earlier one left pending
 // never committed, so it is dropped.
 func (p *Processor) begin(tx *outbox.Tx) {
+	p.checkClaims(tx)
 	b := &batchBalances{m: make(map[balanceKey]*change, p.lastKeys), readHint: p.lastRead,
 		order: make([]changed, 0, p.lastKeys), undo: make([]undoEntry, 0, p.lastSets)}
 	b.undoLast = b.takeBackLast
 	p.tx, p.pending = tx, b
 	tx.BeforeCommit(func(ctx context.Context) error { return b.write(ctx, tx) })
 	tx.OnCommit(func() { p.commit(b) })
+}
+
+// checkClaims drops the committed balances when the store took a
+// partition since they were cached (see Processor). p.mu is held.
+func (p *Processor) checkClaims(tx *outbox.Tx) {
+	if n := tx.Store().PartitionClaims(); n != p.claims {
+		p.committed.reset()
+		p.claims = n
+	}
 }
 
 // set records k's new balance, and what it changed for takeBackLast; c

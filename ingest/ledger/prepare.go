@@ -51,6 +51,8 @@ func (p *Processor) Prepare(ctx context.Context, tx *outbox.Tx, feed string, ite
 	defer p.mu.Unlock()
 	if tx != p.tx {
 		p.begin(tx)
+	} else {
+		p.checkClaims(tx) // a partition taken during the batch: its items come after
 	}
 	b := p.pending
 	if b.readFeed != feed {

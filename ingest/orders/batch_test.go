@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -41,7 +40,7 @@ var (
 // such a key is dead-lettered there (TestProcessor_PostgresKeyNotText),
 // and so are the epoch's bytes that are not UTF-8.
 func init() {
-	if testutil.OnPostgres() {
+	if outboxtest.OnPostgres() {
 		testOrders = slices.DeleteFunc(slices.Clone(testOrders), func(id string) bool { return !pgKey([]byte(id)) })
 		testEpoch = strings.ToValidUTF8(testEpoch, "") // a feed's epochs are outboxd's, UTF-8
 	}
@@ -58,9 +57,9 @@ func newSide(t *testing.T, name string, proc *Processor, ref bool) *side {
 	ctx := context.Background()
 	// The reference is the model, and its SQL is SQLite's: it runs on
 	// SQLite whatever the engine under test.
-	s := testutil.NewStore(t, nil)
+	s := outboxtest.NewStore(t, nil)
 	if ref {
-		s = testutil.OpenStore(t, outbox.DefaultConfig(filepath.Join(t.TempDir(), name+".db")))
+		s = outboxtest.OpenStore(t, outbox.DefaultConfig(filepath.Join(t.TempDir(), name+".db")))
 	}
 	for _, f := range testFeeds {
 		if err := s.RegisterFeed(ctx, outbox.FeedInfo{Name: f}); err != nil {

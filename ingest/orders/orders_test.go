@@ -10,8 +10,8 @@ import (
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/orders"
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 const (
@@ -32,7 +32,7 @@ type harness struct {
 
 func newHarness(t *testing.T, mod ...func(*orders.Config)) *harness {
 	t.Helper()
-	s := testutil.NewStore(t, nil)
+	s := outboxtest.NewStore(t, nil)
 	if err := s.RegisterFeed(context.Background(), outbox.FeedInfo{Name: feed}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestProcessor_PostgresKeyNotText: on PostgreSQL an order id that is not
@@ -18,7 +19,7 @@ import (
 func TestProcessor_PostgresKeyNotText(t *testing.T) {
 	dsn := pgtest.New(t).DSN
 	h := newHarness(t, func(*orders.Config) {})
-	h.store = testutil.OpenStore(t, outbox.DefaultConfig(dsn))
+	h.store = outboxtest.OpenStore(t, outbox.DefaultConfig(dsn))
 	testutil.Must(t, h.store.RegisterFeed(context.Background(), outbox.FeedInfo{Name: feed}))
 	testutil.Must(t, h.inTx(func(tx *outbox.Tx) error { return h.proc.Setup(context.Background(), tx) }))
 	for i, key := range []string{"bad\xffkey", "nul\x00key"} {

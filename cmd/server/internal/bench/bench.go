@@ -32,10 +32,12 @@ type benchOptions struct {
 	LineFill  string
 	// Sweep names what a sweep varies ("accounts"), "" for none;
 	// SweepSizes are its points and Chart the SVG it draws.
-	Sweep           string
-	SweepSizes      []int
-	Chart           string
-	Rate            int
+	Sweep      string
+	SweepSizes []int
+	Chart      string
+	// LatencyRates are the offered loads (lines/s) of the latency
+	// phase, one point of its curve each; none skips the phase.
+	LatencyRates    []int
 	LatencyDuration time.Duration
 	Brokers         []string
 	JSON            bool
@@ -79,7 +81,7 @@ func defaultBenchOptions() benchOptions {
 		Lines:           1_000_000,
 		Accounts:        1000,
 		LineFill:        fillSpaces,
-		Rate:            10_000,
+		LatencyRates:    []int{1000, 10_000, 100_000},
 		LatencyDuration: 5 * time.Second,
 		Synchronous:     string(d.Synchronous),
 		BatchMax:        d.BatchMax,
@@ -113,8 +115,31 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 		return nil
 	})
 	fs.StringVar(&o.Chart, "chart", o.Chart, "with --sweep, write the curve as an SVG chart to `FILE`")
-	fs.IntVar(&o.Rate, "rate", o.Rate, "offered load of the latency phase, `N` lines/s (0: skip the phase)")
-	fs.DurationVar(&o.LatencyDuration, "latency-duration", o.LatencyDuration, "how long (`D`) the latency phase appends lines")
+	fs.Func("latency-rates", "the latency curve's offered loads, a comma-separated `LIST` of lines/s (default 1000,10000,100000; 0: skip the phase)", func(v string) error {
+		o.LatencyRates = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 {
+				return fmt.Errorf("%q is not a rate in lines/s", f)
+			}
+			if n > 0 {
+				o.LatencyRates = append(o.LatencyRates, n)
+			}
+		}
+		return nil
+	})
+	fs.Func("rate", "one offered load of the latency phase, `N` lines/s: --latency-rates N (0: skip the phase)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a rate in lines/s", v)
+		}
+		o.LatencyRates = nil
+		if n > 0 {
+			o.LatencyRates = []int{n}
+		}
+		return nil
+	})
+	fs.DurationVar(&o.LatencyDuration, "latency-duration", o.LatencyDuration, "how long (`D`) the latency phase appends lines at each rate")
 	fs.Func("brokers", "Kafka brokers, a comma-separated `LIST` (none: a dev broker in a child process)", func(v string) error {
 		o.Brokers = nil
 		for _, b := range strings.Split(v, ",") {
@@ -190,9 +215,7 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--record: measures the file feed's recording: give --processor ledger or forward")
 	case len(o.SweepSizes) == 0:
 		return fmt.Errorf("--sweep-sizes: none given")
-	case o.Rate < 0:
-		return fmt.Errorf("--rate: %d is negative", o.Rate)
-	case o.Rate > 0 && o.LatencyDuration < 100*time.Millisecond:
+	case len(o.LatencyRates) > 0 && o.LatencyDuration < 100*time.Millisecond:
 		return fmt.Errorf("--latency-duration: %v, want at least 100ms", o.LatencyDuration)
 	case outbox.SyncMode(o.Synchronous) != outbox.SyncFull && outbox.SyncMode(o.Synchronous) != outbox.SyncNormal:
 		return fmt.Errorf("--synchronous: %q is not one of full, normal", o.Synchronous)
@@ -213,9 +236,9 @@ func (o benchOptions) validate() error {
 	return nil
 }
 
-// latencyLines is how many lines the latency phase appends.
-func (o benchOptions) latencyLines() int64 {
-	return int64(float64(o.Rate) * o.LatencyDuration.Seconds())
+// latencyLines is how many lines the latency phase appends at rate.
+func (o benchOptions) latencyLines(rate int) int64 {
+	return int64(float64(rate) * o.LatencyDuration.Seconds())
 }
 
 // Command runs `server bench`: it measures each stage of the engine
@@ -271,7 +294,8 @@ func benchUsage(w io.Writer) {
 		`through the store's DSN and statements, raw_sqlite; the relay's producer sending its records, raw_produce; the `+
 		`two at once, each batch's records sent once it is committed, raw_pipeline, the end-to-end ceiling) and the naive `+
 		`three-statements-per-line loop; then the server itself, in a child process: file -> SQLite (ingest), its relay `+
-		`draining that outbox (relay), file -> Kafka (end_to_end), and the append-to-visible latency at a fixed load, `+
+		`draining that outbox (relay), file -> Kafka (end_to_end), and the append-to-visible latency at each of `+
+		`--latency-rates (its curve, beside the disk's fdatasync latency, which a commit of synchronous=full waits for), `+
 		`with the CPU time and memory of each. --record adds ingest with the feed recorded (ingest_recorded) and `+
 		`replay of that recording, diffed against its run (replay). --sweep accounts measures raw_sqlite and ingest `+
 		`at growing state sizes instead. Progress goes to stderr, results to stdout.`,

@@ -145,7 +145,7 @@ func TestTxnProducer_PipelinedRefusal(t *testing.T) {
 	if err := cl.CreateTopic("t", 3, nil); err != nil {
 		t.Fatal(err)
 	}
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Batch = 1000
 	cfg.MaxMessageBytes = outbox.MinMessageBytes

@@ -84,7 +84,10 @@ func TestCollect_ClosesWhenNothingMore(t *testing.T) {
 // closes at once again.
 func TestCollect_FullBatchWaits(t *testing.T) {
 	f := &readyFeed{ready: DefaultBatchMax + 3, value: []byte("x")}
-	l := newCollectLoop(t, f, time.Millisecond)
+	// The wait must outlast the scheduling delay of a loaded machine: a
+	// batch whose wait ran out before its next poll polls no more (1 ms
+	// here saw 0 polls waited beside two CPU hogs).
+	l := newCollectLoop(t, f, 300*time.Millisecond)
 	got, err := l.collect(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)

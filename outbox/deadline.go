@@ -113,18 +113,21 @@ func (w *deadlineWatch) bind(ctx context.Context, dc any) (context.Context, erro
 	if ctx.Done() == nil {
 		return ctx, nil // nothing to watch: the driver watches nothing either
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	l, err := layoutOf(dc)
 	if err != nil {
 		return nil, err
 	}
+	// In this order: an interrupt of the context watched before comes
+	// to nothing once the watch has moved on; one of ctx that came while
+	// the watch was not active is seen by ctx.Err.
+	if w.ctx != ctx {
+		w.watch(ctx)
+	}
 	if !w.active {
 		w.begin(l.handle(dc))
 	}
-	if w.ctx != ctx {
-		w.watch(ctx)
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	l.setWaitCtx(dc, ctx)
 	return context.Background(), nil
@@ -150,6 +153,7 @@ func (w *deadlineWatch) watch(ctx context.Context) {
 	w.unwatch()
 	w.mu.Lock()
 	w.ctx = ctx
+	w.canceled.Store(0) // what the context before interrupted is over
 	w.mu.Unlock()
 	w.stop = context.AfterFunc(ctx, func() { w.interrupt(ctx) })
 }

@@ -129,7 +129,7 @@ func (b *Batch) bind(args []any) []driver.NamedValue {
 // Exec runs st with args. Its error is the engine's own, unwrapped, so
 // that the caller can classify it (see Classify).
 func (b *Batch) Exec(ctx context.Context, st *Statement, args ...any) error {
-	ds, err := b.stmt(st)
+	ds, err := b.stmt(ctx, st)
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func (b *Batch) failed(ctx context.Context, err error) error {
 // Query runs st with args; its rows are read with Next and closed by the
 // caller before the Batch call returns. Its error is as Exec's.
 func (b *Batch) Query(ctx context.Context, st *Statement, args ...any) (*Rows, error) {
-	ds, err := b.stmt(st)
+	ds, err := b.stmt(ctx, st)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +189,11 @@ func (b *Batch) Query(ctx context.Context, st *Statement, args ...any) (*Rows, e
 	return r, nil
 }
 
-func (b *Batch) stmt(st *Statement) (driver.Stmt, error) {
+// stmt is st prepared on the Batch's connection. Its first prepare runs
+// with ctx: a wait for a lock while it compiles ends with ctx, and the
+// driver installs its busy handler, which ends a lock wait once the
+// statement's context (see deadlineWatch) is done.
+func (b *Batch) stmt(ctx context.Context, st *Statement) (driver.Stmt, error) {
 	if b.dc == nil {
 		return nil, fmt.Errorf("statement %q: the batch has ended", firstLine(st.query))
 	}
@@ -197,7 +201,7 @@ func (b *Batch) stmt(st *Statement) (driver.Stmt, error) {
 	if b.tx.store.pg && st.pg != "" {
 		q = st.pg
 	}
-	return b.tx.store.driverStmt(b.dc, q)
+	return b.tx.store.driverStmt(ctx, b.dc, q)
 }
 
 // Rows are the rows of a Batch's Query.
@@ -272,13 +276,13 @@ func (ds *driverStmts) onConn(dc any) {
 // driverStmt returns query prepared on dc, kept for later calls while the
 // cache has room (maxKeptStmts); past it, the statement is prepared anew
 // on each call and closed when the Batch call ends.
-func (s *Store) driverStmt(dc any, query string) (driver.Stmt, error) {
+func (s *Store) driverStmt(ctx context.Context, dc any, query string) (driver.Stmt, error) {
 	ds := &s.drv
 	ds.onConn(dc)
 	if st, ok := ds.stmts[query]; ok {
 		return st, nil
 	}
-	st, err := prepareDriver(dc, query)
+	st, err := prepareDriverCtx(ctx, dc, query)
 	if err != nil {
 		return nil, err
 	}
@@ -333,13 +337,19 @@ func (s *Store) ownStmt(dc any, query string) (driver.Stmt, error) {
 	return st, nil
 }
 
-// prepareDriver prepares query on the driver connection dc.
+// prepareDriver prepares query on the driver connection dc, bound to no
+// context.
 func prepareDriver(dc any, query string) (driver.Stmt, error) {
+	return prepareDriverCtx(context.Background(), dc, query)
+}
+
+// prepareDriverCtx prepares query on the driver connection dc with ctx.
+func prepareDriverCtx(ctx context.Context, dc any, query string) (driver.Stmt, error) {
 	pc, ok := dc.(driver.ConnPrepareContext)
 	if !ok {
 		return nil, fmt.Errorf("prepare %q: the SQLite driver cannot prepare with a context", firstLine(query))
 	}
-	st, err := pc.PrepareContext(context.Background(), query)
+	st, err := pc.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, fmt.Errorf("prepare %q: %w", firstLine(query), err)
 	}

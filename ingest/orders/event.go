@@ -1,6 +1,7 @@
 package orders
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,44 @@ type wireEvent struct {
 	At   time.Time `json:"at"`
 }
 
+// decodePlain decodes value when it is written exactly as
+// {"type":"T","at":"A"}, T printable ASCII and neither holding a quote or
+// a backslash, as json.Unmarshal would (the time through the same
+// UnmarshalJSON), without its reflection: the events' JSON was a sixth of
+// an event's CPU. It reports false, leaving w as it was, for any other
+// value, which json.Unmarshal then decodes (or refuses).
+func (w *wireEvent) decodePlain(value []byte) bool {
+	const head, mid, tail = `{"type":"`, `","at":`, `}`
+	v, ok := bytes.CutPrefix(value, []byte(head))
+	if !ok {
+		return false
+	}
+	i := bytes.IndexByte(v, '"')
+	if i < 0 {
+		return false
+	}
+	typ := v[:i]
+	for _, c := range typ {
+		if c < 0x20 || c >= 0x7f || c == '\\' {
+			return false
+		}
+	}
+	at, ok := bytes.CutPrefix(v[i:], []byte(mid))
+	if !ok {
+		return false
+	}
+	if at, ok = bytes.CutSuffix(at, []byte(tail)); !ok || len(at) < 2 || at[0] != '"' || at[len(at)-1] != '"' ||
+		bytes.IndexByte(at[1:len(at)-1], '"') >= 0 || bytes.IndexByte(at, '\\') >= 0 {
+		return false
+	}
+	var t time.Time
+	if err := t.UnmarshalJSON(at); err != nil {
+		return false // json.Unmarshal says why
+	}
+	w.Type, w.At = string(typ), t
+	return true
+}
+
 // Decode reads an event from a record: the key is the order id, the value a
 // JSON object with "type" and "at" (RFC 3339). It returns the reason to
 // dead-letter the record for with the error: ReasonMalformed for no key, a
@@ -61,8 +100,10 @@ func Decode(key, value []byte) (Event, string, error) {
 		return Event{}, ReasonMalformed, errors.New("the record has no key")
 	}
 	var w wireEvent
-	if err := json.Unmarshal(value, &w); err != nil {
-		return Event{}, ReasonMalformed, fmt.Errorf("the value is not an event: %w", err)
+	if !w.decodePlain(value) {
+		if err := json.Unmarshal(value, &w); err != nil {
+			return Event{}, ReasonMalformed, fmt.Errorf("the value is not an event: %w", err)
+		}
 	}
 	if w.Type == "" {
 		return Event{}, ReasonMalformed, errors.New("the event has no type")

@@ -24,7 +24,6 @@ package orders
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -119,8 +118,9 @@ type Processor struct {
 	cfg Config
 	log *slog.Logger
 
-	mu sync.Mutex
-	b  *batch // the transaction in hand
+	mu  sync.Mutex
+	b   *batch // the transaction in hand
+	buf []byte // the status change being encoded (emit)
 }
 
 var (
@@ -327,10 +327,11 @@ type StatusChange struct {
 // emit writes each change to the status topic, keyed by the order id.
 func (p *Processor) emit(ctx context.Context, tx *outbox.Tx, orderID string, key []byte, changes []Change) error {
 	for _, c := range changes {
-		v, err := json.Marshal(StatusChange{OrderID: orderID, Status: c.Status, Previous: c.Previous, At: c.At.UTC()})
+		v, err := appendStatusChange(p.buf[:0], StatusChange{OrderID: orderID, Status: c.Status, Previous: c.Previous, At: c.At.UTC()})
 		if err != nil {
 			return fmt.Errorf("encode status change of order %s: %w", orderID, err)
 		}
+		p.buf = v // Emit copies it
 		if err := tx.Emit(ctx, outbox.Output{Topic: p.cfg.StatusTopic, Key: key, Value: v}); err != nil {
 			return err
 		}

@@ -111,7 +111,11 @@ func newSQLProcessor(feed string, fc *FeedConfig, c Config) (ingest.Processor, e
 	if err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("feed %s: processors.%s: %w", feed, fc.Processor, err)}
 	}
-	p, err := sqlproc.New(sc)
+	newProc := sqlproc.New
+	if outbox.IsPostgres(c.DB) {
+		newProc = sqlproc.NewPostgres // its statements are PREPAREd on the database at Setup
+	}
+	p, err := newProc(sc)
 	if err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("feed %s: processors.%w", feed, trimKind(err))}
 	}
@@ -145,9 +149,6 @@ func (m *Main) checkSQLProcessors() error {
 		if !m.Config.declaredProcessor(fc.Processor) {
 			continue
 		}
-		if outbox.IsPostgres(m.Config.DB) {
-			return configErr("--feed %s: the SQL processor %s %v, not on --db postgres://", name, fc.Processor, outbox.ErrSQLiteOnly)
-		}
 		if _, err := newSQLProcessor(name, fc, m.Config); err != nil {
 			return err
 		}
@@ -160,6 +161,9 @@ func (m *Main) checkSQLProcessors() error {
 // SQL processor refuses to start on a store without it. It runs before
 // any loop, while no transaction is open.
 func (m *Main) guardSQL(ctx context.Context, s *outbox.Store) error {
+	if s.Postgres() {
+		return nil // SQLite's authorizer has no counterpart there (see sqlproc.NewPostgres)
+	}
 	for _, fc := range m.Config.Feeds {
 		if m.Config.declaredProcessor(fc.Processor) {
 			return sqlproc.Guard(ctx, s)

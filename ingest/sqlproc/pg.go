@@ -51,3 +51,9 @@ func (s *itemState) pgText() error {
 	}
 	return nil
 }
+
+// isPG reports whether err is PostgreSQL's.
+func isPG(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe)
+}

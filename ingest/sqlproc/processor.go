@@ -122,8 +122,26 @@ func (p *Processor) Setup(ctx context.Context, tx *outbox.Tx) error {
 	if err := p.checkGuard(ctx, tx); err != nil {
 		return err
 	}
+	var own []string
+	if p.pg {
+		var err error
+		if own, err = p.plan.pgOwnTables(); err != nil {
+			return err
+		}
+		if err := p.pgClaimCheck(ctx, tx, own); err != nil {
+			return err
+		}
+	}
 	if err := p.plan.prepare(ctx, tx); err != nil {
 		return err
+	}
+	if p.pg {
+		if err := p.pgClaim(ctx, tx, own); err != nil {
+			return err
+		}
+		if err := p.pgCheck(ctx, tx, own); err != nil {
+			return err
+		}
 	}
 	for _, r := range p.statements() {
 		if _, err := tx.Stmt(ctx, r.stmt.String()); err != nil {

@@ -37,7 +37,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -66,7 +68,7 @@ func (s *Store) Postgres() bool { return s.pg }
 func openPG(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, pg: true, stmts: map[string]*sqlx.Stmt{}, committed: make(chan struct{}, 1)}
 	var err error
-	if s.db, err = pgPool(cfg.Path, false); err != nil {
+	if s.db, err = pgPool(cfg.Path, false, cfg.IdleInTxTimeout); err != nil {
 		return nil, err
 	}
 	s.db.SetMaxOpenConns(1)
@@ -79,7 +81,7 @@ func openPG(ctx context.Context, cfg Config) (*Store, error) {
 		s.db.Close()
 		return nil, err
 	}
-	if s.rdb, err = pgPool(cfg.Path, true); err != nil {
+	if s.rdb, err = pgPool(cfg.Path, true, 0); err != nil {
 		s.db.Close()
 		return nil, err
 	}
@@ -94,7 +96,9 @@ func openPG(ctx context.Context, cfg Config) (*Store, error) {
 
 // pgPool is a pool of connections to dsn through pgConn; a read-only
 // pool's transactions refuse writes, as SQLite's query_only readers do.
-func pgPool(dsn string, readOnly bool) (*sqlx.DB, error) {
+// idle, when not 0, is the sessions' idle_in_transaction_session_timeout
+// (see Config.IdleInTxTimeout).
+func pgPool(dsn string, readOnly bool, idle time.Duration) (*sqlx.DB, error) {
 	cc, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", redactDSN(dsn), err)
@@ -105,6 +109,9 @@ func pgPool(dsn string, readOnly bool) (*sqlx.DB, error) {
 	cc.RuntimeParams["application_name"] = "outboxd"
 	if readOnly {
 		cc.RuntimeParams["default_transaction_read_only"] = "on"
+	}
+	if idle > 0 {
+		cc.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(idle.Milliseconds(), 10)
 	}
 	return sqlx.NewDb(sql.OpenDB(pgConnector{stdlib.GetConnector(*cc)}), "pgx"), nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 func getJSON(t *testing.T, url string, v any) {
@@ -31,8 +32,8 @@ func getJSON(t *testing.T, url string, v any) {
 func TestCluster(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
-	a := testutil.OpenStore(t, outbox.DefaultConfig(db.DSN))
-	b := testutil.OpenStore(t, outbox.DefaultConfig(db.DSN))
+	a := outboxtest.OpenStore(t, outbox.DefaultConfig(db.DSN))
+	b := outboxtest.OpenStore(t, outbox.DefaultConfig(db.DSN))
 	testutil.Must(t, a.Share(ctx, "a", "http://a:8080"))
 	testutil.Must(t, b.Share(ctx, "b", "http://b:8080"))
 	testutil.Must(t, a.RegisterFeed(ctx, outbox.FeedInfo{Name: "g", Kind: "kafka", Source: "orders"}))

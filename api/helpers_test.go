@@ -20,9 +20,10 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/filefeed"
 	"github.com/outboxd/outboxd/ingest/ledger"
-	"github.com/outboxd/outboxd/internal/testseam"
+	"github.com/outboxd/outboxd/ingest/testseam"
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // testToken is the admin token of the test servers.
@@ -44,13 +45,12 @@ var clock = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// openStore opens a store on a file in t.TempDir() whose clock stands at
+// openStore opens a store on a file in t.TempDir() (a PostgreSQL database
+// of its own under OUTBOXD_TEST_STORE=postgres) whose clock stands at
 // clock.
 func openStore(t *testing.T) *outbox.Store {
 	t.Helper()
-	cfg := outbox.DefaultConfig(filepath.Join(t.TempDir(), "outboxd.db"))
-	cfg.Now = func() time.Time { return clock }
-	return testutil.OpenStore(t, cfg)
+	return outboxtest.NewStore(t, func(cfg *outbox.Config) { cfg.Now = func() time.Time { return clock } })
 }
 
 // loopFeed adapts a running ingest.Loop to api.Feed, as cmd/server does.

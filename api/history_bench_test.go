@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/api"
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // BenchmarkRecordHistory is the cost of one history sample, which the
@@ -16,7 +16,7 @@ import (
 // position each, 1000 outputs pending) and the outbox's.
 func BenchmarkRecordHistory(b *testing.B) {
 	ctx := context.Background()
-	s := testutil.OpenStore(b, outbox.DefaultConfig(filepath.Join(b.TempDir(), "outboxd.db")))
+	s := outboxtest.OpenStore(b, outbox.DefaultConfig(filepath.Join(b.TempDir(), "outboxd.db")))
 	for i := range 4 {
 		name := fmt.Sprintf("f%d", i)
 		if err := s.RegisterFeed(ctx, outbox.FeedInfo{Name: name, Kind: "file"}); err != nil {

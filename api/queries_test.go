@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // queryServer serves queries over a real store holding three balances.
@@ -55,6 +56,7 @@ var testQueries = []string{
 }
 
 func TestServer_Query(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	lim := outbox.QueryLimits{Timeout: 200 * time.Millisecond, MaxRows: 2, MaxBytes: 1 << 20}
 	base, store := queryServer(t, lim, testQueries...)
 	get := func(path string) (int, string) {
@@ -195,6 +197,7 @@ func TestServer_Query(t *testing.T) {
 }
 
 func TestServer_QueryBytesLimit(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	row := len(`{"account":"alice","balance":7}`) + len(`{"account":"bob","balance":-3}`)
 	base, _ := queryServer(t, outbox.QueryLimits{MaxBytes: row}, testQueries[2], testQueries[3])
 	code, _, b := request(t, base, http.MethodGet, "/queries/all", "", nil)
@@ -241,6 +244,7 @@ func queriesReadiness(t *testing.T, base string) (int, api.Check) {
 // disconnect; then a quick query answers at once, not 503, and /readyz
 // says no query is running.
 func TestServer_QueryRunaway(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	quick := func(t *testing.T, base string) {
 		t.Helper()
 		code, _, b := request(t, base, http.MethodGet, "/queries/one", "", nil)

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/api"
-	"github.com/outboxd/outboxd/internal/testcerts"
 	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/internal/testutil/testcerts"
 	"github.com/outboxd/outboxd/outbox"
 )
 

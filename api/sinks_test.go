@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxd/outboxd/api"
 	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 	"github.com/outboxd/outboxd/sink"
 )
 
@@ -28,7 +29,7 @@ func getBody(t *testing.T, url string) string {
 // TestSinks: GET /sinks, the sinks in /outbox/status and the per-sink
 // series of /metrics show each sink's state, lag and last error.
 func TestSinks(t *testing.T) {
-	srv, err := api.New(api.DefaultConfig(), testutil.TempStore(t), nil, nil, quiet())
+	srv, err := api.New(api.DefaultConfig(), outboxtest.TempStore(t), nil, nil, quiet())
 	testutil.Must(t, err)
 	st := []api.SinkStatus{{Name: "js", Kind: "nats", URL: "nats://h:4222", State: sink.StateBackingOff, Topics: []string{"a"},
 		Delivered: 7, Stored: 6, LagRows: 3, LagBytes: 300, DeliveredTotal: 5, DeadLettered: 1, Errors: 2, Missed: 4,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // deadlineProc records how long each attempt had before its deadline, and
@@ -44,7 +45,7 @@ func (p *deadlineProc) Apply(ctx context.Context, tx *outbox.Tx, _ ingest.Delive
 func TestLoop_AttemptTimeout(t *testing.T) {
 	const timeout = 320 * time.Millisecond
 	const reuse = timeout / 64 // 5ms: what attempts may share
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e", "a", "slow", "b")
 	p := &deadlineProc{left: map[string][]time.Duration{}, ended: map[string]int{}}
 	cfg := testConfig()

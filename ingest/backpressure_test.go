@@ -12,13 +12,14 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/filefeed"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // Past the backlog's bound the loop applies nothing more and says
 // backpressure; as the outbox is published it resumes, below nine tenths
 // of the bound, and every item is applied once.
 func TestLoop_Backpressure(t *testing.T) {
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	values := make([]string, 1000)
 	for i := range values {
 		values[i] = fmt.Sprintf("v%04d", i)
@@ -91,7 +92,7 @@ func TestLoop_Backpressure(t *testing.T) {
 
 // A loop stopped while held ends cleanly, with nothing half done.
 func TestLoop_BackpressureShutdown(t *testing.T) {
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e1", "a", "b", "c", "d")
 	cfg := testConfig()
 	cfg.BatchMax = 1
@@ -127,7 +128,7 @@ func TestFormatBytes(t *testing.T) {
 // appended meanwhile show in Ends (the status's end and lag), though the
 // loop reads none of them; drained, the loop applies each line once.
 func TestLoop_BackpressureEndsFollow(t *testing.T) {
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	path := filepath.Join(t.TempDir(), "in.log")
 	var data strings.Builder
 	line := func(i int) string { return fmt.Sprintf("v%04d\n", i) }

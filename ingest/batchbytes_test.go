@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // sizedFeed is a memFeed that says how large its items can be.
@@ -28,7 +29,7 @@ func TestLoop_BatchBytes(t *testing.T) {
 	for i := range 20 {
 		values = append(values, fmt.Sprintf("%02d", i)+strings.Repeat("x", item-2))
 	}
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := sizedFeed{newMemFeed("e", values...), maxItem}
 	var mu sync.Mutex
 	var sizes []int

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestLoop_DeadLetterCut: an item too large for a Kafka record is a dead
@@ -16,7 +17,7 @@ import (
 // to fit the record limit and says so. The other items go on as usual.
 func TestLoop_DeadLetterCut(t *testing.T) {
 	const limit = 64 << 10
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	huge := "bad" + strings.Repeat("z", 2<<20)
 	f := newMemFeed("e1", "a", huge, "b")
 	cfg := testConfig()
@@ -84,7 +85,7 @@ func TestLoop_DeadLetterCut(t *testing.T) {
 // processor says it made (rounds through a retry topic), in the store and
 // in its copy's header.
 func TestLoop_DeadLetterAttempts(t *testing.T) {
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e1", "a")
 	proc := ingest.ProcessorFunc(func(context.Context, *outbox.Tx, ingest.Delivery, ingest.Item) error {
 		return ingest.PermanentAfter("invalid-transition", 5, context.DeadlineExceeded)

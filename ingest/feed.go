@@ -80,7 +80,10 @@ type Feed interface {
 	Open(ctx context.Context, from map[int32]outbox.Checkpoint) error
 	// Poll appends up to max ready records to buf and returns it. It blocks
 	// until at least one record is ready, or returns ctx.Err() when ctx is
-	// done first.
+	// done first. Called with ctx done already, it should still append the
+	// records ready at once (the loop asks so whether a batch can grow
+	// without waiting); one that returns ctx.Err() with none only closes
+	// batches sooner.
 	Poll(ctx context.Context, buf []Record, max int) ([]Record, error)
 	// Commit tells the source that everything up to these checkpoints is
 	// durably applied, so it may forget it (a Kafka group offset). It is

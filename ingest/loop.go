@@ -168,6 +168,9 @@ type Loop struct {
 	cps   map[int32]outbox.Checkpoint // committed: the guard's authority
 	seq   int64
 	carry []Record // read but not yet taken into a batch
+	// backlogged says the last batch closed full: the feed had more
+	// ready than a batch holds (see collect).
+	backlogged bool
 
 	obs     observer      // told of each transaction: the recording, if any
 	reqs    requests      // the requeues waiting for the loop's goroutine
@@ -399,10 +402,16 @@ func (l *Loop) feedError(ctx context.Context, err error) error {
 }
 
 // collect gathers one batch: it blocks for the first record, then takes
-// what arrives until BatchMax records or BatchWait, whichever comes first.
-// A batch ends right after an epoch change or a loss, so they are stored
-// before the records that follow them are applied, and early when a
-// requeue comes, so it is applied soon.
+// what the feed has ready until BatchMax records or BatchBytes, and closes
+// the batch as soon as the feed has nothing more to give (a Poll returns
+// fewer records than asked, or none at once), so a line appended at a
+// modest rate waits for no batch built for full speed. A feed that keeps
+// up fills its batch at once; while batches close full (the feed has a
+// backlog), the next one waits up to BatchWait for the records still
+// coming, as a batch did before batches adapted. A batch ends right after
+// an epoch change or a loss, so they are stored before the records that
+// follow them are applied, and early when a requeue comes, so it is
+// applied soon.
 func (l *Loop) collect(ctx context.Context, buf []Record) ([]Record, error) {
 	buf = append(buf, l.carry...)
 	l.carry = l.carry[:0]
@@ -410,25 +419,77 @@ func (l *Loop) collect(ctx context.Context, buf []Record) ([]Record, error) {
 	c.add(buf)
 	pctx, done := l.pollContext(ctx)
 	defer done()
+	short := false // the last poll gave fewer records than asked
 	if len(buf) == 0 {
 		var err error
-		if buf, err = l.feed.Poll(pctx, buf, l.pollMax(&c)); err != nil {
+		want := l.pollMax(&c)
+		if buf, err = l.feed.Poll(pctx, buf, want); err != nil {
 			if woken(ctx, pctx) {
 				return l.cutAtControl(buf), nil
 			}
 			return buf, err
 		}
+		short = len(buf) < want
 		c.add(buf)
 	}
+	var err error
+	switch {
+	case l.cfg.BatchWait <= 0:
+		// A batch is what the first poll gave.
+	case l.backlogged:
+		buf, err = l.fillWaiting(ctx, pctx, buf, &c)
+	default:
+		buf, err = l.fillReady(ctx, pctx, buf, &c, short)
+	}
+	if err != nil {
+		return buf, err
+	}
+	// A batch that closed full says the feed has more than a batch ready:
+	// the next waits for its records rather than close at a short poll.
+	l.backlogged = l.full(&c)
+	return l.cutAtControl(buf), nil
+}
+
+// full reports whether the batch c follows has no room left.
+func (l *Loop) full(c *batchFill) bool {
+	return c.seen >= l.cfg.BatchMax || c.bytes >= l.cfg.BatchBytes
+}
+
+// fillReady adds to buf the records the feed has ready now, without
+// waiting: it stops at a poll that gives fewer than asked (short: the
+// first already did), or none.
+func (l *Loop) fillReady(ctx, pctx context.Context, buf []Record, c *batchFill, short bool) ([]Record, error) {
+	var now context.Context // pctx, done: a Poll that does not wait
+	for !short && !l.full(c) && !c.control && pctx.Err() == nil {
+		if now == nil {
+			var cancel context.CancelFunc
+			now, cancel = context.WithCancel(pctx)
+			cancel()
+		}
+		want := l.pollMax(c)
+		had := len(buf)
+		var err error
+		buf, err = l.feed.Poll(now, buf, want)
+		c.add(buf)
+		if err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil && pctx.Err() == nil {
+			return buf, err
+		}
+		short = err != nil || len(buf)-had < want
+	}
+	return buf, nil
+}
+
+// fillWaiting adds to buf what the feed yields within BatchWait of now.
+func (l *Loop) fillWaiting(ctx, pctx context.Context, buf []Record, c *batchFill) ([]Record, error) {
 	deadline := time.Now().Add(l.cfg.BatchWait)
 	dctx, cancel := context.WithDeadline(pctx, deadline)
 	defer cancel()
-	for len(buf) < l.cfg.BatchMax && c.bytes < l.cfg.BatchBytes && !c.control && dctx.Err() == nil {
+	for !l.full(c) && !c.control && dctx.Err() == nil {
 		if time.Now().After(deadline) {
 			break
 		}
 		var err error
-		buf, err = l.feed.Poll(dctx, buf, l.pollMax(&c))
+		buf, err = l.feed.Poll(dctx, buf, l.pollMax(c))
 		c.add(buf)
 		if err != nil {
 			if ctx.Err() == nil && pctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -437,7 +498,7 @@ func (l *Loop) collect(ctx context.Context, buf []Record) ([]Record, error) {
 			break
 		}
 	}
-	return l.cutAtControl(buf), nil
+	return buf, nil
 }
 
 // batchFill follows what a batch being collected holds.

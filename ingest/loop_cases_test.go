@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
-	"github.com/outboxd/outboxd/internal/testseam"
+	"github.com/outboxd/outboxd/ingest/testseam"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 func TestDelivery_AlreadyApplied(t *testing.T) {
@@ -42,7 +43,7 @@ func TestDelivery_AlreadyApplied(t *testing.T) {
 
 func TestLoop_Apply(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		f := newMemFeed("e1", "a", "b", "c")
 		_, stop := running(t, s, f, newCounter(), testConfig())
 		wait(t, 5*time.Second, positionIs(s, "f", "e1", 3))
@@ -66,7 +67,7 @@ func TestLoop_Apply(t *testing.T) {
 	})
 
 	t.Run("SavepointRollsBackOneItem", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		f := newMemFeed("e1", "a", "bad1", "c")
 		cfg := testConfig()
 		cfg.BatchWait = time.Second // one batch holds all three
@@ -100,7 +101,7 @@ func TestLoop_Apply(t *testing.T) {
 	})
 
 	t.Run("RetryThenSuccess", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		f := newMemFeed("e1", "a", "flaky", "c")
 		p := newCounter()
 		p.fail["flaky"] = 2
@@ -123,7 +124,7 @@ func TestLoop_Apply(t *testing.T) {
 	})
 
 	t.Run("RetriesSpentThenDeadLetter", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		f := newMemFeed("e1", "a", "down", "c")
 		p := newCounter()
 		p.fail["down"] = 1000
@@ -148,7 +149,7 @@ func TestLoop_Apply(t *testing.T) {
 	})
 
 	t.Run("StopPolicyStallsThenResumes", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		f := newMemFeed("e1", "a", "down", "c")
 		p := newCounter()
 		p.fail["down"] = 1000
@@ -238,7 +239,7 @@ func failCommits(s interface {
 
 func TestLoop_CompletionFailure(t *testing.T) {
 	t.Run("StopStallsThenResumes", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		f := newMemFeed("e1", "a", "b")
 		p := preparedCounter(t, s)
 		failCommits(s, 1000)
@@ -279,7 +280,7 @@ func TestLoop_CompletionFailure(t *testing.T) {
 	})
 
 	t.Run("Skip", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		f := newMemFeed("e1")
 		cfg := testConfig()
 		cfg.OnCompletionFailure = ingest.OnCompletionSkip
@@ -331,7 +332,7 @@ func TestLoop_Replay(t *testing.T) {
 		{"NoGuardDoubleApplies", false, 2, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := openStore(t)
+			s := outboxtest.TempStore(t)
 			f := newMemFeed("e1", "a", "b", "c")
 			_, stop := running(t, s, f, newCounter(), testConfig())
 			wait(t, 5*time.Second, positionIs(s, "f", "e1", 3))
@@ -359,7 +360,7 @@ func TestLoop_Replay(t *testing.T) {
 }
 
 func TestLoop_NewEpoch(t *testing.T) {
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e1", "a", "b", "c")
 	_, stop := running(t, s, f, newCounter(), testConfig())
 	wait(t, 5*time.Second, positionIs(s, "f", "e1", 3))
@@ -390,7 +391,7 @@ func TestLoop_NewEpoch(t *testing.T) {
 }
 
 func TestLoop_Requeue(t *testing.T) {
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e1", "a", "down", "c")
 	p := newCounter()
 	p.fail["down"] = 3 // every try of the first round fails

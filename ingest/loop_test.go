@@ -159,8 +159,6 @@ func (c *counter) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery, i
 	return nil
 }
 
-func openStore(t *testing.T) *outbox.Store { return testutil.TempStore(t) }
-
 func testConfig() ingest.Config {
 	cfg := ingest.DefaultConfig("f")
 	cfg.Retry = ingest.Retry{Attempts: 3, MinDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond, AttemptTimeout: time.Second}

@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
-	"github.com/outboxd/outboxd/internal/testseam"
+	"github.com/outboxd/outboxd/ingest/testseam"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // preparing is a counter that is also a Preparer: it keeps what each
@@ -65,7 +66,7 @@ func (p *preparing) all() []string {
 
 func TestLoop_Prepare(t *testing.T) {
 	t.Run("ShownTheItemsToApply", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		p := &preparing{counter: newCounter()}
 		f := newMemFeed("e1", "a", "b", "c")
 		_, stop := running(t, s, f, p, testConfig())
@@ -104,7 +105,7 @@ func TestLoop_Prepare(t *testing.T) {
 	t.Run("ErrIsTheTransactions", func(t *testing.T) {
 		// A failed Prepare ends its transaction as a store failure: the
 		// batch is tried again whole, and every item is applied once.
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		p := &preparing{counter: newCounter(), failFirst: 2}
 		f := newMemFeed("e1", "a", "b", "c")
 		_, stop := running(t, s, f, p, testConfig())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestLoop_RequeueWith: an operator's edited payload is applied in place
@@ -19,7 +20,7 @@ import (
 // letter is not requeued.
 func TestLoop_RequeueWith(t *testing.T) {
 	ctx := context.Background()
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e1", "a", "down", "c", "gone")
 	p := newCounter()
 	p.fail["down"] = 3 // every try fails: a dead letter
@@ -66,7 +67,7 @@ func TestLoop_RequeueWith(t *testing.T) {
 // not kept as an edit.
 func TestLoop_RequeueWithSamePayload(t *testing.T) {
 	ctx := context.Background()
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e1", "down")
 	p := newCounter()
 	p.fail["down"] = 3
@@ -88,7 +89,7 @@ func TestLoop_RequeueWithSamePayload(t *testing.T) {
 // schedule, and the dead letter is applied once.
 func TestLoop_RequeueCommitRetried(t *testing.T) {
 	ctx := context.Background()
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e1", "a", "down")
 	p := newCounter()
 	p.fail["down"] = 3
@@ -120,7 +121,7 @@ func TestLoop_RequeueCommitRetried(t *testing.T) {
 // refused with ErrNotRunning.
 func TestLoop_RequeueFenced(t *testing.T) {
 	ctx := context.Background()
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e1", "down", "a")
 	p := newCounter()
 	p.fail["down"] = 3

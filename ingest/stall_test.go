@@ -76,7 +76,7 @@ func lossesOf(t *testing.T, s *outbox.Store) []outbox.Loss {
 // A full database stalls the feed at once, with the reason, and the feed
 // resumes by itself once there is room: every item applied once.
 func TestLoop_StallOnFullDatabase(t *testing.T) {
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e1", "a")
 	l, stop := running(t, s, f, newCounter(), stallConfig())
 	wait(t, 5*time.Second, positionIs(s, "f", "e1", 1))
@@ -142,7 +142,7 @@ func (p poisoned) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery, i
 // item that cannot commit is alone; only it is skipped, its exact range a
 // loss.
 func TestLoop_SkipInPieces(t *testing.T) {
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e1", "a", "b", "c", "d", "poison", "f", "g", "h")
 	var sizes batchSizes
 	cfg := stallConfig()
@@ -186,7 +186,7 @@ func TestLoop_SkipInPieces(t *testing.T) {
 // stalls instead, saying so, and once the store is back the item itself
 // commits: nothing is lost.
 func TestLoop_SkipNeedsTheStoreToo(t *testing.T) {
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e1", "a")
 	cfg := stallConfig()
 	cfg.OnCompletionFailure = ingest.OnCompletionSkip
@@ -237,7 +237,7 @@ func TestLoop_SkipNeedsTheStoreToo(t *testing.T) {
 // commits after the stall, the rest of the batch goes whole again, not a
 // record at a time: nothing is lost, and it takes one transaction.
 func TestLoop_SkipResumesWhole(t *testing.T) {
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e1", "a")
 	var sizes batchSizes
 	cfg := stallConfig()
@@ -350,7 +350,7 @@ func TestLoop_Constraint(t *testing.T) {
 		{"AtCommit", true, []int{1, 2, 1, 1, 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := openStore(t)
+			s := outboxtest.TempStore(t)
 			f := newMemFeed("e1", "a", "b", "c", "b", "d")
 			var sizes batchSizes
 			cfg := stallConfig()
@@ -419,7 +419,7 @@ func (failingSetup) Setup(context.Context, *outbox.Tx) error { return errors.New
 // failed with it, and the feed is closed.
 func TestLoop_Fails(t *testing.T) {
 	t.Run("OpenFails", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		f := &closeCounter{memFeed: newMemFeed("e1"), openErr: errors.New("source unreadable")}
 		l, err := ingest.NewLoop(s, f, newCounter(), testConfig())
 		if err != nil {
@@ -436,7 +436,7 @@ func TestLoop_Fails(t *testing.T) {
 	})
 
 	t.Run("SetupFails", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		f := &closeCounter{memFeed: newMemFeed("e1")}
 		l, _ := ingest.NewLoop(s, f, failingSetup{newCounter()}, testConfig())
 		err := l.Run(context.Background())
@@ -452,7 +452,7 @@ func TestLoop_Fails(t *testing.T) {
 	t.Run("FileFeedOpenFailsNoLeak", func(t *testing.T) {
 		// A real file feed whose Open has started its watcher, then fails
 		// (a read error on resume, say): the loop must close it.
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		before := runtime.NumGoroutine()
 		feed := &failingOpen{Feed: filefeed.New(filepath.Join(t.TempDir(), "in.log"), filefeed.Options{})}
 		l, _ := ingest.NewLoop(s, feed, newCounter(), testConfig())
@@ -472,7 +472,7 @@ func TestLoop_Fails(t *testing.T) {
 	})
 
 	t.Run("Fenced", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		if _, err := s.Claim(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -511,7 +511,7 @@ func TestLoop_Fails(t *testing.T) {
 	})
 
 	t.Run("ShutdownWhileStalledIsClean", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		p := preparedCounter(t, s)
 		failCommits(s, 1<<30)
 		l, stop := running(t, s, newMemFeed("e1", "a"), p, stallConfig())
@@ -541,7 +541,7 @@ func (f *waitingFeed) Waiting() string { return f.why.Load().(string) }
 // While the feed's source is absent and nothing else is wrong, the state
 // is waiting with the reason; a stall says stalled whatever the source.
 func TestLoop_Waiting(t *testing.T) {
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := &waitingFeed{memFeed: newMemFeed("e1")}
 	const why = "waiting for /data/in.csv to be created"
 	f.why.Store(why)
@@ -572,7 +572,7 @@ func TestLoop_Waiting(t *testing.T) {
 // A stall holds no lock between its tries: a requeue is answered at once
 // (here with the store's error, since its commit fails too).
 func TestLoop_RequeueWhileStalled(t *testing.T) {
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e1", "down")
 	p := newCounter()
 	p.fail["down"] = 3  // every try: a dead letter, which a requeue applies
@@ -672,7 +672,7 @@ func (f *slowOpen) Ends() map[int32]int64 {
 // A feed being opened runs, and is not caught up: its ends are not the
 // source's yet, so nothing says the committed positions reach them.
 func TestLoop_NotCaughtUpWhileOpening(t *testing.T) {
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := &slowOpen{memFeed: newMemFeed("e1", "a", "b"), release: make(chan struct{})}
 	l, stop := running(t, s, f, newCounter(), testConfig())
 	// Stopped until the loop starts, then running: with the ends at 0 and
@@ -702,7 +702,7 @@ func TestLoop_NotCaughtUpWhileOpening(t *testing.T) {
 // space too). The feed stalls as under stop, saying why, nothing counted
 // and nothing lost, and resumes by itself once there is room.
 func TestLoop_SkipWaitsOnFullDatabase(t *testing.T) {
-	s := openStore(t)
+	s := outboxtest.TempStore(t)
 	f := newMemFeed("e1", "a")
 	cfg := stallConfig()
 	cfg.OnCompletionFailure = ingest.OnCompletionSkip

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // endlessInsert is a write that never ends: only its context's deadline
@@ -70,7 +71,7 @@ func contains(xs []int, x int) bool {
 func TestLoop_TransactionLostUnderItem(t *testing.T) {
 	for _, policy := range []ingest.CompletionPolicy{ingest.OnCompletionStop, ingest.OnCompletionSkip} {
 		t.Run("RetriedThenApplied/"+string(policy), func(t *testing.T) {
-			s := openStore(t)
+			s := outboxtest.TempStore(t)
 			f := newMemFeed("e1", "a", "b", "slow", "c")
 			p := &stuckWriter{stuck: []int{1}, attempts: map[string][]int{}}
 			cfg := lostConfig(policy)
@@ -106,7 +107,7 @@ func TestLoop_TransactionLostUnderItem(t *testing.T) {
 		})
 
 		t.Run("RetriesSpent/"+string(policy), func(t *testing.T) {
-			s := openStore(t)
+			s := outboxtest.TempStore(t)
 			f := newMemFeed("e1", "a", "slow", "c")
 			p := &stuckWriter{attempts: map[string][]int{}}
 			_, stop := running(t, s, f, p, lostConfig(policy))

@@ -63,6 +63,7 @@ var ErrBadChunk = errors.New("outbox chunk does not decode")
 // ones, twice as many after each further failure (at most
 // maxCompressSkip), and tries every body again after one that compressed.
 type compressor struct {
+	never  bool            // leave every body raw (PostgreSQL's view decodes raw bodies only)
 	c      *lz4.Compressor // made at the first body worth compressing: it holds a 64 KiB table
 	z      []byte          // the compressed body, reused
 	skip   int             // bodies to leave as they are before trying again
@@ -76,7 +77,7 @@ const maxCompressSkip = 64
 // tenth of them, setting the format byte at body[from].
 func (c *compressor) body(body []byte, from int) []byte {
 	raw := body[from+1:]
-	if len(raw) < bodyCompressMin {
+	if c.never || len(raw) < bodyCompressMin {
 		return body
 	}
 	if c.skip > 0 {

@@ -67,6 +67,9 @@ func Classify(err error) ErrorClass {
 	if errors.Is(err, ErrFenced) {
 		return ClassFenced
 	}
+	if errors.Is(err, ErrNotText) {
+		return ClassConstraint
+	}
 	if c, ok := classifyPG(err); ok {
 		return c
 	}

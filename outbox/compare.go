@@ -207,6 +207,9 @@ func (h *placeHeap) Pop() any {
 // temporary store a file; restore sets it back as it was and returns the
 // connection to the pool.
 func (s *Store) fileSortConn(ctx context.Context) (*sqlx.Conn, func() error, error) {
+	if s.pg {
+		return s.pgSortConn(ctx)
+	}
 	conn, err := s.rdb.Connx(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -274,10 +277,9 @@ type StateTable struct {
 
 // StateTables lists the processors' state tables, by name.
 func (s *Store) StateTables(ctx context.Context) ([]StateTable, error) {
-	var names []string
-	if err := s.rdb.SelectContext(ctx, &names, `SELECT name FROM sqlite_schema
-WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`); err != nil {
-		return nil, fmt.Errorf("list tables: %w", err)
+	names, err := s.stateTableNames(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var out []StateTable
 	for _, n := range names {
@@ -293,7 +295,23 @@ WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`); e
 	return out, nil
 }
 
+// stateTableNames lists the database's tables but SQLite's own.
+func (s *Store) stateTableNames(ctx context.Context) ([]string, error) {
+	if s.pg {
+		return s.pgStateTableNames(ctx)
+	}
+	var names []string
+	if err := s.rdb.SelectContext(ctx, &names, `SELECT name FROM sqlite_schema
+WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`); err != nil {
+		return nil, fmt.Errorf("list tables: %w", err)
+	}
+	return names, nil
+}
+
 func (s *Store) stateTable(ctx context.Context, name string) (StateTable, error) {
+	if s.pg {
+		return s.pgStateTable(ctx, name)
+	}
 	var cols []struct {
 		CID     int     `db:"cid"`
 		Name    string  `db:"name"`

@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestStore_ConsumersCountTheSlowest: the backlog and the prunable floor
 // are the slowest of the relay and the configured sinks; a sink not
 // configured never counts.
 func TestStore_ConsumersCountTheSlowest(t *testing.T) {
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	ctx := context.Background()
 	emitN(t, s, 100, 10, 0)
 	testutil.Must(t, s.SetRelayProgress(ctx, "r", 90))
@@ -50,7 +51,7 @@ func TestStore_ConsumersCountTheSlowest(t *testing.T) {
 // counted from the relay count the rows between a slower sink and the
 // relay, bytes included.
 func TestStore_SetConsumersAfterCounting(t *testing.T) {
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	ctx := context.Background()
 	emitN(t, s, 50, 100, 0)
 	b2 := emitN(t, s, 50, 100, 50)

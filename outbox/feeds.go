@@ -194,7 +194,7 @@ func (tx *Tx) DeadLetter(ctx context.Context, d DeadLetter) (int64, error) {
 	err := tx.tx.GetContext(ctx, &id, `INSERT INTO dead_letters
 (feed, partition, epoch, position, sequence, attempts, reason, error, key, payload, headers, at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
-		d.Feed, d.Partition, d.Epoch, d.Position, d.Sequence, d.Attempts, d.Reason, d.Error,
+		d.Feed, d.Partition, d.Epoch, d.Position, d.Sequence, d.Attempts, tx.store.text(d.Reason), tx.store.text(d.Error),
 		d.Key, d.Payload, d.Headers, tx.store.Now().UnixNano())
 	if err != nil {
 		return 0, fmt.Errorf("store dead letter of %s at %d: %w", d.Feed, d.Position, err)
@@ -225,7 +225,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?)`, l.Feed, l.Partition, now, l.Reason, l.Epoch, l.Fr
 
 // SetLastError stores a feed's last error ("" clears it).
 func (s *Store) SetLastError(ctx context.Context, feed, msg string) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE feeds SET last_error = ? WHERE name = ?`, msg, feed)
+	_, err := s.db.ExecContext(ctx, `UPDATE feeds SET last_error = ? WHERE name = ?`, s.text(msg), feed)
 	if err != nil {
 		// Only a failure counts for CheckWritable: this one-row update
 		// usually fits in pages the database already has, so its success

@@ -86,6 +86,7 @@ func TestStore_CheckWritable(t *testing.T) {
 		// A feed stalled on a full database stores its reason: that
 		// one-row update fits in the pages the database has, and must
 		// not make the database look writable again.
+		outboxtest.SQLiteOnly(t, "a full database is made by PRAGMA max_page_count")
 		s, _ := openStore(t)
 		must(t, s.RegisterFeed(ctx, outbox.FeedInfo{Name: "f", Kind: "file"}))
 		var pages int
@@ -122,6 +123,7 @@ func TestStore_CheckWritable(t *testing.T) {
 	})
 
 	t.Run("IdleImmutable", func(t *testing.T) {
+		outboxtest.SQLiteOnly(t, "an unwritable database is made by chattr +i of its file")
 		if os.Geteuid() != 0 {
 			t.Skip("chattr +i needs root: not root")
 		}

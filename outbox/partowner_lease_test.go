@@ -10,6 +10,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // testLeases runs the leases' contract on two stores of one database,
@@ -65,7 +66,7 @@ func TestLeases_SQLite(t *testing.T) {
 	clock, set := leaseClock()
 	cfg := outbox.DefaultConfig(filepath.Join(t.TempDir(), "t.db"))
 	set(&cfg)
-	testLeases(t, testutil.OpenStore(t, cfg), testutil.OpenStore(t, cfg), clock)
+	testLeases(t, outboxtest.OpenStore(t, cfg), outboxtest.OpenStore(t, cfg), clock)
 }
 
 func TestLeases_Postgres(t *testing.T) {
@@ -73,5 +74,5 @@ func TestLeases_Postgres(t *testing.T) {
 	clock, set := leaseClock()
 	cfg := outbox.DefaultConfig(db.DSN)
 	set(&cfg)
-	testLeases(t, testutil.OpenStore(t, cfg), testutil.OpenStore(t, cfg), clock)
+	testLeases(t, outboxtest.OpenStore(t, cfg), outboxtest.OpenStore(t, cfg), clock)
 }

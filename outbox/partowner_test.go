@@ -10,6 +10,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // batch commits one item of feed's partition at pos (one output, value v)
@@ -104,8 +105,8 @@ func testPartitionOwners(t *testing.T, a, b *outbox.Store) {
 
 func TestPartitionOwners_SQLite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.db")
-	a := testutil.OpenStore(t, outbox.DefaultConfig(path))
-	b := testutil.OpenStore(t, outbox.DefaultConfig(path))
+	a := outboxtest.OpenStore(t, outbox.DefaultConfig(path))
+	b := outboxtest.OpenStore(t, outbox.DefaultConfig(path))
 	testPartitionOwners(t, a, b)
 }
 

@@ -50,8 +50,8 @@ import (
 )
 
 // ErrSQLiteOnly is returned, on a PostgreSQL store, by what only the
-// SQLite engine has yet: the state queries and the SQL processors' guard,
-// both built on SQLite's authorizer.
+// SQLite engine has yet: the SQL processors' guard, built on SQLite's
+// authorizer. (State queries run on both: pg_query.go.)
 var ErrSQLiteOnly = errors.New("runs on a SQLite --db only in this version (it is checked by SQLite's authorizer)")
 
 // IsPostgres reports whether db names a PostgreSQL database (a
@@ -67,6 +67,7 @@ func (s *Store) Postgres() bool { return s.pg }
 // openPG opens and migrates the PostgreSQL database cfg.Path names.
 func openPG(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, pg: true, stmts: map[string]*sqlx.Stmt{}, committed: make(chan struct{}, 1)}
+	s.pack.never = true // the outbox view decodes raw bodies only (pg_view.go)
 	var err error
 	if s.db, err = pgPool(cfg.Path, false, cfg.IdleInTxTimeout); err != nil {
 		return nil, err
@@ -166,6 +167,9 @@ func (s *Store) migratePG(ctx context.Context) error {
 			return fmt.Errorf("migration %d: %w", m.Version, err)
 		}
 	}
+	if _, err := tx.ExecContext(ctx, pgOutboxView); err != nil {
+		return fmt.Errorf("migrate: the outbox view: %w", err)
+	}
 	if _, err := tx.ExecContext(ctx, `UPDATE outboxd_schema SET version = $1`, len(ms)); err != nil {
 		return fmt.Errorf("migrate: set version: %w", err)
 	}
@@ -210,7 +214,10 @@ func classifyPG(err error) (ErrorClass, bool) {
 		return ClassFull, true
 	case strings.HasPrefix(code, "53"), strings.HasPrefix(code, "58"):
 		return ClassIO, true
-	case strings.HasPrefix(code, "23"):
+	case strings.HasPrefix(code, "23"), strings.HasPrefix(code, "22"):
+		// An integrity constraint, or a data exception: a value the
+		// column's type refuses (text that is not UTF-8 or holds a NUL,
+		// a number out of range), the item's as a constraint is.
 		return ClassConstraint, true
 	case code == "42501", code == "25006":
 		return ClassReadOnly, true

@@ -3,6 +3,9 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,12 +14,13 @@ import (
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // pgStore opens a store on a PostgreSQL database of the test's own.
 func pgStore(t *testing.T, dsn string) *outbox.Store {
 	t.Helper()
-	return testutil.OpenStore(t, outbox.DefaultConfig(dsn))
+	return outboxtest.OpenStore(t, outbox.DefaultConfig(dsn))
 }
 
 func TestPostgres_OpenMigrates(t *testing.T) {
@@ -207,6 +211,88 @@ func TestIsPostgres(t *testing.T) {
 	} {
 		if got := outbox.IsPostgres(db); got != want {
 			t.Errorf("IsPostgres(%q) = %v, want %v", db, got, want)
+		}
+	}
+}
+
+// TestPostgres_OutboxView: the view outbox shows every output as Rows
+// reads it: ids, places, nil and empty keys and values, headers, long
+// values (never compressed on PostgreSQL), chunks of many outputs.
+func TestPostgres_OutboxView(t *testing.T) {
+	s := pgStore(t, pgtest.New(t).DSN)
+	ctx := context.Background()
+	tx, err := s.Begin(ctx)
+	testutil.Must(t, err)
+	long := strings.Repeat("compressible ", 200)
+	for i := range 150 {
+		tx.SetPlace(outbox.Place{Feed: "f", Partition: int32(i % 2), Epoch: "e", Position: int64(i) << 33})
+		o := outbox.Output{Topic: "t", Key: []byte(fmt.Sprint(i)), Value: []byte(long + fmt.Sprint(i))}
+		switch i % 5 {
+		case 1:
+			o.Key, o.Value = nil, nil
+		case 2:
+			o.Key, o.Value = []byte{}, []byte{}
+		case 3:
+			o.Headers = []outbox.Header{{Key: "h", Value: []byte{0, 0xff}}}
+		}
+		testutil.Must(t, tx.Emit(ctx, o))
+		testutil.Must(t, tx.Emit(ctx, out("u", "k", "second")))
+	}
+	testutil.Must(t, tx.Commit())
+	want, err := s.Rows(ctx, 0, 1000)
+	testutil.Must(t, err)
+	var got []struct {
+		outbox.Row
+		KeyNull   bool `db:"key_null"`
+		ValueNull bool `db:"value_null"`
+	}
+	testutil.Must(t, s.View(ctx, func(r *outbox.ReadTx) error {
+		return r.Select(ctx, &got, `SELECT id, feed, partition, epoch, position, n, topic, key, value, headers, created_at,
+key IS NULL AS key_null, value IS NULL AS value_null FROM outbox ORDER BY id`)
+	}))
+	if len(got) != 300 || len(want) != 300 {
+		t.Fatalf("%d rows in the view, %d read, want 300", len(got), len(want))
+	}
+	for i, g := range got {
+		r := g.Row
+		if !g.KeyNull && r.Key == nil {
+			r.Key = []byte{}
+		}
+		if !g.ValueNull && r.Value == nil {
+			r.Value = []byte{}
+		}
+		if !reflect.DeepEqual(r, want[i]) {
+			t.Fatalf("view row %d:\n got %+v\nwant %+v", i, r, want[i])
+		}
+	}
+}
+
+// TestPostgres_RelayRowsWindow: the relay's read on PostgreSQL is bounded
+// to the chunks of the next ids asked for, from the first chunk there is:
+// a range of ids the outbox no longer holds is skipped, not taken for
+// the end.
+func TestPostgres_RelayRowsWindow(t *testing.T) {
+	s := pgStore(t, pgtest.New(t).DSN)
+	ctx := context.Background()
+	for tx := range 3 {
+		outs := make([]outbox.Output, 10)
+		for i := range outs {
+			outs[i] = out("t", "k", fmt.Sprint(tx*10+i+1))
+		}
+		emit(t, s, place("f", int64(tx+1)), outs...)
+	}
+	if _, err := outboxtest.Exec(ctx, s, `DELETE FROM outbox_chunks WHERE last_id <= 10`); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		after          int64
+		limit          int
+		first, last, n int64
+	}{{0, 5, 11, 15, 5}, {0, 100, 11, 30, 20}, {12, 100, 13, 30, 18}, {19, 3, 20, 22, 3}, {30, 10, 0, 0, 0}} {
+		rows, err := s.RelayRows(ctx, c.after, c.limit)
+		testutil.Must(t, err)
+		if int64(len(rows)) != c.n || c.n > 0 && (rows[0].ID != c.first || rows[len(rows)-1].ID != c.last) {
+			t.Fatalf("RelayRows(%d, %d): %d rows %v, want %d from %d to %d", c.after, c.limit, len(rows), ids(rows), c.n, c.first, c.last)
 		}
 	}
 }

@@ -82,6 +82,7 @@ func (e *ParamError) Error() string {
 type Query struct {
 	name, text string
 	params     []string
+	pgText     string // text with its parameters as $N, on PostgreSQL (pg_query.go)
 
 	mu      sync.Mutex
 	columns []string // set once the statement compiled on this database
@@ -108,14 +109,14 @@ func (q *Query) Params() []string { return append([]string{}, q.params...) }
 // and an error wrapping ErrQueryNotReady: each Run checks it again until
 // it compiles.
 func (s *Store) PrepareQuery(ctx context.Context, name, text string) (*Query, error) {
-	if s.pg {
-		return nil, fmt.Errorf("query %s: %w", name, ErrSQLiteOnly)
-	}
 	params, err := scanQuery(text)
 	if err != nil {
 		return nil, fmt.Errorf("query %s: %w: %v", name, ErrQueryRefused, err)
 	}
 	q := &Query{name: name, text: text, params: params}
+	if s.pg {
+		q.pgText = pgQueryText(text, params)
+	}
 	if err := s.compileQuery(ctx, q); err != nil {
 		if errors.Is(err, ErrQueryNotReady) {
 			return q, err
@@ -133,7 +134,13 @@ func (s *Store) compileQuery(ctx context.Context, q *Query) error {
 	if q.columns != nil {
 		return nil
 	}
-	cols, err := s.readOnlyColumns(ctx, q.text)
+	var cols []string
+	var err error
+	if s.pg {
+		cols, err = s.pgQueryColumns(ctx, q.pgText)
+	} else {
+		cols, err = s.readOnlyColumns(ctx, q.text)
+	}
 	if err != nil {
 		return fmt.Errorf("query %s: %w", q.name, err)
 	}
@@ -312,6 +319,9 @@ func (s *Store) Query(ctx context.Context, q *Query, params map[string][]string,
 	}
 	if err := s.compileQuery(ctx, q); err != nil {
 		return QueryResult{}, err
+	}
+	if s.pg {
+		return s.pgQuery(ctx, q, args, lim)
 	}
 	rctx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()

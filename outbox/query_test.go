@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // commit runs statements in one committed store transaction.
@@ -54,6 +56,7 @@ func rowsText(r outbox.QueryResult) string {
 }
 
 func TestStore_Query(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	ctx := context.Background()
 	s, _ := openStore(t)
 	commit(t, s, `INSERT INTO ledger_balances VALUES ('l', 'alice', 7, 2), ('l', 'bob', -3, 1), ('m', 'alice', 100, 1)`)
@@ -183,6 +186,7 @@ func TestStore_Query(t *testing.T) {
 }
 
 func TestStore_PrepareQuery(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	ctx := context.Background()
 	s, _ := openStore(t)
 
@@ -285,6 +289,7 @@ func TestStore_PrepareQuery(t *testing.T) {
 // encoding/json encodes what SQLite gives (the encoder takes no
 // reflection for the common ones, and must not differ from it).
 func TestStore_QueryEncoding(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	ctx := context.Background()
 	s, _ := openStore(t)
 	values := []struct {
@@ -330,6 +335,7 @@ func TestStore_QueryEncoding(t *testing.T) {
 // TestStore_QueryConns: queries run on connections of their own, each
 // keeping its statements prepared.
 func TestStore_QueryConns(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	ctx := context.Background()
 	lim := outbox.DefaultQueryLimits()
 
@@ -372,17 +378,14 @@ func TestStore_QueryConns(t *testing.T) {
 		}
 		// Once a quick query finds no connection free, every one runs the
 		// slow query.
-		deadline := time.Now().Add(2 * time.Second)
-		for {
+		testutil.Wait(t, 2*time.Second, func() error {
 			short := lim
 			short.Timeout = 20 * time.Millisecond
-			if _, err := s.Query(ctx, quick, nil, short); errors.Is(err, outbox.ErrQueryTimeout) {
-				break
+			if _, err := s.Query(ctx, quick, nil, short); !errors.Is(err, outbox.ErrQueryTimeout) {
+				return fmt.Errorf("the slow queries do not hold every query connection: a quick query answered %v", err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatal("the slow queries never held every query connection")
-			}
-		}
+			return nil
+		})
 		// The store's other reads go on, on their own pool.
 		start := time.Now()
 		fctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -507,6 +510,7 @@ func queryWithin(t *testing.T, d time.Duration, ctx context.Context, s *outbox.S
 // at its limit, as is one whose caller's context ends (its client gone);
 // every query connection then answers at once, QueryConns at a time.
 func TestStore_QueryRunawayLaterRow(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the refusals, types and encodings checked are SQLite's; PostgreSQL's state queries: outbox TestPostgres_Query")
 	ctx := context.Background()
 	s, _ := openStore(t)
 	q := prepare(t, s, runaway)

@@ -52,8 +52,12 @@ type Batch struct {
 // statement's (see Exec): it wraps ErrTxLost when SQLite rolled the
 // transaction back.
 func (tx *Tx) Batch(f func(b *Batch) error) error {
-	if err := tx.ensureSavepoint(); err != nil {
-		return err
+	if tx.store.pg {
+		if err := tx.ensureSavepoint(); err != nil {
+			return err
+		}
+	} else if tx.lost != nil {
+		return tx.lost
 	}
 	if (tx.done && !tx.committing) || tx.conn == nil {
 		return fmt.Errorf("batch: the transaction has ended")
@@ -61,6 +65,14 @@ func (tx *Tx) Batch(f func(b *Batch) error) error {
 	var panicked any
 	err := tx.conn.Raw(func(dc any) (err error) {
 		defer tx.store.closeSpilled()
+		if tx.inItem && !tx.savepoint {
+			// On the connection in hand: through database/sql, the
+			// savepoint's statement would cost as much as the item's own.
+			if err := tx.controlOn(dc, sqlSavepoint); err != nil {
+				return fmt.Errorf("savepoint: %w", tx.store.noteStatement(err))
+			}
+			tx.savepoint = true
+		}
 		b := &tx.batch
 		b.tx, b.dc = tx, dc
 		defer b.end()
@@ -80,10 +92,25 @@ func (tx *Tx) Batch(f func(b *Batch) error) error {
 	return tx.statementDone(err)
 }
 
-// end closes the rows left open and forgets the connection.
+// controlOn runs one of the savepoint's statements on the driver
+// connection dc, bound to no context (see Tx).
+func (tx *Tx) controlOn(dc any, query string) error {
+	st, err := tx.store.ownDriverStmt(dc, query)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(txCtx(), nil)
+	return err
+}
+
+// end closes the rows left open, ends the deadline's watch of the
+// connection and forgets it.
 func (b *Batch) end() {
 	if b.rows.r != nil {
 		b.rows.Close()
+	}
+	if !b.tx.store.pg {
+		b.tx.store.watch.end(b.dc)
 	}
 	b.dc = nil
 	clear(b.args)
@@ -110,8 +137,29 @@ func (b *Batch) Exec(ctx context.Context, st *Statement, args ...any) error {
 	if !ok {
 		return fmt.Errorf("exec %q: the SQLite driver cannot execute with a context", firstLine(st.query))
 	}
-	_, err = ex.ExecContext(ctx, b.bind(args))
-	return err
+	dctx, err := b.bound(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = ex.ExecContext(dctx, b.bind(args))
+	return b.failed(ctx, err)
+}
+
+// bound is the context to run a statement of ctx with on the driver: on
+// SQLite, the store's deadline watch binds it to ctx (see deadlineWatch).
+func (b *Batch) bound(ctx context.Context) (context.Context, error) {
+	if b.tx.store.pg {
+		return ctx, nil
+	}
+	return b.tx.store.watch.bind(ctx, b.dc)
+}
+
+// failed is the error of a statement of ctx that failed with err.
+func (b *Batch) failed(ctx context.Context, err error) error {
+	if err == nil || b.tx.store.pg {
+		return err
+	}
+	return b.tx.store.watch.failed(ctx, err)
 }
 
 // Query runs st with args; its rows are read with Next and closed by the
@@ -125,15 +173,19 @@ func (b *Batch) Query(ctx context.Context, st *Statement, args ...any) (*Rows, e
 	if !ok {
 		return nil, fmt.Errorf("query %q: the SQLite driver cannot query with a context", firstLine(st.query))
 	}
-	dr, err := q.QueryContext(ctx, b.bind(args))
+	dctx, err := b.bound(ctx)
 	if err != nil {
 		return nil, err
+	}
+	dr, err := q.QueryContext(dctx, b.bind(args))
+	if err != nil {
+		return nil, b.failed(ctx, err)
 	}
 	r := &b.rows
 	if r.r != nil {
 		r = &Rows{}
 	}
-	r.r = dr
+	r.r, r.ctx, r.b = dr, ctx, b
 	return r, nil
 }
 
@@ -151,6 +203,8 @@ func (b *Batch) stmt(st *Statement) (driver.Stmt, error) {
 // Rows are the rows of a Batch's Query.
 type Rows struct {
 	r    driver.Rows
+	ctx  context.Context // the query's
+	b    *Batch
 	dest []driver.Value
 	vals []any
 }
@@ -170,7 +224,7 @@ func (r *Rows) Next() (bool, error) {
 	case err == io.EOF:
 		return false, nil
 	case err != nil:
-		return false, err
+		return false, r.b.failed(r.ctx, err)
 	}
 	for i, v := range r.dest {
 		r.vals[i] = v
@@ -188,7 +242,7 @@ func (r *Rows) Close() error {
 		return nil
 	}
 	err := r.r.Close()
-	r.r = nil
+	r.r, r.ctx, r.b = nil, nil, nil
 	clear(r.dest)
 	clear(r.vals)
 	return err

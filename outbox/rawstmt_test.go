@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,16 +10,27 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // rawExec runs query with args in the store's batch b.
 func rawExec(b *outbox.Batch, query string, args ...any) error {
-	return b.Exec(context.Background(), outbox.NewStatement(query), args...)
+	return rawExecCtx(context.Background(), b, query, args...)
+}
+
+// rawExecCtx is rawExec with its statement's context.
+func rawExecCtx(ctx context.Context, b *outbox.Batch, query string, args ...any) error {
+	return b.Exec(ctx, outbox.NewStatement(query), args...)
 }
 
 // rawCount runs a query returning one integer in the store's batch b.
 func rawCount(b *outbox.Batch, query string, args ...any) (int64, error) {
-	rows, err := b.Query(context.Background(), outbox.NewStatement(query), args...)
+	return rawCountCtx(context.Background(), b, query, args...)
+}
+
+// rawCountCtx is rawCount with its statement's context.
+func rawCountCtx(ctx context.Context, b *outbox.Batch, query string, args ...any) (int64, error) {
+	rows, err := b.Query(ctx, outbox.NewStatement(query), args...)
 	if err != nil {
 		return 0, err
 	}
@@ -144,6 +156,14 @@ func TestTx_Batch(t *testing.T) {
 			return rawExec(b, "SELEC nonsense\nFROM nowhere")
 		})
 		want := `prepare "SELEC nonsense ...": `
+		if outboxtest.OnPostgres() {
+			// Outside an item's savepoint a failed statement aborts
+			// PostgreSQL's whole transaction.
+			if !errors.Is(err, outbox.ErrTxLost) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("error = %v, want ErrTxLost and %q", err, want)
+			}
+			return
+		}
 		if err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Fatalf("error = %v, want prefix %q", err, want)
 		}

@@ -51,7 +51,11 @@ func rowsAfterOn(ctx context.Context, dc any, after int64, limit int, rows []Row
 	if !ok {
 		return rows, errors.New("the SQLite driver cannot query directly")
 	}
-	dr, err := q.QueryContext(ctx, chunksAfterQuery, []driver.NamedValue{{Ordinal: 1, Value: after}})
+	query, args := chunksAfterQuery, []driver.NamedValue{{Ordinal: 1, Value: after}}
+	if _, pg := dc.(*pgConn); pg {
+		query, args = chunksAfterPGQuery, append(args, driver.NamedValue{Ordinal: 2, Value: int64(limit)})
+	}
+	dr, err := q.QueryContext(ctx, query, args)
 	if err != nil {
 		return rows, err
 	}

@@ -42,7 +42,7 @@ type Requeue struct {
 func (tx *Tx) MarkRequeuedBy(ctx context.Context, feed string, id int64, r Requeue) (bool, error) {
 	res, err := tx.tx.ExecContext(ctx, `UPDATE dead_letters SET requeued_at = ?, resolved_by = ?, resolution_note = ?,
 requeued_payload = ? WHERE feed = ? AND id = ? AND requeued_at = 0 AND discarded_at = 0`,
-		tx.store.Now().UnixNano(), r.By, r.Note, r.Payload, feed, id)
+		tx.store.Now().UnixNano(), tx.store.text(r.By), tx.store.text(r.Note), r.Payload, feed, id)
 	if err != nil {
 		return false, fmt.Errorf("mark dead letter %d requeued: %w", id, err)
 	}
@@ -63,7 +63,7 @@ type Discard struct{ By, Note string }
 // ErrNotFound when the feed has no such dead letter.
 func (s *Store) DiscardDeadLetter(ctx context.Context, feed string, id int64, d Discard) (bool, error) {
 	res, err := s.db.ExecContext(ctx, `UPDATE dead_letters SET discarded_at = ?, resolved_by = ?, resolution_note = ?
-WHERE feed = ? AND id = ? AND requeued_at = 0 AND discarded_at = 0`, s.Now().UnixNano(), d.By, d.Note, feed, id)
+WHERE feed = ? AND id = ? AND requeued_at = 0 AND discarded_at = 0`, s.Now().UnixNano(), s.text(d.By), s.text(d.Note), feed, id)
 	s.noteWrite(err)
 	if err != nil {
 		return false, fmt.Errorf("discard dead letter %d of %s: %w", id, feed, err)
@@ -151,7 +151,7 @@ func (s *Store) AckLossesBy(ctx context.Context, feed string, a LossAck) (int64,
 		return 0, fmt.Errorf("feed %s: %w", feed, ErrNotFound)
 	}
 	res, err = tx.ExecContext(ctx, `UPDATE losses SET acked_at = ?, acked_by = ?, ack_reason = ? WHERE feed = ? AND acked_at = 0`,
-		s.Now().UnixNano(), a.By, a.Reason, feed)
+		s.Now().UnixNano(), s.text(a.By), s.text(a.Reason), feed)
 	if err != nil {
 		return 0, fmt.Errorf("ack losses of %s: %w", feed, err)
 	}
@@ -167,7 +167,7 @@ func (s *Store) AckLossesBy(ctx context.Context, feed string, a LossAck) (int64,
 // and returns how many.
 func (s *Store) DiscardDeadLetters(ctx context.Context, feed, reason string, d Discard) (int64, error) {
 	res, err := s.db.ExecContext(ctx, `UPDATE dead_letters SET discarded_at = ?, resolved_by = ?, resolution_note = ?
-WHERE feed = ? AND reason = ? AND requeued_at = 0 AND discarded_at = 0`, s.Now().UnixNano(), d.By, d.Note, feed, reason)
+WHERE feed = ? AND reason = ? AND requeued_at = 0 AND discarded_at = 0`, s.Now().UnixNano(), s.text(d.By), s.text(d.Note), feed, reason)
 	s.noteWrite(err)
 	if err != nil {
 		return 0, fmt.Errorf("discard the %s dead letters of %s: %w", reason, feed, err)

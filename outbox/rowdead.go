@@ -43,7 +43,7 @@ func (s *Store) DeadLetterRows(ctx context.Context, dls []RowDeadLetter) (int, e
 		res, err := tx.ExecContext(ctx, `INSERT INTO dead_letters
 (feed, partition, epoch, position, sequence, attempts, reason, error, key, payload, headers, at, outbox_id, topic)
 VALUES (?, ?, ?, ?, 0, 1, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(outbox_id) DO NOTHING`,
-			r.Feed, r.Partition, r.Epoch, r.Position, d.Reason, d.Error, r.Key, r.Value, r.Headers, now, r.ID, r.Topic)
+			r.Feed, r.Partition, r.Epoch, r.Position, s.text(d.Reason), s.text(d.Error), r.Key, r.Value, r.Headers, now, r.ID, r.Topic)
 		if err != nil {
 			return 0, fmt.Errorf("store dead letter of outbox row %d: %w", r.ID, err)
 		}

@@ -7,10 +7,11 @@ import (
 
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 func TestStore_SinkProgress(t *testing.T) {
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	ctx := context.Background()
 	got, err := s.SinkProgress(ctx, "a")
 	testutil.Must(t, err)
@@ -36,7 +37,7 @@ func TestStore_SinkProgress(t *testing.T) {
 // channel before a commit is woken by it; one taken after waits for the
 // next.
 func TestStore_CommitsWakesEveryConsumer(t *testing.T) {
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	a, b := s.Commits(), s.Commits()
 	select {
 	case <-a:
@@ -60,7 +61,7 @@ func TestStore_CommitsWakesEveryConsumer(t *testing.T) {
 }
 
 func TestStore_PendingAfter(t *testing.T) {
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	ctx := context.Background()
 	b1 := emitN(t, s, 10, 100, 0)
 	b2 := emitN(t, s, 10, 100, 10)

@@ -132,6 +132,7 @@ type Store struct {
 	queries  queryConns    // the state queries' own connections, see QueryConns
 	drv      driverStmts   // statements prepared by Tx.Batch
 	drvSpill []driver.Stmt // prepared past drv's room, closed as the Batch call ends
+	watch    deadlineWatch // binds Batch's statements to their contexts (SQLite)
 	// flushArgs is the writer's buffer of an outbox insert's arguments,
 	// flushBody and flushSpans those of a commit's chunks (see flushRows).
 	flushArgs  []driver.NamedValue
@@ -383,6 +384,7 @@ func (s *Store) Close() error {
 	s.stmts = map[string]*sqlx.Stmt{}
 	s.mu.Unlock()
 	s.closeDriverStmts(context.Background())
+	s.watch.close()
 	rerr := errors.Join(s.closeQueryConns(), s.rdb.Close())
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", s.name(), err)

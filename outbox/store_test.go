@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd"
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // clock is an injectable Config.Now that moves only when told to.
@@ -47,13 +48,13 @@ func (c *clock) Add(d time.Duration) time.Time {
 }
 
 // openAt opens cfg and closes the store when the test ends.
-func openAt(t *testing.T, cfg outbox.Config) *outbox.Store { return testutil.OpenStore(t, cfg) }
+func openAt(t *testing.T, cfg outbox.Config) *outbox.Store { return outboxtest.OpenStore(t, cfg) }
 
 // openStore opens a fresh store in t.TempDir() whose clock is the one returned.
 func openStore(t *testing.T) (*outbox.Store, *clock) {
 	t.Helper()
 	c := newClock()
-	return testutil.NewStore(t, func(cfg *outbox.Config) { cfg.Now = c.Now }), c
+	return outboxtest.NewStore(t, func(cfg *outbox.Config) { cfg.Now = c.Now }), c
 }
 
 // pragma reads a PRAGMA through db as text.
@@ -422,7 +423,7 @@ func TestStore_ReadDB(t *testing.T) {
 		if err == nil {
 			t.Fatal("wrote through the read-only pool")
 		}
-		if !strings.Contains(err.Error(), "attempt to write a readonly database") {
+		if outbox.Classify(err) != outbox.ClassReadOnly {
 			t.Fatalf("error = %q", err)
 		}
 		var n int

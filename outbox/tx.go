@@ -114,6 +114,7 @@ func (s *Store) Begin(ctx context.Context) (*Tx, error) {
 // prepared, say) wait for it.
 func (tx *Tx) release() {
 	if tx.conn != nil {
+		tx.store.watch.unwatch()
 		tx.conn.Close()
 		tx.conn = nil
 	}
@@ -317,10 +318,19 @@ func (tx *Tx) EndItem() error {
 		return tx.lost
 	}
 	tx.savepoint = false
-	if err := tx.control(sqlRelease); err != nil {
+	if err := tx.releaseItem(); err != nil {
 		return fmt.Errorf("release savepoint: %w", tx.checkLost(err))
 	}
 	return nil
+}
+
+// releaseItem releases the item's savepoint: on SQLite, on the driver's
+// connection, as Batch opened it.
+func (tx *Tx) releaseItem() error {
+	if tx.store.pg {
+		return tx.control(sqlRelease)
+	}
+	return tx.conn.Raw(func(dc any) error { return tx.controlOn(dc, sqlRelease) })
 }
 
 // RollbackItem undoes every write since BeginItem (state and outputs alike);
@@ -357,6 +367,11 @@ func (tx *Tx) Emit(ctx context.Context, o Output) error {
 	}
 	if o.Topic == "" {
 		return errors.New("emit: output has no topic")
+	}
+	if tx.store.pg {
+		if err := checkPGText("emit: topic", o.Topic); err != nil {
+			return err
+		}
 	}
 	if tx.rows == nil {
 		tx.rows = make([]Row, 0, tx.store.rowsHint.Load())

@@ -475,7 +475,7 @@ func TestTx_Stmt(t *testing.T) {
 		if a != b {
 			t.Fatal("the same query was prepared twice in one transaction")
 		}
-		c, err := tx.Stmt(ctx, `SELECT count(*) FROM outbox`)
+		c, err := tx.Stmt(ctx, `SELECT count(*) FROM outbox_chunks`)
 		must(t, err)
 		if c == a {
 			t.Fatal("two queries share a statement")

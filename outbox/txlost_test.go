@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // endlessInsert is a write that never ends: only its context's deadline
@@ -37,7 +38,11 @@ func TestTx_Lost(t *testing.T) {
 	}
 	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	_, err = tx.Exec(actx, endlessInsert)
+	endless := endlessInsert
+	if outboxtest.OnPostgres() {
+		endless = `INSERT INTO t SELECT count(*) FROM generate_series(1, 1000000000000)`
+	}
+	_, err = tx.Exec(actx, endless)
 	if !errors.Is(err, outbox.ErrTxLost) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("interrupted write: %v, want ErrTxLost and the deadline", err)
 	}
@@ -57,7 +62,11 @@ func TestTx_Lost(t *testing.T) {
 		t.Fatalf("Commit: %v, want ErrTxLost", err)
 	}
 	var n int
-	if err := outbox.ReadPoolOf(s).Get(&n, `SELECT count(*) FROM sqlite_schema WHERE name = 't'`); err != nil || n != 0 {
+	tables := `SELECT count(*) FROM sqlite_schema WHERE name = 't'`
+	if outboxtest.OnPostgres() {
+		tables = `SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 't'`
+	}
+	if err := outbox.ReadPoolOf(s).Get(&n, tables); err != nil || n != 0 {
 		t.Fatalf("the lost transaction's table: %d, %v; want none", n, err)
 	}
 	if rows := allRows(t, s); len(rows) != 0 {
@@ -77,6 +86,15 @@ func TestTx_Lost(t *testing.T) {
 	}
 	if err := tx.Emit(ctx, out("x", "k", "v")); err != nil {
 		t.Fatal(err)
+	}
+	if outboxtest.OnPostgres() {
+		// PostgreSQL refuses every statement after a failed one until
+		// the item's savepoint is rolled back: an item ended instead
+		// loses the transaction (the ingest loop then fails the item).
+		if err := tx.EndItem(); !errors.Is(err, outbox.ErrTxLost) {
+			t.Fatalf("EndItem after a failed statement = %v, want ErrTxLost", err)
+		}
+		return
 	}
 	if err := tx.EndItem(); err != nil {
 		t.Fatal(err)

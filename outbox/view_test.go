@@ -108,6 +108,19 @@ func TestStore_View(t *testing.T) {
 func TestOutboxtest_ExecOnTheWriter(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openStore(t)
+	if outboxtest.OnPostgres() {
+		// A session's setting on PostgreSQL: the store's writes run
+		// under it.
+		if _, err := outboxtest.Exec(ctx, s, `SET lock_timeout = '4321ms'`); err != nil {
+			t.Fatal(err)
+		}
+		tx := begin(t, s)
+		defer tx.Rollback()
+		var got string
+		must(t, tx.Get(ctx, &got, `SELECT current_setting('lock_timeout')`))
+		equal(t, "lock_timeout in the store's transaction", got, "4321ms")
+		return
+	}
 	var pages int
 	must(t, outboxtest.Get(ctx, s, &pages, `PRAGMA page_count`))
 	if _, err := outboxtest.Exec(ctx, s, fmt.Sprintf("PRAGMA max_page_count = %d", pages)); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/internal/testutil/securekafka"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // secured is a kfake broker with TLS, SASL SCRAM-SHA-512 and ACLs: a
@@ -102,7 +103,7 @@ func waitState(t *testing.T, rr *running, state State, want ...string) Status {
 // publishes every row exactly once.
 func TestRelay_SecuredExactlyOnce(t *testing.T) {
 	s := startSecured(t, without(fullGrants(), "")...)
-	store := newStore(t)
+	store := outboxtest.TempStore(t)
 	ids := emit(t, store, "f", keyed(aclTopic, 300, 7, 0)...)
 	var logs logLines
 	rr := startRelay(t, store, securedConfig(t, s, relayPassword, &logs))
@@ -138,7 +139,7 @@ func TestRelay_MissingACL(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.drop, func(t *testing.T) {
 			s := startSecured(t, without(fullGrants(), c.drop)...)
-			store := newStore(t)
+			store := outboxtest.TempStore(t)
 			ids := emit(t, store, "f", keyed(aclTopic, 50, 5, 0)...)
 			var logs logLines
 			if c.drop == "progress-read" {
@@ -179,7 +180,7 @@ func TestRelay_MissingACL(t *testing.T) {
 	}
 	t.Run("Create", func(t *testing.T) {
 		s := startSecured(t, append(without(fullGrants(), ""), topicACL("new", kmsg.ACLOperationWrite))...)
-		store := newStore(t)
+		store := outboxtest.TempStore(t)
 		ids := emit(t, store, "f", keyed("new", 10, 2, 0)...)
 		var logs logLines
 		rr := startRelay(t, store, securedConfig(t, s, relayPassword, &logs))
@@ -191,7 +192,7 @@ func TestRelay_MissingACL(t *testing.T) {
 		// An at-least-once producer needs IdempotentWrite on the cluster,
 		// or Write on some topic.
 		s := startSecured(t)
-		store := newStore(t)
+		store := outboxtest.TempStore(t)
 		emit(t, store, "f", keyed(aclTopic, 10, 2, 0)...)
 		var logs logLines
 		cfg := securedConfig(t, s, relayPassword, &logs)
@@ -206,7 +207,7 @@ func TestRelay_MissingACL(t *testing.T) {
 // once, and each retry costs one connection, every UnauthorizedBackoff.
 func TestRelay_WrongPassword(t *testing.T) {
 	s := startSecured(t, without(fullGrants(), "")...)
-	store := newStore(t)
+	store := outboxtest.TempStore(t)
 	ids := emit(t, store, "f", keyed(aclTopic, 20, 2, 0)...)
 	var logs logLines
 	cfg := securedConfig(t, s, "not-the-password", &logs)

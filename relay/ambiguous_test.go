@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestRelay_CommitAppliedButUnanswered: the coordinator commits, the answer
@@ -16,7 +18,7 @@ import (
 func TestRelay_CommitAppliedButUnanswered(t *testing.T) {
 	c, p := proxiedCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	rr := startRelay(t, s, testConfig(t, brokers))
 	ids := emit(t, s, "f", keyed("t", 30, 3, 0)...)
 	rr.waitPublished(t, ids[len(ids)-1])
@@ -50,7 +52,7 @@ func TestRelay_CommitAppliedButUnanswered(t *testing.T) {
 func TestRelay_CommitRefused(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	rr := startRelay(t, s, testConfig(t, brokers))
 	ids := emit(t, s, "f", keyed("t", 30, 3, 0)...)
 	rr.waitPublished(t, ids[len(ids)-1])

@@ -13,17 +13,20 @@ import (
 // publishes each batch, and the batch is marked published in SQLite only
 // after every record in it was acked. A crash or failure before the mark
 // publishes the batch again, so a consumer may see it twice and drops
-// repeats by their outboxd-id header.
+// repeats by their outboxd-id header. The producer is the exactly-once
+// relay's without a transactional id: the same record batches, sent the
+// same way, with no transaction around them.
 func (r *Relay) runAtLeastOnce(stop stopping) (progressed bool, err error) {
 	ctx := stop.soft
 	if err := r.store.CheckOwner(ctx); err != nil {
 		return false, err
 	}
-	p, err := openProducer(ctx, r.cfg.Brokers, saramaConfig(r.cfg, ""), r.cfg.Kafka.Principal())
+	p, err := openTxnProducer(ctx, r.cfg, "")
 	if err != nil {
 		return false, fmt.Errorf("start idempotent producer: %w", err)
 	}
-	defer r.dropProducer(stop, p)
+	defer func() { r.dropProducer(stop, p) }()
+	p.resending = r.st.resending
 	last, err := r.store.RelayProgress(ctx, r.relayID)
 	if err != nil {
 		return false, err
@@ -32,9 +35,20 @@ func (r *Relay) runAtLeastOnce(stop stopping) (progressed bool, err error) {
 	send := func(rows []outbox.Row, recs []*sarama.ProducerMessage) error {
 		return r.publishAcked(stop.hard, p, rows, recs)
 	}
-	// Nothing to undo after a refusal: sendAll has waited for every record
-	// of the refused batch, and those that went out may go out again.
-	reset := func() error { return nil }
+	// After a refusal every batch of the refused send has its answer
+	// (produce reads them all), and those that went out may go out
+	// again; the producer's sequences ran past the refused batch, so a
+	// new producer (a new id, sequences from 0) publishes the rest.
+	reset := func() error {
+		np, err := openTxnProducer(ctx, r.cfg, "")
+		if err != nil {
+			return fmt.Errorf("start idempotent producer: %w", err)
+		}
+		r.dropProducer(stop, p)
+		p = np
+		p.resending = r.st.resending
+		return nil
+	}
 	return r.drain(ctx, last, func(rows []outbox.Row) error {
 		if err := r.ensureOutputTopics(ctx, rows); err != nil {
 			return err
@@ -47,10 +61,10 @@ func (r *Relay) runAtLeastOnce(stop stopping) (progressed bool, err error) {
 // every ack, then marks the rows published. ctx is the stopping's hard
 // step: the batch in hand may be acked and marked after the relay was
 // asked to stop.
-func (r *Relay) publishAcked(ctx context.Context, p *producer, rows []outbox.Row, recs []*sarama.ProducerMessage) error {
+func (r *Relay) publishAcked(ctx context.Context, p *txnProducer, rows []outbox.Row, recs []*sarama.ProducerMessage) error {
 	first, last := rows[0].ID, rows[len(rows)-1].ID
 	r.st.state(StatePublishing)
-	if err := p.sendAll(ctx, recs); err != nil {
+	if err := p.publishTxn(ctx, recs); err != nil {
 		return fmt.Errorf("publish outbox rows %d..%d: %w", first, last, err)
 	}
 	if err := r.store.SetRelayProgress(ctx, r.relayID, last); err != nil {

@@ -11,7 +11,7 @@ import (
 func TestAtLeastOnce_Publish(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Mode = ModeAtLeastOnce
 	ids := emit(t, s, "f", keyed("alo", 150, 5, 0)...)
@@ -40,7 +40,7 @@ func TestAtLeastOnce_Publish(t *testing.T) {
 func TestAtLeastOnce_RepeatsOnlyUnmarked(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Mode = ModeAtLeastOnce
 	ids := emit(t, s, "f", keyed("alo", 100, 5, 0)...)

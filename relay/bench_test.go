@@ -11,6 +11,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // benchRows is how many rows each benchmark iteration publishes.
@@ -54,7 +55,7 @@ func BenchmarkRelay(b *testing.B) {
 	if err := c.CreateTopic("bench", 3, nil); err != nil {
 		b.Fatal(err)
 	}
-	s := newStore(b)
+	s := outboxtest.TempStore(b)
 	cfg := DefaultConfig()
 	cfg.Brokers = c.ListenAddrs()
 	cfg.Logger = slog.New(slog.DiscardHandler)

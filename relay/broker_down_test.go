@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestRelay_BrokerDownAndBack cuts every connection to the broker while
@@ -33,7 +35,7 @@ type cutFunc func(t *testing.T, rr *running, p *proxy, last int64)
 func brokerDownRounds(t *testing.T, mode Mode, cut cutFunc) {
 	c, p := proxiedCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Mode = mode
 	cfg.Batch = 50

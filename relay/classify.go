@@ -1,13 +1,11 @@
 package relay
 
 import (
-	"context"
 	"errors"
-	"io"
-	"net"
-	"syscall"
 
 	"github.com/IBM/sarama"
+
+	kafkaclient "github.com/outboxd/outboxd/internal/kafka"
 )
 
 // Class is what the relay does after a Kafka error.
@@ -186,33 +184,10 @@ func classifyCode(code sarama.KError) Class {
 	return Ambiguous
 }
 
-// isRetriableCode lists the codes the Java client treats as retriable
-// (RetriableException): a leader, coordinator or replica that is moving or
-// busy. Sarama has already retried them internally when they reach us.
-func isRetriableCode(code sarama.KError) bool {
-	switch code {
-	case sarama.ErrInvalidMessage, sarama.ErrUnknownTopicOrPartition, sarama.ErrLeaderNotAvailable,
-		sarama.ErrNotLeaderForPartition, sarama.ErrRequestTimedOut, sarama.ErrBrokerNotAvailable,
-		sarama.ErrReplicaNotAvailable, sarama.ErrNetworkException, sarama.ErrOffsetsLoadInProgress,
-		sarama.ErrConsumerCoordinatorNotAvailable, sarama.ErrNotCoordinatorForConsumer,
-		sarama.ErrNotEnoughReplicas, sarama.ErrNotEnoughReplicasAfterAppend, sarama.ErrNotController,
-		sarama.ErrConcurrentTransactions, sarama.ErrKafkaStorageError, sarama.ErrFencedLeaderEpoch,
-		sarama.ErrUnknownLeaderEpoch, sarama.ErrOffsetNotAvailable, sarama.ErrPreferredLeaderNotAvailable,
-		sarama.ErrEligibleLeadersNotAvailable, sarama.ErrThrottlingQuotaExceeded,
-		sarama.ErrOperationNotAttempted, sarama.ErrReassignmentInProgress:
-		return true
-	}
-	return false
-}
+// isRetriableCode is kafkaclient.IsRetriable, the product's one list of
+// retriable codes: a leader, coordinator or replica that is moving or busy.
+func isRetriableCode(code sarama.KError) bool { return kafkaclient.IsRetriable(code) }
 
-// isNetworkError reports connection-level failures: refused, reset, closed,
-// timed out, or a deadline.
-func isNetworkError(err error) bool {
-	var ne net.Error
-	var oe *net.OpError
-	return errors.As(err, &ne) || errors.As(err, &oe) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, context.DeadlineExceeded)
-}
+// isNetworkError is kafkaclient.IsNetworkError: connection-level failures
+// (refused, reset, closed, timed out, or a deadline).
+func isNetworkError(err error) bool { return kafkaclient.IsNetworkError(err) }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/internal/devkafka"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestDevBroker_Relay runs the relay against the dev broker and reads the
@@ -18,7 +19,7 @@ func TestDevBroker_Relay(t *testing.T) {
 		t.Fatal("a second dev broker on the same address started")
 	}
 	brokers := []string{b.Addr()}
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	ids := emit(t, s, "f", keyed("dev", 40, 4, 0)...)
 	rr := startRelay(t, s, testConfig(t, brokers))
 	rr.waitPublished(t, ids[len(ids)-1])

@@ -79,10 +79,10 @@
 //
 // # Kafka clients
 //
-// The relay speaks to Kafka with sarama only: the exactly-once relay
-// drives the transaction protocol itself with sarama's request types
-// (txnProducer), the at-least-once relay uses sarama's idempotent
-// AsyncProducer, and its reads (topic metadata and creation, ACL probes,
+// The relay speaks to Kafka with sarama only: both modes send record
+// batches themselves with sarama's request types (txnProducer), the
+// exactly-once relay in transactions it drives, the at-least-once relay
+// as an idempotent producer without one, and its reads (topic metadata and creation, ACL probes,
 // the progress topic) go through internal/kafka, whose raw fetches report
 // the offset after aborted batches and transaction markers: "read to the
 // end" then stops exactly at the end.

@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // failoverCluster is a three-broker cluster with topic t (3 partitions)
@@ -79,7 +81,7 @@ func TestRelay_LeaderFailover(t *testing.T) {
 	f := newFailoverCluster(t, txnID)
 	c := f.c
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.TransactionalID = txnID
 	ids := emit(t, s, "f", keyed("t", 60, 6, 0)...)

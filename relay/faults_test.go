@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // faultRun is one fault scenario: a relay publishes 40 rows, then fault
@@ -46,7 +48,7 @@ func (f faultRun) run(t *testing.T) {
 	if f.before != nil {
 		f.before(t, c)
 	}
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	if f.config != nil {
 		f.config(&cfg)
@@ -167,7 +169,7 @@ func TestRelay_LostProduceResponse(t *testing.T) {
 		inits.Add(1)
 		return nil, nil, false
 	})
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	ids := emit(t, s, "f", keyed("t", 40, 4, 0)...)
 	rr := startRelay(t, s, testConfig(t, brokers))
 	rr.waitPublished(t, ids[len(ids)-1])

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestRelay_SecondRelayFencesFirst: two relays on one database share the
@@ -13,7 +15,7 @@ import (
 func TestRelay_SecondRelayFencesFirst(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	ids := emit(t, s, "f", keyed("t", 60, 6, 0)...)
 	older := startRelay(t, s, testConfig(t, brokers))
 	older.waitPublished(t, ids[len(ids)-1])

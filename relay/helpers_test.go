@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -58,15 +57,6 @@ func newCluster(tb testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 	}
 	tb.Cleanup(c.Close)
 	return c
-}
-
-func newStore(tb testing.TB) *outbox.Store {
-	tb.Helper()
-	return openStore(tb, filepath.Join(tb.TempDir(), "outboxd.db"))
-}
-
-func openStore(tb testing.TB, path string) *outbox.Store {
-	return testutil.OpenStore(tb, outbox.DefaultConfig(path))
 }
 
 func testLogger(tb testing.TB) *slog.Logger {

@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestTxnProducer_InDoubtProduce: in one round broker A answers a produce
@@ -41,7 +43,7 @@ func TestTxnProducer_InDoubtProduce(t *testing.T) {
 	if err := c.MoveTopicPartition(DefaultProgressTopic, 0, coord); err != nil {
 		t.Fatal(err)
 	}
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.TransactionalID = txnID
 	cfg.RequestTimeout = time.Second

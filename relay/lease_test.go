@@ -9,6 +9,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // leading is a Leader whose Run goroutine the test controls.
@@ -60,8 +61,8 @@ func TestLeader_Failover(t *testing.T) {
 	db := pgtest.New(t)
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	a := testutil.OpenStore(t, outbox.DefaultConfig(db.DSN))
-	b := testutil.OpenStore(t, outbox.DefaultConfig(db.DSN))
+	a := outboxtest.OpenStore(t, outbox.DefaultConfig(db.DSN))
+	b := outboxtest.OpenStore(t, outbox.DefaultConfig(db.DSN))
 	const ttl = 1500 * time.Millisecond
 
 	ids := emit(t, a, "f", keyed("orders", 200, 5, 0)...)

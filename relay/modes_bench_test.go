@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // BenchmarkRelayModes publishes benchRows outbox rows per iteration (100
@@ -24,7 +26,7 @@ func benchRelayMode(b *testing.B, mode Mode) {
 	if err := c.CreateTopic("bench", 3, nil); err != nil {
 		b.Fatal(err)
 	}
-	s := newStore(b)
+	s := outboxtest.TempStore(b)
 	cfg := DefaultConfig()
 	cfg.Brokers = c.ListenAddrs()
 	cfg.Mode = mode

@@ -14,7 +14,7 @@ import (
 // checkDatabase runs a new relay's CheckDatabase on the store at path.
 func checkDatabase(t *testing.T, path string, cfg Config, adjust func(r *Relay)) error {
 	t.Helper()
-	r, err := New(openStore(t, path), cfg)
+	r, err := New(outboxtest.StoreAt(t, path), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestRelay_CheckDatabase(t *testing.T) {
 	if err := checkDatabase(t, path, cfg, nil); err != nil {
 		t.Fatalf("first start ever, no progress topic: %v", err)
 	}
-	first := openStore(t, path)
+	first := outboxtest.StoreAt(t, path)
 	ids := emit(t, first, "f", keyed("t", 30, 3, 0)...)
 	rr := startRelay(t, first, cfg)
 	rr.waitPublished(t, ids[len(ids)-1])
@@ -105,7 +105,7 @@ func TestRelay_CheckDatabase(t *testing.T) {
 		if err := checkDatabase(t, path, fresh, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok, err := openStore(t, path).AcceptedAsNew(context.Background()); !ok || err != nil {
+		if _, ok, err := outboxtest.StoreAt(t, path).AcceptedAsNew(context.Background()); !ok || err != nil {
 			t.Fatalf("AcceptedAsNew = %v, %v: the choice must be recorded", ok, err)
 		}
 		if err := checkDatabase(t, path, cfg, nil); err != nil {
@@ -118,7 +118,7 @@ func TestRelay_CheckDatabase(t *testing.T) {
 		away.Brokers = []string{"127.0.0.1:1"}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
-		r, err := New(openStore(t, filepath.Join(dir, "away.db")), away)
+		r, err := New(outboxtest.StoreAt(t, filepath.Join(dir, "away.db")), away)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,12 +12,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // claimed opens a store on path and claims the database.
 func claimed(t *testing.T, path string) *outbox.Store {
 	t.Helper()
-	s := openStore(t, path)
+	s := outboxtest.StoreAt(t, path)
 	if _, err := s.Claim(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestRelay_FencedWhileOwner(t *testing.T) {
 	rr := startRelay(t, owner, testConfig(t, brokers))
 	rr.waitPublished(t, ids[len(ids)-1])
 
-	zombie := startRelay(t, openStore(t, path), testConfig(t, brokers))
+	zombie := startRelay(t, outboxtest.StoreAt(t, path), testConfig(t, brokers))
 	wait(t, 10*time.Second, func() error {
 		if st := zombie.r.Status(); !st.Connected {
 			return fmt.Errorf("the other relay %s: %s", st.State, st.LastError)

@@ -1,10 +1,6 @@
 package relay
 
 import (
-	"context"
-	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -13,13 +9,12 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// saramaConfig is the producers' configuration: idempotent, acks=all, one
-// request in flight per broker (which keeps per-partition order across
-// retries), keys partitioned like the Java client. A non-empty txnID makes
-// it transactional: the exactly-once relay's txnProducer reads its
-// settings (batch limit, compression, acks, timeouts, retries,
-// partitioner) and sends its requests itself; the at-least-once relay's
-// is sarama's AsyncProducer.
+// saramaConfig is the relay's producer configuration: idempotent,
+// acks=all, keys partitioned like the Java client, LZ4. The txnProducer
+// reads its settings (batch limit, compression, acks, timeouts, retries,
+// partitioner) and sends its requests itself, up to maxInFlight on a
+// connection (see clientConfig), in both modes; a non-empty txnID makes
+// it transactional (exactly-once).
 func saramaConfig(c Config, txnID string) *sarama.Config {
 	sc := kafkaclient.Config("outboxd-relay", c.Kafka) // version, TLS, SASL
 	sc.ChannelBufferSize = 1024
@@ -93,167 +88,4 @@ func resendsWithin(d, base time.Duration) int {
 		total += resendBackoff(n, base)
 	}
 	return max(n, 1)
-}
-
-// producer is the at-least-once relay's: a sarama idempotent
-// AsyncProducer that sends a batch and waits for each record's success.
-// Collectors drain the Successes and Errors channels for the producer's
-// whole life, so sending never blocks on them.
-type producer struct {
-	ap         sarama.AsyncProducer
-	collectors sync.WaitGroup
-	principal  string // who the brokers' ACLs see, for *AuthorizationError
-}
-
-// pending tracks the records of one batch still waiting for an outcome.
-type pending struct {
-	left   atomic.Int64
-	done   chan struct{} // closed when every record has an outcome
-	failed chan struct{} // closed at the first failure
-	mu     sync.Mutex
-	err    error // the first failure
-}
-
-func newPending(n int) *pending {
-	b := &pending{done: make(chan struct{}), failed: make(chan struct{})}
-	b.left.Store(int64(n))
-	return b
-}
-
-func (b *pending) finish(err error) {
-	if err != nil {
-		b.mu.Lock()
-		if b.err == nil {
-			b.err = err
-			close(b.failed)
-		}
-		b.mu.Unlock()
-	}
-	if b.left.Add(-1) == 0 {
-		close(b.done)
-	}
-}
-
-func (b *pending) result() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.err
-}
-
-// abandon counts n records that were never sent as settled.
-func (b *pending) abandon(n int) {
-	for range n {
-		b.finish(nil)
-	}
-}
-
-// newProducer connects and initialises an idempotent producer id.
-func newProducer(brokers []string, sc *sarama.Config, principal string) (*producer, error) {
-	ap, err := sarama.NewAsyncProducer(brokers, sc)
-	if err != nil {
-		// Initialising a producer id needs IdempotentWrite on the
-		// cluster (or Write on some topic).
-		return nil, denied(err, principal, ask("IdempotentWrite", ResourceCluster, clusterName))
-	}
-	p := &producer{ap: ap, principal: principal}
-	p.collectors.Go(func() {
-		for m := range ap.Successes() {
-			if b, ok := m.Metadata.(*pending); ok {
-				b.finish(nil)
-			}
-		}
-	})
-	p.collectors.Go(func() {
-		for e := range ap.Errors() {
-			if b, ok := e.Msg.Metadata.(*pending); ok {
-				b.finish(denied(e.Err, p.principal, ask("Write", ResourceTopic, e.Msg.Topic)))
-			}
-		}
-	})
-	return p, nil
-}
-
-// openProducer is newProducer bounded by ctx: sarama's own retries can
-// take a while when Kafka is down. When ctx is done first, the opening's
-// connections are cut, it is waited for, and a producer it made is
-// closed.
-func openProducer(ctx context.Context, brokers []string, sc *sarama.Config, principal string) (*producer, error) {
-	d := kafkaclient.NewDialer(sc.Net.DialTimeout)
-	d.Use(sc)
-	type opened struct {
-		p   *producer
-		err error
-	}
-	ch := make(chan opened, 1)
-	go func() {
-		p, err := newProducer(brokers, sc, principal)
-		ch <- opened{p, err}
-	}()
-	select {
-	case o := <-ch:
-		return o.p, o.err
-	case <-ctx.Done():
-		d.CutAll()
-		if o := <-ch; o.p != nil {
-			o.p.close()
-		}
-		return nil, ctx.Err()
-	}
-}
-
-// sendAll sends msgs in order and waits until each has succeeded, or
-// returns at the first failure: the batch has failed, and waiting for
-// sarama to give up on the rest can take long while Kafka is away. The
-// records still in flight belong to a producer that is about to be
-// dropped; a record too large is waited for (see settled). ctx bounds the
-// wait.
-func (p *producer) sendAll(ctx context.Context, msgs []*sarama.ProducerMessage) error {
-	b := newPending(len(msgs))
-	if len(msgs) == 0 {
-		return nil
-	}
-	for i, m := range msgs {
-		m.Metadata = b
-		select {
-		case p.ap.Input() <- m:
-		case <-b.failed:
-			b.abandon(len(msgs) - i)
-			return p.settled(ctx, b)
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
-		}
-	}
-	select {
-	case <-b.done:
-		return b.result()
-	case <-b.failed:
-		return p.settled(ctx, b)
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
-	}
-}
-
-// settled returns the first failure of b. When it is a record too large,
-// it first waits (within ctx) for every record of b to have its outcome:
-// the relay then sends the same rows again in halves, and no record of this
-// attempt may land among them. Any other failure ends the producer, so
-// nothing is waited for.
-func (p *producer) settled(ctx context.Context, b *pending) error {
-	err := b.result()
-	if !isTooLarge(err) {
-		return err
-	}
-	select {
-	case <-b.done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
-	}
-}
-
-// close shuts the producer down, waiting for records in flight, and
-// returns once both collectors have drained.
-func (p *producer) close() {
-	p.ap.AsyncClose()
-	p.collectors.Wait()
 }

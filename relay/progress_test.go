@@ -37,7 +37,7 @@ func lastProgress(t *testing.T, brokers []string, relayID string) (Progress, boo
 func TestProgress_WrittenToKafkaAndSQLite(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	rows := keyed("t", 30, 3, 0)
 	rows[29].topic = "u"
 	ids := emit(t, s, "feedP", rows...)
@@ -79,7 +79,7 @@ func TestProgress_WrittenToKafkaAndSQLite(t *testing.T) {
 func TestProgress_ResumeAfterKafkaWhenSQLiteLags(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	ids := emit(t, s, "f", keyed("t", 120, 4, 0)...)
 	rr := startRelay(t, s, testConfig(t, brokers))
 	rr.waitPublished(t, ids[len(ids)-1])
@@ -107,7 +107,7 @@ func TestProgress_ResumeAfterKafkaWhenSQLiteLags(t *testing.T) {
 func TestProgress_ResumeAfterSQLiteWhenKafkaLags(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	emit(t, s, "f", keyed("t", 40, 4, 0)...)
 	relayID, err := s.MetaID(context.Background(), relayIDKey)
 	if err != nil {
@@ -128,7 +128,7 @@ func TestProgress_ResumeAfterSQLiteWhenKafkaLags(t *testing.T) {
 func TestProgress_DanglingTransactionAborted(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	ids := emit(t, s, "f", keyed("t", 50, 5, 0)...)
 	relayID, err := s.MetaID(context.Background(), relayIDKey)
 	if err != nil {
@@ -179,7 +179,7 @@ func TestRelay_RefusesWhenDatabaseWentBackInTime(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
 	dir := t.TempDir()
-	s := openStore(t, filepath.Join(dir, "live.db"))
+	s := outboxtest.StoreAt(t, filepath.Join(dir, "live.db"))
 	ids := emit(t, s, "f", keyed("t", 20, 2, 0)...)
 	rr := startRelay(t, s, testConfig(t, brokers))
 	rr.waitPublished(t, ids[len(ids)-1])
@@ -211,7 +211,7 @@ func TestRelay_RefusesWhenDatabaseWentBackInTime(t *testing.T) {
 // restoredStore makes a database with the live one's relay id and rows.
 func restoredStore(t *testing.T, path, relayID string, rows []row) *outbox.Store {
 	t.Helper()
-	s := openStore(t, path)
+	s := outboxtest.StoreAt(t, path)
 	if _, err := outboxtest.Exec(context.Background(), s, `INSERT INTO meta (key, value) VALUES (?, ?)`, relayIDKey, relayID); err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func refused(t *testing.T, s *outbox.Store, brokers []string, says ...string) {
 // TestRelayRows_MatchesRows: the relay's fast reader returns what
 // Store.Rows does, NULLs included.
 func TestRelayRows_MatchesRows(t *testing.T) {
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	rows := keyed("t", 50, 5, 0)
 	rows[3].key, rows[4].value = nil, nil
 	rows[5].headers = []outbox.Header{{Key: "a", Value: []byte("b")}}

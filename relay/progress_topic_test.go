@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/kafkasec"
 	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestProgressTopic_Settings: the relay creates the progress topic with
@@ -21,7 +22,7 @@ func TestProgressTopic_Settings(t *testing.T) {
 	t.Run("Created", func(t *testing.T) {
 		c := newCluster(t)
 		brokers := c.ListenAddrs()
-		s := newStore(t)
+		s := outboxtest.TempStore(t)
 		ids := emit(t, s, "f", keyed("t", 20, 2, 0)...)
 		var logs testutil.SyncBuffer
 		cfg := testConfig(t, brokers)
@@ -44,7 +45,7 @@ func TestProgressTopic_Settings(t *testing.T) {
 			t.Fatal(err)
 		}
 		brokers := c.ListenAddrs()
-		s := newStore(t)
+		s := outboxtest.TempStore(t)
 		ids := emit(t, s, "f", keyed("t", 20, 2, 0)...)
 		var logs testutil.SyncBuffer
 		cfg := testConfig(t, brokers)
@@ -88,7 +89,7 @@ func describeTopic(t *testing.T, brokers []string, topic string) map[string]stri
 func TestProgress_RestartNotHeldByAnotherRelay(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	ids := emit(t, s, "f", keyed("t", 50, 5, 0)...)
 	rr := startRelay(t, s, testConfig(t, brokers))
 	rr.waitPublished(t, ids[len(ids)-1])

@@ -12,7 +12,7 @@ import (
 func TestPrune_RetentionZeroPrunesPublishedAtOnce(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Retention = 0
 	cfg.CreateTopics = false
@@ -59,7 +59,7 @@ func TestPrune_RetentionZeroPrunesPublishedAtOnce(t *testing.T) {
 
 func TestPrune_KeepsRowsWithinRetention(t *testing.T) {
 	c := newCluster(t)
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, c.ListenAddrs())
 	cfg.Retention = time.Hour
 	ids := emit(t, s, "f", keyed("t", 30, 3, 0)...)

@@ -11,12 +11,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 func TestRelay_Publish(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 
 	// 350 rows over two topics: keyed ones, one with its own headers, one
 	// with no key and one with no value.
@@ -124,7 +125,7 @@ func checkKeyOrder(t *testing.T, recs []*kgo.Record) {
 func TestRelay_MissingTopic(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.CreateTopics = false
 	ids := emit(t, s, "f", keyed("absent", 5, 2, 0)...)
@@ -149,7 +150,7 @@ func TestRelay_MissingTopic(t *testing.T) {
 
 func TestRelay_ShutdownIsPrompt(t *testing.T) {
 	c := newCluster(t)
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	rr := startRelay(t, s, testConfig(t, c.ListenAddrs()))
 	ids := emit(t, s, "f", keyed("t", 50, 5, 0)...)
 	rr.waitPublished(t, ids[len(ids)-1])
@@ -166,7 +167,7 @@ func TestRelay_ShutdownIsPrompt(t *testing.T) {
 }
 
 func TestNew_InvalidConfig(t *testing.T) {
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := DefaultConfig()
 	cfg.Mode = "twice"
 	if _, err := New(s, cfg); err == nil {
@@ -183,7 +184,7 @@ func TestNew_InvalidConfig(t *testing.T) {
 func TestRelay_ShutdownMidStream(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	ids := emit(t, s, "f", keyed("t", 20000, 10, 0)...)
 	last := ids[len(ids)-1]
 	cfg := testConfig(t, brokers)

@@ -12,6 +12,7 @@ import (
 
 	kafkaclient "github.com/outboxd/outboxd/internal/kafka"
 	"github.com/outboxd/outboxd/internal/kafkasec"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestProgress_RestartAfterMillionRows measures a restart after 1,000,000
@@ -24,7 +25,7 @@ import (
 func TestProgress_RestartAfterMillionRows(t *testing.T) {
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	const rows, chunk = 1_000_000, 20_000
 	var last int64
 	for i := 0; i < rows; i += chunk {

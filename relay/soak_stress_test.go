@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/internal/clock"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestRelay_Soak publishes for RELAY_SOAK (default 10m) to three brokers
@@ -40,7 +41,7 @@ func TestRelay_Soak(t *testing.T) {
 		inits.Add(1)
 		return nil, nil, false
 	})
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Batch = 500
 	cfg.TopicPartitions = 6

@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // tooOld makes c refuse, as a broker with log.message.timestamp.before.max.ms
@@ -56,7 +56,7 @@ func TestRelay_Timestamp(t *testing.T) {
 				var age atomic.Int64 // how far behind the store's clock is
 				cfg := outbox.DefaultConfig(filepath.Join(t.TempDir(), "outboxd.db"))
 				cfg.Now = func() time.Time { return time.Now().Add(-time.Duration(age.Load())) }
-				s := testutil.OpenStore(t, cfg)
+				s := outboxtest.OpenStore(t, cfg)
 				var rows []row
 				var ids []int64
 				old := map[int]bool{}

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // fill returns n bytes drawn from a generator seeded with c: the same for
@@ -157,7 +158,7 @@ func TestRelay_OutputTooLarge(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			c := newCluster(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(limit)}))
 			brokers := c.ListenAddrs()
-			s := newStore(t)
+			s := outboxtest.TempStore(t)
 			rows := keyed("t", 40, 4, 0)
 			rows[5].value = fill('b', 2*limit) // far over
 			rows[20].value = exactFit(t, rows[20], 21, limit)
@@ -207,7 +208,7 @@ func TestRelay_BrokerRefusesTooLarge(t *testing.T) {
 			t.Run(tc.name+"/"+string(mode), func(t *testing.T) {
 				c := tc.setup(t)
 				brokers := c.ListenAddrs()
-				s := newStore(t)
+				s := outboxtest.TempStore(t)
 				rows := keyed("t", 60, 4, 0)
 				rows[7].value = fill('x', 3*brokerLimit)
 				rows[41].value = fill('y', brokerLimit)
@@ -236,7 +237,7 @@ func TestRelay_TooLargeCommitLost(t *testing.T) {
 	const limit = 16 << 10
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.MaxMessageBytes = limit
 	rr := startRelay(t, s, cfg)
@@ -287,7 +288,7 @@ func TestRelay_TooLargeAcrossFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	brokers := c.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	rows := keyed("t", 1500, 7, 0)
 	big := map[int]bool{}
 	rng := rand.New(rand.NewPCG(1, 2))

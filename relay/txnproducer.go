@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +16,11 @@ import (
 	kafkaclient "github.com/outboxd/outboxd/internal/kafka"
 )
 
-// txnProducer is the exactly-once relay's producer. It drives Kafka's
+// txnProducer is the relay's producer: transactional for exactly-once,
+// or, without a transactional id, the at-least-once relay's idempotent
+// producer, which sends the same record batches the same way with no
+// transaction around them (no AddPartitionsToTxn, no EndTxn: a batch is
+// published once every record of it is written). It drives Kafka's
 // transaction protocol itself, with sarama's client, connections and
 // requests: per transaction it adds the transaction's partitions to it
 // (AddPartitionsToTxn), sends each partition's records as record batches,
@@ -141,15 +146,12 @@ func openTxnProducer(ctx context.Context, cfg Config, txnID string) (*txnProduce
 func newTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, principal string,
 	delivery time.Duration) (*txnProducer, error) {
 	txnID := sc.Producer.Transaction.ID
-	if txnID == "" {
-		return nil, errors.New("a transactional producer needs a transactional id")
-	}
 	d, ok := sc.Net.Proxy.Dialer.(*kafkaclient.Dialer)
 	if !ok || !sc.Net.Proxy.Enable {
 		d = kafkaclient.NewDialer(sc.Net.DialTimeout)
 		d.Use(sc)
 	}
-	client, err := sarama.NewClient(brokers, sc)
+	client, err := sarama.NewClient(brokers, clientConfig(sc))
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
@@ -161,10 +163,13 @@ func newTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, pr
 		maxBatch:   sc.Producer.MaxMessageBytes,
 		maxRequest: int(sarama.MaxRequestSize) - 10<<10,
 	}
+	req := &sarama.InitProducerIDRequest{Version: initProducerIDVersion, ProducerID: -1, ProducerEpoch: -1}
+	if p.transactional() {
+		req.TransactionalID, req.TransactionTimeout = &txnID, sc.Producer.Transaction.Timeout
+	}
 	var resp *sarama.InitProducerIDResponse
 	err = p.coordinated(ctx, func(coord *sarama.Broker) (sarama.KError, error) {
-		r, err := coord.InitProducerID(&sarama.InitProducerIDRequest{Version: initProducerIDVersion,
-			TransactionalID: &txnID, TransactionTimeout: sc.Producer.Transaction.Timeout, ProducerID: -1, ProducerEpoch: -1})
+		r, err := coord.InitProducerID(req)
 		if err != nil {
 			return 0, err
 		}
@@ -173,12 +178,54 @@ func newTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, pr
 	})
 	if err != nil {
 		client.Close()
+		err = fmt.Errorf("initialise the producer id: %w", err)
+		if !p.transactional() {
+			// An idempotent producer id needs IdempotentWrite on the
+			// cluster (or Write on some topic).
+			return nil, denied(err, principal, ask("IdempotentWrite", ResourceCluster, clusterName))
+		}
 		// Initialising a producer id needs Write on the transactional id.
-		return nil, denied(fmt.Errorf("initialise the producer id: %w", err), principal,
-			ask("Write", ResourceTransactionalID, txnID))
+		return nil, denied(err, principal, ask("Write", ResourceTransactionalID, txnID))
 	}
 	p.pid, p.epoch = resp.ProducerID, resp.ProducerEpoch
 	return p, nil
+}
+
+// maxInFlight is how many produce requests the producer keeps in flight
+// on a broker's connection: the most an idempotent producer may (a
+// broker keeps the last five batches of each producer and partition to
+// tell a resent one).
+const maxInFlight = 5
+
+// clientConfig is sc for the producer's client: up to maxInFlight
+// requests on a connection. Sarama refuses more than one for an
+// idempotent or transactional producer of its own; the client sends
+// only what the txnProducer gives it (which keeps each partition's
+// batches in sequence order, see produceOnce), so it is told neither.
+func clientConfig(sc *sarama.Config) *sarama.Config {
+	c := *sc
+	c.Net.MaxOpenRequests = maxInFlight
+	c.Producer.Idempotent = false
+	c.Producer.Transaction.ID = ""
+	return &c
+}
+
+// transactional says the producer has a transactional id: it publishes in
+// transactions (exactly-once). Without one it is the at-least-once
+// relay's idempotent producer: the same record batches, no transaction.
+func (p *txnProducer) transactional() bool { return p.txnID != "" }
+
+// coordinator is the broker that answers the producer's InitProducerID
+// and transaction requests: the transaction coordinator, or any broker
+// (the least loaded) for an idempotent producer.
+func (p *txnProducer) coordinator() (*sarama.Broker, error) {
+	if p.transactional() {
+		return p.client.TransactionCoordinator(p.txnID)
+	}
+	if b := p.client.LeastLoadedBroker(); b != nil {
+		return b, nil
+	}
+	return nil, sarama.ErrOutOfBrokers
 }
 
 // coordinated runs req against the transaction coordinator until it
@@ -198,7 +245,7 @@ func (p *txnProducer) coordinated(ctx context.Context, req func(*sarama.Broker) 
 		if err := ctx.Err(); err != nil {
 			return errors.Join(last, err)
 		}
-		coord, err := p.client.TransactionCoordinator(p.txnID)
+		coord, err := p.coordinator()
 		if err != nil {
 			err = fmt.Errorf("find the transaction coordinator: %w", err)
 			if !coordinatorRetriable(err) {
@@ -216,6 +263,9 @@ func (p *txnProducer) coordinated(ctx context.Context, req func(*sarama.Broker) 
 				return nil
 			case code == sarama.ErrNotCoordinatorForConsumer || code == sarama.ErrConsumerCoordinatorNotAvailable:
 				last = code
+				if !p.transactional() {
+					break
+				}
 				if rerr := p.client.RefreshTransactionCoordinator(p.txnID); rerr != nil {
 					last = errors.Join(code, fmt.Errorf("find the transaction coordinator: %w", rerr))
 				}
@@ -263,6 +313,9 @@ func (p *txnProducer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMes
 		return err
 	}
 	err = fmt.Errorf("produce: %w", err)
+	if !p.transactional() {
+		return err // no transaction to end: what went out may go out again
+	}
 	if len(p.doubt) > 0 {
 		return fmt.Errorf("%w (a produce to %s is in doubt: the transaction is left to the next producer's "+
 			"initialisation to end)", err, p.doubted())
@@ -289,22 +342,31 @@ func (p *txnProducer) txn(ctx context.Context, msgs []*sarama.ProducerMessage) e
 	if err := p.build(msgs); err != nil {
 		return err
 	}
-	if err := p.addPartitions(ctx); err != nil {
-		return err
+	if p.transactional() {
+		if err := p.addPartitions(ctx); err != nil {
+			return err
+		}
 	}
+	// Every batch at once, a partition's in sequence order: produce
+	// sends a leader's requests one after the other on its connection,
+	// without waiting for each answer, so no broker waits for another.
+	var sends []sendBatch
 	for round := 0; ; round++ {
-		var sends []sendBatch
+		n := len(sends)
 		for _, pb := range p.parts {
 			if round < len(pb.batches) {
 				sends = append(sends, sendBatch{tp: pb.tp, batch: pb.batches[round]})
 			}
 		}
-		if len(sends) == 0 {
+		if len(sends) == n {
 			break
 		}
-		if err := p.produce(ctx, sends); err != nil {
-			return err
-		}
+	}
+	if err := p.produce(ctx, sends); err != nil {
+		return err
+	}
+	if !p.transactional() {
+		return nil // every batch written: acked
 	}
 	err := p.coordinated(ctx, func(coord *sarama.Broker) (sarama.KError, error) {
 		r, err := coord.EndTxn(&sarama.EndTxnRequest{Version: endTxnVersion, TransactionalID: p.txnID,
@@ -423,7 +485,7 @@ func (p *txnProducer) add(tp topicPartition, m *sarama.ProducerMessage, r *saram
 	} else {
 		b = &sarama.RecordBatch{Version: 2, Codec: p.conf.Producer.Compression,
 			CompressionLevel: p.conf.Producer.CompressionLevel, FirstTimestamp: ts,
-			ProducerID: p.pid, ProducerEpoch: p.epoch, IsTransactional: true}
+			ProducerID: p.pid, ProducerEpoch: p.epoch, IsTransactional: p.transactional()}
 		pb.batches = append(pb.batches, b)
 		pb.size = size
 	}
@@ -521,9 +583,10 @@ type sendBatch struct {
 	maybeWritten bool
 }
 
-// produce sends batches, at most one of a partition, and waits for each
-// to be written: one produce request per leader (more when the bytes pass
-// maxRequest), the leaders' at once. A batch refused with a retriable code
+// produce sends batches, a partition's in sequence order, and waits for
+// each to be written: one produce request per leader (more when the bytes
+// pass maxRequest, or a partition has a batch in the request already),
+// the leaders' at once, a leader's up to maxInFlight at a time. A batch refused with a retriable code
 // (a leader moving, not enough replicas), or whose partition has no
 // leader, or whose request got no answer, is sent again with the same
 // sequence (the broker keeps the first of two copies), after a backoff
@@ -586,97 +649,17 @@ type failedBatch struct {
 // produceOnce sends batches once: it returns those to send again, or the
 // first other failure.
 func (p *txnProducer) produceOnce(batches []sendBatch) ([]failedBatch, error) {
-	type request struct {
-		broker *sarama.Broker
-		req    *sarama.ProduceRequest
-		sent   []sendBatch
-		bytes  int
+	brokers, byBroker, leaderless, err := p.requests(batches)
+	if err != nil {
+		return nil, err
 	}
-	var reqs []*request
-	var leaderless []failedBatch
-	last := map[*sarama.Broker]*request{}
-	for _, b := range batches {
-		leader, err := p.client.Leader(b.tp.topic, b.tp.partition)
-		if err != nil {
-			if !leaderRetriable(err) {
-				return nil, fmt.Errorf("leader of %s/%d: %w", b.tp.topic, b.tp.partition, err)
-			}
-			leaderless = append(leaderless, failedBatch{b, fmt.Errorf("leader of %s/%d: %w", b.tp.topic, b.tp.partition, err)})
-			continue
-		}
-		size := batchBytes(b.batch)
-		rq := last[leader]
-		if rq == nil || (rq.bytes > 0 && rq.bytes+size > p.maxRequest) {
-			rq = &request{broker: leader, req: &sarama.ProduceRequest{TransactionalID: &p.txnID,
-				RequiredAcks: p.conf.Producer.RequiredAcks, Timeout: int32(p.conf.Producer.Timeout / time.Millisecond),
-				Version: produceVersion}}
-			last[leader] = rq
-			reqs = append(reqs, rq)
-		}
-		rq.req.AddBatch(b.tp.topic, b.tp.partition, b.batch)
-		rq.sent = append(rq.sent, b)
-		rq.bytes += size
-	}
-	// A broker's requests go one after the other (one in flight per
-	// connection keeps a partition's batches in order across a retry);
-	// brokers at once.
-	byBroker := map[*sarama.Broker][]*request{}
-	var brokers []*sarama.Broker
-	for _, rq := range reqs {
-		if byBroker[rq.broker] == nil {
-			brokers = append(brokers, rq.broker)
-		}
-		byBroker[rq.broker] = append(byBroker[rq.broker], rq)
-	}
-	type outcome struct {
-		retry   []failedBatch
-		err     error
-		doubt   []sendBatch // sent, never answered
-		written []topicPartition
-	}
-	outcomes := make([]outcome, len(brokers))
-	run := func(i int) {
-		for j, rq := range byBroker[brokers[i]] {
-			resp, err := rq.broker.Produce(rq.req)
-			if err != nil {
-				// Unanswered: sent again, and in doubt until a later
-				// send of the same batch is answered written.
-				err = fmt.Errorf("produce to broker %s: %w", rq.broker.Addr(), err)
-				outcomes[i].doubt = rq.sent
-				if !isNetworkError(err) && !errors.Is(err, sarama.ErrNotConnected) {
-					outcomes[i].err = err
-					return
-				}
-				// This request's batches and those of the broker's
-				// requests not sent yet.
-				for k, later := range byBroker[brokers[i]][j:] {
-					for _, b := range later.sent {
-						b.maybeWritten = b.maybeWritten || k == 0
-						outcomes[i].retry = append(outcomes[i].retry, failedBatch{b, err})
-					}
-				}
-				return
-			}
-			for _, b := range rq.sent {
-				retry, err := p.checkBlock(resp, b)
-				if err != nil {
-					outcomes[i].err = err
-					return
-				}
-				if retry != nil {
-					outcomes[i].retry = append(outcomes[i].retry, *retry)
-				} else {
-					outcomes[i].written = append(outcomes[i].written, b.tp)
-				}
-			}
-		}
-	}
+	outcomes := make([]produceOutcome, len(brokers))
 	if len(brokers) == 1 {
-		run(0)
+		outcomes[0] = p.sendAll(byBroker[brokers[0]])
 	} else {
 		var wg sync.WaitGroup
 		for i := range brokers {
-			wg.Go(func() { run(i) })
+			wg.Go(func() { outcomes[i] = p.sendAll(byBroker[brokers[i]]) })
 		}
 		wg.Wait()
 	}
@@ -700,6 +683,167 @@ func (p *txnProducer) produceOnce(batches []sendBatch) ([]failedBatch, error) {
 		return nil, failed
 	}
 	return retry, nil
+}
+
+// produceRequest is one produce request to a leader and its batches.
+type produceRequest struct {
+	broker *sarama.Broker
+	req    *sarama.ProduceRequest
+	sent   []sendBatch
+	tps    map[topicPartition]bool
+	bytes  int
+}
+
+// produceOutcome is what one broker's requests came to.
+type produceOutcome struct {
+	retry   []failedBatch
+	err     error
+	doubt   []sendBatch // sent, never answered
+	written []topicPartition
+}
+
+// requests puts batches into produce requests by leader, in order: a
+// batch goes into its leader's last request unless that one holds its
+// partition already (a request carries one batch a partition) or would
+// pass maxRequest. It returns the leaders in the order first met, their
+// requests, and the batches whose partition has no leader now.
+func (p *txnProducer) requests(batches []sendBatch) ([]*sarama.Broker, map[*sarama.Broker][]*produceRequest, []failedBatch, error) {
+	var brokers []*sarama.Broker
+	byBroker := map[*sarama.Broker][]*produceRequest{}
+	var leaderless []failedBatch
+	stuck := map[topicPartition]error{} // leaderless: its later batches wait too
+	for _, b := range batches {
+		if err := stuck[b.tp]; err != nil {
+			leaderless = append(leaderless, failedBatch{b, err})
+			continue
+		}
+		leader, err := p.client.Leader(b.tp.topic, b.tp.partition)
+		if err != nil {
+			if !leaderRetriable(err) {
+				return nil, nil, nil, fmt.Errorf("leader of %s/%d: %w", b.tp.topic, b.tp.partition, err)
+			}
+			stuck[b.tp] = fmt.Errorf("leader of %s/%d: %w", b.tp.topic, b.tp.partition, err)
+			leaderless = append(leaderless, failedBatch{b, stuck[b.tp]})
+			continue
+		}
+		size := batchBytes(b.batch)
+		rqs := byBroker[leader]
+		if rqs == nil {
+			brokers = append(brokers, leader)
+		}
+		var rq *produceRequest
+		if n := len(rqs); n > 0 {
+			rq = rqs[n-1]
+		}
+		if rq == nil || rq.tps[b.tp] || (rq.bytes > 0 && rq.bytes+size > p.maxRequest) {
+			rq = &produceRequest{broker: leader, tps: map[topicPartition]bool{}, req: &sarama.ProduceRequest{
+				RequiredAcks: p.conf.Producer.RequiredAcks,
+				Timeout:      int32(p.conf.Producer.Timeout / time.Millisecond), Version: produceVersion}}
+			if p.transactional() {
+				rq.req.TransactionalID = &p.txnID
+			}
+			byBroker[leader] = append(rqs, rq)
+		}
+		rq.req.AddBatch(b.tp.topic, b.tp.partition, b.batch)
+		rq.sent = append(rq.sent, b)
+		rq.tps[b.tp] = true
+		rq.bytes += size
+	}
+	return brokers, byBroker, leaderless, nil
+}
+
+// produceAnswer is a produce request's response, or why none came.
+type produceAnswer struct {
+	resp *sarama.ProduceResponse
+	err  error
+}
+
+// sendAll sends one broker's requests in order on its connection, up to
+// maxInFlight unanswered (the broker answers them in order), and reads
+// every answer. A partition's later batch that the broker refuses as out
+// of order because an earlier one of this call was not written is sent
+// again with it.
+func (p *txnProducer) sendAll(rqs []*produceRequest) produceOutcome {
+	var o produceOutcome
+	answers := make([]chan produceAnswer, 0, len(rqs))
+	var unsent error // why the request after the last sent could not go
+	for _, rq := range rqs {
+		ch := make(chan produceAnswer, 1)
+		// The callback runs on the connection's reading goroutine: it
+		// only hands the answer over.
+		err := rq.broker.AsyncProduce(rq.req, func(resp *sarama.ProduceResponse, err error) {
+			ch <- produceAnswer{resp, err}
+		})
+		if err != nil {
+			unsent = fmt.Errorf("produce to broker %s: %w", rq.broker.Addr(), err)
+			break
+		}
+		answers = append(answers, ch)
+	}
+	behind := map[topicPartition]bool{} // a batch of it was not written
+	for j, ch := range answers {
+		a := <-ch
+		p.answered(&o, rqs[j], a, behind)
+	}
+	if unsent != nil {
+		// The request that failed to go out may be written in part, as
+		// one unanswered; those after it never left.
+		failed := rqs[len(answers)]
+		o.doubt = append(o.doubt, failed.sent...)
+		if !isNetworkError(unsent) && !errors.Is(unsent, sarama.ErrNotConnected) {
+			o.err = cmp.Or(o.err, unsent)
+			return o
+		}
+		for k, later := range rqs[len(answers):] {
+			for _, b := range later.sent {
+				b.maybeWritten = b.maybeWritten || k == 0
+				o.retry = append(o.retry, failedBatch{b, unsent})
+			}
+		}
+	}
+	return o
+}
+
+// answered takes rq's answer a into o. behind holds the partitions of
+// which a batch sent before was not written (to be sent again).
+func (p *txnProducer) answered(o *produceOutcome, rq *produceRequest, a produceAnswer, behind map[topicPartition]bool) {
+	if a.err != nil {
+		// Unanswered: sent again, and in doubt until a later send of
+		// the same batch is answered written.
+		err := fmt.Errorf("produce to broker %s: %w", rq.broker.Addr(), a.err)
+		o.doubt = append(o.doubt, rq.sent...)
+		if !isNetworkError(err) && !errors.Is(err, sarama.ErrNotConnected) {
+			o.err = cmp.Or(o.err, err)
+			return
+		}
+		for _, b := range rq.sent {
+			b.maybeWritten = true
+			o.retry = append(o.retry, failedBatch{b, err})
+			behind[b.tp] = true
+		}
+		return
+	}
+	for _, b := range rq.sent {
+		if behind[b.tp] {
+			if block := a.resp.GetBlock(b.tp.topic, b.tp.partition); block != nil && block.Err == sarama.ErrOutOfOrderSequenceNumber {
+				// Its partition's batch before it was not written: the
+				// broker took none after it.
+				o.retry = append(o.retry, failedBatch{b, fmt.Errorf("produce to %s/%d: %w after a batch not written",
+					b.tp.topic, b.tp.partition, block.Err)})
+				continue
+			}
+		}
+		retry, err := p.checkBlock(a.resp, b)
+		switch {
+		case err != nil:
+			o.err = cmp.Or(o.err, err)
+		case retry != nil:
+			o.retry = append(o.retry, *retry)
+			behind[b.tp] = true
+		default:
+			o.written = append(o.written, b.tp)
+		}
+	}
 }
 
 // checkBlock reads b's answer in resp: written, to be sent again, or a

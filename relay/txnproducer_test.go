@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestTxnProducer_ManyBrokers: three brokers lead the partitions of two
@@ -28,7 +29,7 @@ func TestTxnProducer_ManyBrokers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := testConfig(t, brokers)
 	cfg.Batch = 500
 	cfg.MaxMessageBytes = outbox.MinMessageBytes
@@ -104,7 +105,7 @@ func TestTxnProducer_RetriableRefusals(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cl := newCluster(t)
 			brokers := cl.ListenAddrs()
-			s := newStore(t)
+			s := outboxtest.TempStore(t)
 			ids := emit(t, s, "f", keyed("t", 40, 4, 0)...)
 			rr := startRelay(t, s, testConfig(t, brokers))
 			rr.waitPublished(t, ids[len(ids)-1])
@@ -129,6 +130,52 @@ func TestTxnProducer_RetriableRefusals(t *testing.T) {
 				t.Errorf("status %+v, want 2 transactions and no error", st)
 			}
 		})
+	}
+}
+
+// TestTxnProducer_PipelinedRefusal: a transaction whose partitions take
+// several record batches each sends its produce requests one after the
+// other without waiting for the answers. The leader refuses the first
+// (NOT_LEADER_OR_FOLLOWER), so it refuses the partitions' later batches
+// as out of order; the producer sends them all again in order, within
+// the transaction, and every row is published once, a key's in id order.
+func TestTxnProducer_PipelinedRefusal(t *testing.T) {
+	cl := newCluster(t)
+	brokers := cl.ListenAddrs()
+	if err := cl.CreateTopic("t", 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := outboxtest.TempStore(t)
+	cfg := testConfig(t, brokers)
+	cfg.Batch = 1000
+	cfg.MaxMessageBytes = outbox.MinMessageBytes
+	ids := emit(t, s, "f", keyed("t", 40, 4, 0)...)
+	rr := startRelay(t, s, cfg)
+	rr.waitPublished(t, ids[len(ids)-1])
+
+	var requests, refused atomic.Int32
+	cl.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cl.KeepControl()
+		if requests.Add(1) == 1 {
+			refused.Add(1)
+			return refusal(req, kerr.NotLeaderForPartition.Code), nil, true
+		}
+		return nil, nil, false
+	})
+	var rows []row
+	for i := range 600 {
+		rows = append(rows, row{topic: "t", key: []byte("k" + strconv.Itoa(i%7)), value: []byte(fmt.Sprintf("v%05d-%0200d", i, i))})
+	}
+	ids = append(ids, emit(t, s, "f", rows...)...)
+	rr.waitPublished(t, ids[len(ids)-1])
+	if n := requests.Load(); refused.Load() != 1 || n < 4 {
+		t.Fatalf("%d produce requests, %d refused: want one refused and the transaction's in several requests", n, refused.Load())
+	}
+	recs := readCommitted(t, brokers, "t")
+	exactlyOnce(t, recs, ids)
+	checkKeyOrder(t, recs)
+	if st := rr.r.Status(); st.LastError != "" || st.Transactions != 2 {
+		t.Errorf("status %+v, want 2 transactions and no error (the refusal retried within the second)", st)
 	}
 }
 
@@ -175,7 +222,7 @@ func refusal(req kmsg.Request, code int16) kmsg.Response {
 func TestTxnProducer_ProduceFailsThenFenced(t *testing.T) {
 	cl := newCluster(t)
 	brokers := cl.ListenAddrs()
-	s := newStore(t)
+	s := outboxtest.TempStore(t)
 	ids := emit(t, s, "f", keyed("t", 40, 4, 0)...)
 	rr := startRelay(t, s, testConfig(t, brokers))
 	rr.waitPublished(t, ids[len(ids)-1])
@@ -217,7 +264,7 @@ func TestTxnProducer_DuplicateOnFirstSend(t *testing.T) {
 		t.Run(map[int16]string{0: "FirstSend", kerr.NotLeaderForPartition.Code: "AfterNotLeader"}[before], func(t *testing.T) {
 			cl := newCluster(t)
 			brokers := cl.ListenAddrs()
-			s := newStore(t)
+			s := outboxtest.TempStore(t)
 			ids := emit(t, s, "f", keyed("t", 40, 4, 0)...)
 			rr := startRelay(t, s, testConfig(t, brokers))
 			rr.waitPublished(t, ids[len(ids)-1])

@@ -307,18 +307,13 @@ func recordOf(topic string, part int32, r kafka.Record) *record {
 }
 
 // retriable reports an error a fetch may succeed after: a leader moving,
-// a broker away for a moment.
+// a broker away for a moment (kafka.IsRetriable), but not a topic or
+// partition unknown, which ends the consume, nor CORRUPT_MESSAGE, which
+// the same fetch answers again.
 func retriable(err error) bool {
 	var ke sarama.KError
 	if errors.As(err, &ke) {
-		switch ke {
-		case sarama.ErrNotLeaderForPartition, sarama.ErrLeaderNotAvailable, sarama.ErrReplicaNotAvailable,
-			sarama.ErrRequestTimedOut, sarama.ErrBrokerNotAvailable, sarama.ErrNetworkException,
-			sarama.ErrKafkaStorageError, sarama.ErrFencedLeaderEpoch, sarama.ErrUnknownLeaderEpoch,
-			sarama.ErrOffsetNotAvailable, sarama.ErrNotEnoughReplicas:
-			return true
-		}
-		return false
+		return ke != sarama.ErrUnknownTopicOrPartition && ke != sarama.ErrInvalidMessage && kafka.IsRetriable(ke)
 	}
 	return true // no answer: the connection failed
 }

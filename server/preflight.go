@@ -53,6 +53,9 @@ func (m *Main) preflight() error {
 	if err := m.checkSQLProcessors(); err != nil {
 		return err
 	}
+	if err := m.checkRecordEngine(); err != nil {
+		return err
+	}
 	if outbox.IsPostgres(m.Config.DB) {
 		// A server's database: Open says whether it answers.
 	} else if err := checkDatabasePath(m.Config.DB); err != nil {
@@ -134,4 +137,24 @@ func pathless(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// ErrRecordSQLiteOnly says why a feed is not recorded on a PostgreSQL
+// store: a recording starts from a snapshot of the database (VACUUM INTO
+// a file), which a replay runs on, and a replay's diff compares two SQLite
+// files.
+var ErrRecordSQLiteOnly = errors.New("a recording starts from a SQLite snapshot of the database and replays into a SQLite file: record on a SQLite --db")
+
+// checkRecordEngine refuses a recorded feed on --db postgres://, before
+// the database is touched.
+func (m *Main) checkRecordEngine() error {
+	if !outbox.IsPostgres(m.Config.DB) {
+		return nil
+	}
+	for _, name := range m.Config.FeedNames() {
+		if m.Config.Record.dirOf(name) != "" {
+			return configErr("--record %s: %v, not on --db postgres://", name, ErrRecordSQLiteOnly)
+		}
+	}
+	return nil
 }

@@ -140,9 +140,6 @@ func (w wrapped) Unwrap() error { return w.err }
 // with nothing created. build makes them again for the loops; the check
 // takes about 10 ms a processor.
 func (m *Main) checkSQLProcessors() error {
-	if names := m.Config.Query.names(); len(names) > 0 && outbox.IsPostgres(m.Config.DB) {
-		return configErr("queries.%s: a state query %v, not on --db postgres://", names[0], outbox.ErrSQLiteOnly)
-	}
 	for _, name := range m.Config.FeedNames() {
 		fc := m.Config.Feeds[name]
 		if !m.Config.declaredProcessor(fc.Processor) {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/sqlproc"
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -68,7 +67,7 @@ func startDocs(t *testing.T, yaml string, s *outbox.Store) (*docsRun, error) {
 		t.Fatal(err)
 	}
 	if s == nil {
-		s = testutil.NewStore(t, nil)
+		s = outboxtest.NewStore(t, nil)
 		if err := sqlproc.Guard(context.Background(), s); err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -231,7 +230,7 @@ func TestMain_SQLProcessor(t *testing.T) {
 	if !reflect.DeepEqual(rs, want) {
 		t.Fatalf("outbox rows\n%q\nwant\n%q", rs, want)
 	}
-	rd := openStore(t, db)
+	rd := outboxtest.StoreAt(t, db)
 	var bal []string
 	if err := outboxtest.Select(context.Background(), rd, &bal, "SELECT account || '=' || balance FROM balances ORDER BY account"); err != nil ||
 		strings.Join(bal, " ") != "alice=7 bob=5" {
@@ -241,10 +240,6 @@ func TestMain_SQLProcessor(t *testing.T) {
 	if err != nil || len(dls) != 1 || dls[0].Reason != "malformed" || dls[0].Position != int64(len(data)) {
 		t.Fatalf("dead letters %+v (%v), want the last line's, malformed", dls, err)
 	}
-}
-
-func openStore(t *testing.T, db string) *outbox.Store {
-	return testutil.OpenStore(t, outbox.DefaultConfig(db))
 }
 
 func feedPosition(t *testing.T, s *outbox.Store, feed string) int64 {
@@ -259,7 +254,7 @@ func feedPosition(t *testing.T, s *outbox.Store, feed string) int64 {
 // readRows lists the outbox's rows as "topic key value".
 func readRows(t *testing.T, db string) []string {
 	t.Helper()
-	rows, err := openStore(t, db).Rows(context.Background(), 0, 100)
+	rows, err := outboxtest.StoreAt(t, db).Rows(context.Background(), 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

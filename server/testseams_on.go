@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/outboxd/outboxd/ingest"
-	"github.com/outboxd/outboxd/internal/testseam"
+	"github.com/outboxd/outboxd/ingest/testseam"
 	"github.com/outboxd/outboxd/outbox"
 )
 

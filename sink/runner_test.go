@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 	"github.com/outboxd/outboxd/sink"
 )
 
@@ -194,7 +195,7 @@ func TestRunner_ThroughRandomFailures(t *testing.T) {
 }
 
 func testThroughRandomFailures(t *testing.T, exactly bool) {
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	ctx := context.Background()
 	topics := []string{"a", "b", "c"}
 	value := func(i int) string {
@@ -289,7 +290,7 @@ func parseID(s string) int64 {
 // tell what it holds gets, after a restart, exactly the rows after the
 // stored progress.
 func TestRunner_AtLeastOnceResumesAfterStoredProgress(t *testing.T) {
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	v := func(i int) string { return fmt.Sprint("v", i) }
 	emit(t, s, 0, 100, []string{"a"}, v)
 	tg := newMemTarget(2, 0, 0, false)
@@ -319,7 +320,7 @@ func TestRunner_AtLeastOnceResumesAfterStoredProgress(t *testing.T) {
 // written still stores its progress through every row (pruning waits
 // for it), and delivers nothing.
 func TestRunner_PassesOverOtherTopics(t *testing.T) {
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	emit(t, s, 0, 300, []string{"x", "y"}, func(i int) string { return "v" })
 	tg := newMemTarget(4, 0, 0, true)
 	r, err := sink.NewRunner(s, spec("other", "z"), tg, fastConfig())
@@ -333,7 +334,7 @@ func TestRunner_PassesOverOtherTopics(t *testing.T) {
 // TestRunner_WokenByCommit: an idle runner delivers a new commit's rows
 // without waiting for its poll (an hour here).
 func TestRunner_WokenByCommit(t *testing.T) {
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	cfg := fastConfig()
 	cfg.Poll = time.Hour
 	tg := newMemTarget(5, 0, 0, true)
@@ -354,7 +355,7 @@ func TestRunner_WokenByCommit(t *testing.T) {
 // TestRunner_LagCountsTheSinksBacklog: a sink whose target is down shows
 // the rows and bytes after its progress, and the failure.
 func TestRunner_LagCountsTheSinksBacklog(t *testing.T) {
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	rng := rand.New(rand.NewPCG(6, 6))
 	emit(t, s, 0, 40, []string{"a"}, func(i int) string { // random: the store compresses repeats
 		b := make([]byte, 100)
@@ -390,7 +391,7 @@ func (b *backInTime) Resume(context.Context) (int64, error) { return 1000, nil }
 // database never had is refused (an older database or another one), with
 // the reason in the status, and nothing is delivered.
 func TestRunner_RefusesATargetAheadOfTheDatabase(t *testing.T) {
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	emit(t, s, 0, 5, []string{"a"}, func(i int) string { return "v" })
 	tg := &backInTime{*newMemTarget(7, 0, 0, true)}
 	r, err := sink.NewRunner(s, spec("ahead", "a"), tg, fastConfig())
@@ -425,7 +426,7 @@ func (b *blockedTarget) Deliver(ctx context.Context, rows []outbox.Row) ([]outbo
 // neither another sink of the same topic nor the store's progress of it;
 // the outbox floor (pruning, the backlog bound) waits for it.
 func TestRunner_SlowSinkHoldsBackNoOther(t *testing.T) {
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	ctx := context.Background()
 	testutil.Must(t, s.SetConsumers(ctx, false, []string{"fast", "slow"}))
 	slow := &blockedTarget{memTarget: *newMemTarget(10, 0, 0, true), release: make(chan struct{})}
@@ -455,7 +456,7 @@ func TestRunner_SlowSinkHoldsBackNoOther(t *testing.T) {
 // TestRunner_CountsRowsPrunedBeforeIt: a sink added after rows were
 // pruned says how many it missed, and takes the rest.
 func TestRunner_CountsRowsPrunedBeforeIt(t *testing.T) {
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	ctx := context.Background()
 	emit(t, s, 0, 30, []string{"a"}, func(i int) string { return "v" })
 	emit(t, s, 30, 30, []string{"a"}, func(i int) string { return "v" })

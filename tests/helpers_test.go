@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // serverBin is the binary as shipped; seamBin is built with the testseams
@@ -144,11 +146,7 @@ var wait = testutil.Wait
 // running: WAL lets readers in.
 func readStore(t *testing.T, path string) *outbox.Store {
 	t.Helper()
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := outboxtest.StoreAt(t, path)
 	return s
 }
 
@@ -187,4 +185,15 @@ func TestBinary_NoTestSeams(t *testing.T) {
 			}
 		}
 	}
+}
+
+// killDB is where a kill -9 test's server keeps its store: a file in dir,
+// or a PostgreSQL database of the test's own under
+// OUTBOXD_TEST_STORE=postgres (the same suite on the PostgreSQL store).
+func killDB(t *testing.T, dir string) string {
+	t.Helper()
+	if outboxtest.OnPostgres() {
+		return pgtest.New(t).DSN
+	}
+	return filepath.Join(dir, "outboxd.db")
 }

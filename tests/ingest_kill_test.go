@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/ingest/ledger"
-	"github.com/outboxd/outboxd/internal/testseam"
+	"github.com/outboxd/outboxd/ingest/testseam"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -97,7 +97,7 @@ func TestIngest_KillNine(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	dir := t.TempDir()
 	input := filepath.Join(dir, "ledger.csv")
-	db := filepath.Join(dir, "outboxd.db")
+	db := killDB(t, dir)
 	lf := makeLedger(rng, 100_000)
 	args := []string{"--db", db, "--feed", "ledger=file:" + input, "--processor", "ledger=ledger",
 		"--relay", "none", "--http", "127.0.0.1:0"}
@@ -193,7 +193,7 @@ func TestIngest_KillNineManyAccounts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
 	dir := t.TempDir()
 	input := filepath.Join(dir, "ledger.csv")
-	db := filepath.Join(dir, "outboxd.db")
+	db := killDB(t, dir)
 	lf := makeLedgerOver(rng, 60_000, 20_000)
 	args := []string{"--db", db, "--feed", "ledger=file:" + input, "--processor", "ledger=ledger",
 		"--relay", "none", "--http", "127.0.0.1:0"}

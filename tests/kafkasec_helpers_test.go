@@ -23,8 +23,8 @@ import (
 
 	"github.com/outboxd/outboxd/internal/devkafka"
 	"github.com/outboxd/outboxd/internal/kafkasec"
-	"github.com/outboxd/outboxd/internal/testcerts"
 	"github.com/outboxd/outboxd/internal/testutil/securekafka"
+	"github.com/outboxd/outboxd/internal/testutil/testcerts"
 )
 
 // The users of a secured broker: a superuser for the test's own reads and

@@ -22,7 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/internal/kafkasec"
-	"github.com/outboxd/outboxd/internal/testcerts"
+	"github.com/outboxd/outboxd/internal/testutil/testcerts"
 	"github.com/outboxd/outboxd/outbox"
 )
 

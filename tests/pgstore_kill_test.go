@@ -56,21 +56,39 @@ func TestPostgres_KillNine(t *testing.T) {
 	checkRunningBalances(t, db)
 }
 
-// TestPostgres_RefusesSQLiteOnly: a state query (and a SQL processor,
-// through the same check) is refused at start on --db postgres://, in one
-// line, before the database is touched.
-func TestPostgres_RefusesSQLiteOnly(t *testing.T) {
+// TestPostgres_QueryCheckedAtStart: a state query's SQL is checked at
+// start against the PostgreSQL store it will run on (prepared there): one
+// PostgreSQL refuses stops the start in one line, exit 2.
+func TestPostgres_QueryCheckedAtStart(t *testing.T) {
 	db := pgtest.New(t)
 	cfg := filepath.Join(t.TempDir(), "outboxd.yaml")
-	if err := os.WriteFile(cfg, []byte("queries:\n  n: SELECT count(*) AS n FROM feeds\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte("queries:\n  n: SELECT count(*) AS n FRM feeds\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(serverBin, "--config", cfg, "--db", db.DSN, "--relay", "none")
 	out, _ := cmd.CombinedOutput()
-	// Its last line (a warning that no feed is given comes first).
-	want := "\nserver: queries.n: a state query runs on a SQLite --db only in this version " +
-		"(it is checked by SQLite's authorizer), not on --db postgres://\n"
+	// Its last line (warnings come first).
+	want := "\nserver: queries.n: ERROR: syntax error at or near \"FRM\" (SQLSTATE 42601)\n"
 	if cmd.ProcessState.ExitCode() != 2 || !strings.HasSuffix(string(out), want) {
+		t.Fatalf("exit %d, %q; want 2, %q", cmd.ProcessState.ExitCode(), out, want)
+	}
+}
+
+// TestPostgres_RefusesRecording: a recorded feed on --db postgres:// is
+// refused at start in one line saying why (exit 2), nothing created.
+func TestPostgres_RefusesRecording(t *testing.T) {
+	db := pgtest.New(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "in.csv")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(serverBin, "--db", db.DSN, "--relay", "none", "--feed", "f=file:"+file,
+		"--processor", "f=forward", "--topic", "f=t", "--record", "f="+filepath.Join(dir, "rec"))
+	out, _ := cmd.CombinedOutput()
+	want := "\nserver: --record f: a recording starts from a SQLite snapshot of the database and replays into a SQLite file: " +
+		"record on a SQLite --db, not on --db postgres://\n"
+	if cmd.ProcessState.ExitCode() != 2 || !strings.HasSuffix("\n"+string(out), want) {
 		t.Fatalf("exit %d, %q; want 2, %q", cmd.ProcessState.ExitCode(), out, want)
 	}
 	var tables int

@@ -21,7 +21,7 @@ func killRun(t *testing.T, rng *rand.Rand, lf ledgerFile, kills int, extra ...st
 	t.Helper()
 	dir := t.TempDir()
 	input := filepath.Join(dir, "ledger.csv")
-	db = filepath.Join(dir, "outboxd.db")
+	db = killDB(t, dir)
 	args := append([]string{"--db", db, "--feed", "ledger=file:" + input, "--processor", "ledger=ledger",
 		"--http", "127.0.0.1:0"}, extra...)
 	writing := appendSlowly(t, input, lf.data, 8*time.Second, rng)

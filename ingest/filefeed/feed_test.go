@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -332,27 +333,12 @@ func ffWakes(t *testing.T, f *Feed, do func()) {
 	default:
 	}
 	do()
-	ffWait(t, ffTimeout, func() error {
+	testutil.Wait(t, ffTimeout, func() error {
 		if len(f.wake) == 0 {
 			return errors.New("no wake-up from the watcher")
 		}
 		return nil
 	})
-}
-
-// ffWait calls cond every 50 ms until it returns nil, and fails t with its
-// last error when timeout passes first.
-func ffWait(t *testing.T, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for err := cond(); err != nil; err = cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", timeout, err)
-		}
-		<-tick.C
-	}
 }
 
 func TestFeed_Append(t *testing.T) {

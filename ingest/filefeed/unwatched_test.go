@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/ingest"
+	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -56,7 +57,7 @@ func (ff *ffFile) expectNewFile(f *Feed, prev string) {
 func ffSawEnd(t *testing.T, f *Feed, end int64) {
 	t.Helper()
 	ffNoMore(t, f) // polls: the feed looks at the file meanwhile
-	ffWait(t, ffTimeout, func() error {
+	testutil.Wait(t, ffTimeout, func() error {
 		if got := f.Ends()[0]; got != end {
 			ffNoMore(t, f)
 			return fmt.Errorf("the feed saw its file end at %d, want %d", got, end)

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/ingest/kafkafeed"
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // processCPU is the CPU time (user and system) the process has used.
@@ -58,7 +59,7 @@ func BenchmarkFeeds_Poll(b *testing.B) {
 			defer c.Close()
 			testutil.Must(b, c.CreateTopic("bench", parts, nil))
 			fill(b, c.ListenAddrs(), "bench", parts, b.N)
-			s := testutil.OpenStore(b, outbox.DefaultConfig(filepath.Join(b.TempDir(), "b.db")))
+			s := outboxtest.OpenStore(b, outbox.DefaultConfig(filepath.Join(b.TempDir(), "b.db")))
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
 			cfg := kafkafeed.Config{Brokers: c.ListenAddrs(), Topic: "bench", Group: "bench", Logger: log}
 			var f ingest.Feed = kafkafeed.New(cfg)

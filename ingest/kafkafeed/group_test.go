@@ -13,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // groupServer is one server's share of a group feed: its store on the
@@ -31,7 +32,7 @@ var forwardProc = ingest.ProcessorFunc(func(ctx context.Context, tx *outbox.Tx, 
 
 func startGroupServer(t *testing.T, dsn string, brokers []string, topic, owner string) *groupServer {
 	t.Helper()
-	s := testutil.OpenStore(t, outbox.DefaultConfig(dsn))
+	s := outboxtest.OpenStore(t, outbox.DefaultConfig(dsn))
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})).With("server", owner)
 	f := kafkafeed.NewGroup(kafkafeed.GroupConfig{
 		Config: kafkafeed.Config{Brokers: brokers, Topic: topic, Group: "outboxd-group-test",

@@ -12,12 +12,11 @@ import (
 // (if any) has come. It returns as soon as one is ready, with as many as
 // are, taking partitions in turn; otherwise it waits. It returns ctx.Err()
 // when ctx is done first, and an error wrapping fs.ErrClosed after Close.
+// With ctx done already it still hands over the records ready (see
+// ingest.Feed).
 func (f *Feed) Poll(ctx context.Context, buf []ingest.Record, maxRecords int) ([]ingest.Record, error) {
 	start, limit := len(buf), len(buf)+max(maxRecords, 1)
 	for {
-		if err := ctx.Err(); err != nil {
-			return buf, err
-		}
 		f.mu.Lock()
 		if err := f.usable(); err != nil {
 			f.mu.Unlock()
@@ -32,6 +31,9 @@ func (f *Feed) Poll(ctx context.Context, buf []ingest.Record, maxRecords int) ([
 		}
 		if unconfirmed {
 			signal(f.checkReq)
+		}
+		if err := ctx.Err(); err != nil {
+			return buf, err
 		}
 		if err := f.waitReady(ctx, wake); err != nil {
 			return buf, err

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/ingest/feedtest"
 	"github.com/outboxd/outboxd/ingest/kafkafeed"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // recreateRun is a loop on a Kafka feed, run in the background, that keeps
@@ -33,11 +34,7 @@ type recreateRun struct {
 
 func startRecreateRun(t *testing.T, c *kfake.Cluster, topic string, refresh time.Duration) *recreateRun {
 	t.Helper()
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(filepath.Join(t.TempDir(), "o.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := outboxtest.StoreAt(t, filepath.Join(t.TempDir(), "o.db"))
 	fc := testKafkaConfig(t, c, topic)
 	fc.MetadataRefresh = refresh
 	rr := &recreateRun{store: s, feed: kafkafeed.New(fc), name: topic, applied: map[string]int{}}

@@ -112,8 +112,6 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-func openStore(t *testing.T) *outbox.Store { return testutil.TempStore(t) }
-
 // must is testutil.Must.
 var must = testutil.Must
 
@@ -178,7 +176,7 @@ func TestProcessor_Apply(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("OK", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		p := ledger.New("ledger-out")
 		tx, err := s.Begin(ctx)
 		must(t, err)
@@ -207,7 +205,7 @@ func TestProcessor_Apply(t *testing.T) {
 	})
 
 	t.Run("BalancesPerFeed", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		p := ledger.New("t")
 		tx, err := s.Begin(ctx)
 		must(t, err)
@@ -225,7 +223,7 @@ func TestProcessor_Apply(t *testing.T) {
 	})
 
 	t.Run("JSONEscaping", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		p := ledger.New("t")
 		tx, err := s.Begin(ctx)
 		must(t, err)
@@ -241,7 +239,7 @@ func TestProcessor_Apply(t *testing.T) {
 	// "\ufffd" while keyed and stored apart. Such an account must be
 	// malformed, or its output must name it exactly.
 	t.Run("InvalidUTF8Account", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		p := ledger.New("t")
 		tx, err := s.Begin(ctx)
 		must(t, err)
@@ -264,7 +262,7 @@ func TestProcessor_Apply(t *testing.T) {
 	})
 
 	t.Run("ErrMalformed", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		p := ledger.New("t")
 		tx, err := s.Begin(ctx)
 		must(t, err)
@@ -300,7 +298,7 @@ func TestProcessor_Apply(t *testing.T) {
 			`malformed: amount -1 would overflow the balance -9223372036854775808 of "a"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := openStore(t)
+			s := outboxtest.TempStore(t)
 			p := ledger.New("t")
 			tx, err := s.Begin(ctx)
 			must(t, err)
@@ -339,7 +337,7 @@ func TestProcessor_Apply(t *testing.T) {
 	}
 
 	t.Run("BalanceAtLimitsStillMoves", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		p := ledger.New("t")
 		tx, err := s.Begin(ctx)
 		must(t, err)
@@ -357,7 +355,7 @@ func TestProcessor_Apply(t *testing.T) {
 	// An item rolled back after the batch's first change of its account
 	// takes the account out of the batch; later ones add it again.
 	t.Run("RolledBackNewAccountLeavesNoTrace", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		p := ledger.New("t")
 		tx, err := s.Begin(ctx)
 		must(t, err)
@@ -383,7 +381,7 @@ func TestProcessor_Apply(t *testing.T) {
 	})
 
 	t.Run("RolledBackItemLeavesNoTrace", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		p := ledger.New("t")
 		tx, err := s.Begin(ctx)
 		must(t, err)

@@ -8,6 +8,7 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 func items(lines ...string) []ingest.Item {
@@ -37,7 +38,7 @@ func TestProcessor_Prepare(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("OK", func(t *testing.T) {
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		committedBalances(t, s, "f", "a,10", "b,-4", "d,7")
 		committedBalances(t, s, "g", "a,100")
 		p := ledger.New("t")
@@ -78,7 +79,7 @@ func TestProcessor_Prepare(t *testing.T) {
 		// More accounts than one read takes, and a count that is no power
 		// of two: every chunk size is used.
 		const n = 3*ledger.ReadChunk + 77
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		var setup, lines []string
 		want := map[string]int64{}
 		for i := range n {
@@ -110,7 +111,7 @@ func TestProcessor_Prepare(t *testing.T) {
 	t.Run("NothingKeptFromAnUncommittedBatch", func(t *testing.T) {
 		// A batch that does not commit leaves its reads and changes behind:
 		// the next one reads the committed balance again.
-		s := openStore(t)
+		s := outboxtest.TempStore(t)
 		committedBalances(t, s, "f", "a,10")
 		p := ledger.New("t")
 		tx, err := s.Begin(ctx)

@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/ingest/ledger"
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestProcessor_PartitionMovesBack: two servers share a PostgreSQL
@@ -18,8 +18,8 @@ import (
 func TestProcessor_PartitionMovesBack(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
-	a := testutil.OpenStore(t, outbox.DefaultConfig(db.DSN))
-	b := testutil.OpenStore(t, outbox.DefaultConfig(db.DSN))
+	a := outboxtest.OpenStore(t, outbox.DefaultConfig(db.DSN))
+	b := outboxtest.OpenStore(t, outbox.DefaultConfig(db.DSN))
 	pa, pb := ledger.New("out"), ledger.New("out")
 	for _, s := range []*outbox.Store{a, b} {
 		must(t, s.RegisterFeed(ctx, outbox.FeedInfo{Name: "f", Kind: "kafka"}))

@@ -161,6 +161,9 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 	if err != nil {
 		return ingest.Permanent(reason, err)
 	}
+	if tx.Store().Postgres() && !pgKey(item.Key) {
+		return ingest.Malformed("the key %q is no order id a PostgreSQL store can keep: text is UTF-8 without NUL there", item.Key)
+	}
 	from, attempt, err := p.origin(d, item)
 	if err != nil {
 		return err // a retry record without its origin: permanent, malformed

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/orders"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 const (
@@ -32,11 +32,7 @@ type harness struct {
 
 func newHarness(t *testing.T, mod ...func(*orders.Config)) *harness {
 	t.Helper()
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(filepath.Join(t.TempDir(), "o.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := outboxtest.NewStore(t, nil)
 	if err := s.RegisterFeed(context.Background(), outbox.FeedInfo{Name: feed}); err != nil {
 		t.Fatal(err)
 	}

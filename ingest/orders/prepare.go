@@ -11,7 +11,8 @@ import (
 // Prepare reads, in key order and a few statements, the stored events of
 // every order of items that the transaction does not hold yet: each would
 // otherwise cost Apply statements of its own. Records without a key are
-// left to Apply, which dead-letters them.
+// left to Apply, which dead-letters them, and so are keys a PostgreSQL
+// store cannot keep as text.
 func (p *Processor) Prepare(ctx context.Context, tx *outbox.Tx, feed string, items []ingest.Item) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -19,7 +20,7 @@ func (p *Processor) Prepare(ctx context.Context, tx *outbox.Tx, feed string, ite
 	seen := make(map[string]struct{}, len(items))
 	ids := make([]string, 0, len(items))
 	for _, it := range items {
-		if len(it.Key) == 0 {
+		if len(it.Key) == 0 || (tx.Store().Postgres() && !pgKey(it.Key)) {
 			continue
 		}
 		if _, ok := seen[string(it.Key)]; ok {

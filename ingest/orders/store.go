@@ -107,6 +107,7 @@ func init() {
 			"SELECT ?, column1, column2, column3, column4 FROM (VALUES " + outbox.Placeholders(n, 4) + ") WHERE true" +
 			" ON CONFLICT(feed, order_id) DO UPDATE SET status = excluded.status, at = excluded.at, events = events + excluded.events"
 	}
+	registerPostgres()
 }
 
 // atLayout is RFC 3339 with fixed-width nanoseconds.

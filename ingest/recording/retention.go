@@ -34,11 +34,49 @@ type diskFile struct {
 // feedFiles lists feed's recording files in dir, by run then name.
 func feedFiles(dir, feed string) ([]diskFile, error) {
 	re := regexp.MustCompile(`^` + regexp.QuoteMeta(feed) + `-(` + runPattern + `)(-[0-9]{4}\.rec|\.snapshot\.db|\.gap)$`)
+	found, err := listFiles(dir, re)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]diskFile, 0, len(found))
+	for _, f := range found {
+		kind := filePart
+		switch {
+		case strings.HasSuffix(f.match[2], ".snapshot.db"):
+			kind = fileSnapshot
+		case f.match[2] == ".gap":
+			kind = fileGap
+		}
+		out = append(out, diskFile{name: f.name, run: f.match[1], kind: kind, size: f.size, mod: f.mod})
+	}
+	slices.SortFunc(out, func(a, b diskFile) int {
+		if c := strings.Compare(a.run, b.run); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return out, nil
+}
+
+// listedFile is a regular file of a recordings directory whose name a
+// pattern matched, with the pattern's submatches.
+type listedFile struct {
+	name  string
+	match []string
+	size  int64
+	mod   time.Time
+}
+
+// listFiles lists the regular files in dir whose names re matches, in
+// the directory's order: the one listing of a feed's files, for its
+// recordings (feedFiles) and for the leftovers of files never finished
+// (removeLeftovers). A file removed while it is listed is left out.
+func listFiles(dir string, re *regexp.Regexp) ([]listedFile, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("list recordings in %s: %w", dir, err)
 	}
-	var out []diskFile
+	var out []listedFile
 	for _, e := range ents {
 		m := re.FindStringSubmatch(e.Name())
 		if m == nil || !e.Type().IsRegular() {
@@ -51,21 +89,8 @@ func feedFiles(dir, feed string) ([]diskFile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("list recordings in %s: %w", dir, err)
 		}
-		kind := filePart
-		switch {
-		case strings.HasSuffix(m[2], ".snapshot.db"):
-			kind = fileSnapshot
-		case m[2] == ".gap":
-			kind = fileGap
-		}
-		out = append(out, diskFile{name: e.Name(), run: m[1], kind: kind, size: fi.Size(), mod: fi.ModTime()})
+		out = append(out, listedFile{name: e.Name(), match: m, size: fi.Size(), mod: fi.ModTime()})
 	}
-	slices.SortFunc(out, func(a, b diskFile) int {
-		if c := strings.Compare(a.run, b.run); c != 0 {
-			return c
-		}
-		return strings.Compare(a.name, b.name)
-	})
 	return out, nil
 }
 
@@ -213,26 +238,16 @@ const leftoverPattern = `(\.snapshot\.db\.tmp(-journal|-wal|-shm)?|-[0-9]{4}\.re
 // claim). It returns the files and bytes removed.
 func removeLeftovers(dir, feed string) (files int, bytes int64, err error) {
 	re := regexp.MustCompile(`^` + regexp.QuoteMeta(feed) + `-` + runPattern + leftoverPattern)
-	ents, err := os.ReadDir(dir)
+	found, err := listFiles(dir, re)
 	if err != nil {
-		return 0, 0, fmt.Errorf("list recordings in %s: %w", dir, err)
+		return 0, 0, err
 	}
-	for _, e := range ents {
-		if !re.MatchString(e.Name()) || !e.Type().IsRegular() {
-			continue
-		}
-		fi, err := e.Info()
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return files, bytes, fmt.Errorf("list recordings in %s: %w", dir, err)
-		}
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+	for _, f := range found {
+		if err := os.Remove(filepath.Join(dir, f.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return files, bytes, fmt.Errorf("remove an unfinished snapshot: %w", err)
 		}
 		files++
-		bytes += fi.Size()
+		bytes += f.size
 	}
 	return files, bytes, nil
 }

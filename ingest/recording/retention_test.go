@@ -15,8 +15,8 @@ import (
 
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/ingest/recording"
-	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // onDisk lists dir's files (not directories) with their sizes.
@@ -249,7 +249,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // recorder takes the run's snapshot leaves no error and no run.
 func TestRecorder_StoppedBeforeSnapshot(t *testing.T) {
 	dir := t.TempDir()
-	store := testutil.OpenStore(t, outbox.DefaultConfig(filepath.Join(dir, "live.db")))
+	store := outboxtest.OpenStore(t, outbox.DefaultConfig(filepath.Join(dir, "live.db")))
 	rec, err := recording.NewRecorder(recording.Options{Logger: quiet, Dir: filepath.Join(dir, "rec"), Store: store, Snapshot: true,
 		MaxBytes: recording.DefaultMaxBytes, Header: recording.Header{Feed: "ledger"}})
 	if err != nil {
@@ -339,7 +339,7 @@ func TestRecorder_RoomForTheSnapshot(t *testing.T) {
 		r.record(t)
 	}
 	before := onDisk(t, r.dir)
-	store := testutil.OpenStore(t, outbox.DefaultConfig(r.db))
+	store := outboxtest.OpenStore(t, outbox.DefaultConfig(r.db))
 	need, err := store.SnapshotBytes(t.Context())
 	if err != nil {
 		t.Fatal(err)

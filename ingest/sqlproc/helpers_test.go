@@ -13,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/ingest/sqlproc"
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // loadConfig reads a processor's configuration as the configuration file
@@ -45,7 +46,7 @@ func readConfig(name, path string) (sqlproc.Config, error) {
 // unguarded.
 func openStore(tb testing.TB, cfg func(*outbox.Config), unguarded ...bool) *outbox.Store {
 	tb.Helper()
-	s := testutil.NewStore(tb, cfg)
+	s := outboxtest.NewStore(tb, cfg)
 	if len(unguarded) == 0 || !unguarded[0] {
 		if err := sqlproc.Guard(context.Background(), s); err != nil {
 			tb.Fatal(err)

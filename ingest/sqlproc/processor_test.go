@@ -564,11 +564,7 @@ func TestProcessor_Setup(t *testing.T) {
 // newStoreSame is the store s, opened again (as after a restart), guarded.
 func newStoreSame(t *testing.T, s *outbox.Store) *outbox.Store {
 	t.Helper()
-	s2, err := outbox.Open(context.Background(), outbox.DefaultConfig(s.Path()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s2.Close() })
+	s2 := outboxtest.StoreAt(t, s.Path())
 	if err := sqlproc.Guard(context.Background(), s2); err != nil {
 		t.Fatal(err)
 	}

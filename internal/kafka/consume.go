@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/outboxd/outboxd/internal/clock"
 )
 
 // Consumer fetch sizes and wait: a broker answers a fetch as soon as one
@@ -95,12 +97,8 @@ func (c *Client) consumeRounds(ctx context.Context, topic string, level sarama.I
 		case !consumeRetriable(err):
 			return err
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if clock.Sleep(ctx, backoff) != nil {
 			return nil
-		case <-t.C:
 		}
 		backoff = min(2*backoff, consumeBackoffCap)
 	}
@@ -264,22 +262,13 @@ func (c *Client) fetchMany(ctx context.Context, b *sarama.Broker, topic string, 
 }
 
 // consumeRetriable reports a failure of a fetch that asking the metadata
-// again and retrying mends: the connection failed, or the partition's
-// leader moved, is not elected yet, or is not ready.
+// again and retrying mends: the connection failed, the broker is not in
+// the metadata, or a retriable code (IsRetriable) but CORRUPT_MESSAGE,
+// which the same fetch would answer again.
 func consumeRetriable(err error) bool {
 	if isConnectionError(err) || errors.Is(err, sarama.ErrBrokerNotFound) {
 		return true
 	}
 	var code sarama.KError
-	if !errors.As(err, &code) {
-		return false
-	}
-	switch code {
-	case sarama.ErrUnknownTopicOrPartition, sarama.ErrLeaderNotAvailable, sarama.ErrNotLeaderForPartition,
-		sarama.ErrReplicaNotAvailable, sarama.ErrFencedLeaderEpoch, sarama.ErrUnknownLeaderEpoch,
-		sarama.ErrOffsetNotAvailable, sarama.ErrKafkaStorageError, sarama.ErrRequestTimedOut,
-		sarama.ErrBrokerNotAvailable, sarama.ErrNetworkException, sarama.ErrNotController:
-		return true
-	}
-	return false
+	return errors.As(err, &code) && code != sarama.ErrInvalidMessage && IsRetriable(code)
 }

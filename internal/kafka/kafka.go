@@ -7,7 +7,9 @@
 // connected with the TLS and SASL of a kafkasec.Settings. The relay's
 // producers (relay/txnproducer.go and sarama's AsyncProducer) and the
 // Kafka feed's consumer are sarama too; Config is the configuration they
-// start from.
+// start from. IsRetriable and IsNetworkError are the product's one list of
+// the Kafka failures a retry mends, which relay.Classify, Consume and the
+// consume command share.
 //
 // A Client connects lazily, so one made while Kafka is away works once it
 // is back. Every call takes a context: when it is done, the connection the
@@ -23,7 +25,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -238,15 +239,6 @@ func (c *Client) learn(resp *sarama.MetadataResponse) {
 			delete(c.brokers, id)
 		}
 	}
-}
-
-// isConnectionError reports a failure of the connection rather than an
-// answer: another broker, or the same one later, may do better.
-func isConnectionError(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, net.ErrClosed) || errors.Is(err, sarama.ErrNotConnected) || errors.Is(err, sarama.ErrOutOfBrokers)
 }
 
 // Dialer dials a sarama client's connections (set it with Use) and keeps

@@ -1,12 +1,13 @@
 // Package testutil holds what outboxd's tests need in more than one
-// package: waiting for a condition with a deadline, opening a store on a
-// temporary file, a log buffer safe for concurrent use, a small disk that
-// can be filled. It is imported by tests only.
+// package and that knows nothing of outboxd: waiting for a condition with
+// a deadline, a log buffer safe for concurrent use, a small disk that can
+// be filled. It imports no package of outboxd, so every test may import
+// it; a store for a test is outbox/outboxtest's. It is imported by tests
+// only.
 package testutil
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -16,9 +17,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/outboxd/outboxd/internal/testutil/pgtest"
-	"github.com/outboxd/outboxd/outbox"
 )
 
 // PollInterval is how often Wait evaluates its condition.
@@ -49,59 +47,6 @@ func Must(tb testing.TB, err error) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-}
-
-// OpenStore opens a store with cfg and closes it when the test ends; it
-// fails the test when the store does not open.
-func OpenStore(tb testing.TB, cfg outbox.Config) *outbox.Store {
-	tb.Helper()
-	s, err := outbox.Open(context.Background(), cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	return s
-}
-
-// TempStore is OpenStore with the default configuration, on a new file in
-// the test's temporary directory.
-func TempStore(tb testing.TB) *outbox.Store {
-	tb.Helper()
-	return NewStore(tb, nil)
-}
-
-// EnvStore is the environment variable that selects the engine of the
-// stores NewStore and TempStore open: "postgres" gives each test a
-// PostgreSQL database of its own (pgtest), anything else a SQLite file.
-// It runs a package's store tests against PostgreSQL unchanged:
-// OUTBOXD_TEST_STORE=postgres go test ./outbox.
-const EnvStore = "OUTBOXD_TEST_STORE"
-
-// OnPostgres reports whether EnvStore selects PostgreSQL.
-func OnPostgres() bool { return os.Getenv(EnvStore) == "postgres" }
-
-// SQLiteOnly skips a test of what only the SQLite engine has (its file,
-// its PRAGMAs, its WAL) when EnvStore selects PostgreSQL.
-func SQLiteOnly(tb testing.TB) {
-	tb.Helper()
-	if OnPostgres() {
-		tb.Skip("SQLite only: " + EnvStore + "=postgres")
-	}
-}
-
-// NewStore is OpenStore on a new file in the test's temporary directory
-// (a new PostgreSQL database under EnvStore=postgres), with the default
-// configuration changed by cfg (when not nil).
-func NewStore(tb testing.TB, cfg func(*outbox.Config)) *outbox.Store {
-	tb.Helper()
-	c := outbox.DefaultConfig(filepath.Join(tb.TempDir(), "t.db"))
-	if OnPostgres() {
-		c.Path = pgtest.New(tb).DSN
-	}
-	if cfg != nil {
-		cfg(&c)
-	}
-	return OpenStore(tb, c)
 }
 
 // SyncBuffer is a bytes.Buffer that may be written (a logger, a child

@@ -1,4 +1,6 @@
-// Package outboxtest lets the tests of other packages look into and set up
+// Package outboxtest opens stores for the tests of other packages (OpenStore,
+// NewStore, TempStore, StoreAt: closed when the test ends; on PostgreSQL
+// under EnvStore=postgres), and lets them look into and set up
 // an outbox.Store's database with plain SQL, where the store has no named
 // method because nothing but a test needs one (a relay progress set back,
 // a page limit that makes the disk full, a table the processor's setup

@@ -19,6 +19,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/internal/testutil/natstest"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 	"github.com/outboxd/outboxd/sink"
 	snats "github.com/outboxd/outboxd/sink/nats"
 )
@@ -186,7 +187,7 @@ func TestTarget_ResumeAfterLostAcks(t *testing.T) {
 // appear twice or out of order, and its messages stay.
 func TestTarget_AnotherWriter(t *testing.T) {
 	srv := natstest.Start(t)
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	sp := spec(t, srv, "ev", map[string]string{"stream": "EV", "inflight": "64"}, map[string]sink.TopicMap{"a": {Subject: "shared"}})
 	tg := newTarget(t, sp)
 	r, err := sink.NewRunner(s, sp, tg, sink.Config{Batch: 200, MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond})
@@ -308,7 +309,7 @@ func TestTarget_TooLarge(t *testing.T) {
 // once, in order.
 func TestRunner_NATSDownThenUp(t *testing.T) {
 	srv := natstest.Start(t)
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	sp := spec(t, srv, "ev", map[string]string{"stream": "EV", "timeout": "1s"}, map[string]sink.TopicMap{"a": {}})
 	tg := newTarget(t, sp)
 	r, err := sink.NewRunner(s, sp, tg, sink.Config{Batch: 100, MinBackoff: 5 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})

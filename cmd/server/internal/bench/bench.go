@@ -32,10 +32,12 @@ type benchOptions struct {
 	LineFill  string
 	// Sweep names what a sweep varies ("accounts"), "" for none;
 	// SweepSizes are its points and Chart the SVG it draws.
-	Sweep           string
-	SweepSizes      []int
-	Chart           string
-	Rate            int
+	Sweep      string
+	SweepSizes []int
+	Chart      string
+	// LatencyRates are the offered loads (lines/s) of the latency
+	// phase, one point of its curve each; none skips the phase.
+	LatencyRates    []int
 	LatencyDuration time.Duration
 	Brokers         []string
 	JSON            bool
@@ -63,6 +65,10 @@ type benchOptions struct {
 	Postgres string
 	// Webhook adds the webhook sink's phase (sinkhook.go).
 	Webhook bool
+	// DB (a postgres:// URL) runs the engine phases' servers on
+	// PostgreSQL: each phase a database of its own on that server
+	// (enginedb.go). The floors stay SQLite's.
+	DB string
 }
 
 // defaultBenchOptions are the engine's own defaults, so that the bench
@@ -75,7 +81,7 @@ func defaultBenchOptions() benchOptions {
 		Lines:           1_000_000,
 		Accounts:        1000,
 		LineFill:        fillSpaces,
-		Rate:            10_000,
+		LatencyRates:    []int{1000, 10_000, 100_000},
 		LatencyDuration: 5 * time.Second,
 		Synchronous:     string(d.Synchronous),
 		BatchMax:        d.BatchMax,
@@ -109,8 +115,31 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 		return nil
 	})
 	fs.StringVar(&o.Chart, "chart", o.Chart, "with --sweep, write the curve as an SVG chart to `FILE`")
-	fs.IntVar(&o.Rate, "rate", o.Rate, "offered load of the latency phase, `N` lines/s (0: skip the phase)")
-	fs.DurationVar(&o.LatencyDuration, "latency-duration", o.LatencyDuration, "how long (`D`) the latency phase appends lines")
+	fs.Func("latency-rates", "the latency curve's offered loads, a comma-separated `LIST` of lines/s (default 1000,10000,100000; 0: skip the phase)", func(v string) error {
+		o.LatencyRates = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 {
+				return fmt.Errorf("%q is not a rate in lines/s", f)
+			}
+			if n > 0 {
+				o.LatencyRates = append(o.LatencyRates, n)
+			}
+		}
+		return nil
+	})
+	fs.Func("rate", "one offered load of the latency phase, `N` lines/s: --latency-rates N (0: skip the phase)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a rate in lines/s", v)
+		}
+		o.LatencyRates = nil
+		if n > 0 {
+			o.LatencyRates = []int{n}
+		}
+		return nil
+	})
+	fs.DurationVar(&o.LatencyDuration, "latency-duration", o.LatencyDuration, "how long (`D`) the latency phase appends lines at each rate")
 	fs.Func("brokers", "Kafka brokers, a comma-separated `LIST` (none: a dev broker in a child process)", func(v string) error {
 		o.Brokers = nil
 		for _, b := range strings.Split(v, ",") {
@@ -129,6 +158,7 @@ func benchFlagSet(o *benchOptions) *flag.FlagSet {
 	fs.StringVar(&o.Dir, "dir", o.Dir, "`DIR` (on the disk to measure) for the files and databases (default: the system temp dir)")
 	fs.BoolVar(&o.NATS, "nats", o.NATS, "add the phase end_to_end_nats: the outputs relayed by a sink to JetStream (a nats-server the bench starts: Debian's package)")
 	fs.StringVar(&o.Postgres, "postgres", o.Postgres, "a PostgreSQL `URL` (postgres://...): add the phases sink_postgres and sink_postgres_e2e, their tables in its schema outboxd_bench")
+	fs.StringVar(&o.DB, "db", o.DB, "a PostgreSQL `URL` (postgres://...): the engine phases' servers run on it, each phase a database of its own (outboxd_bench_<phase>, made again each run); the floors stay SQLite's")
 	fs.BoolVar(&o.Webhook, "webhook", o.Webhook, "add the phase sink_webhook: the webhook sink drains the ingest phase's outbox to an endpoint in the bench that answers 200")
 	fs.BoolVar(&o.Keep, "keep", o.Keep, "keep the files, databases and topics")
 	fs.BoolVar(&o.Verify, "verify", o.Verify, "check every output arrived exactly once and the balances (exit 1 otherwise)")
@@ -169,6 +199,10 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--line-fill random: the %s processor reads the line whole: give --processor forward", o.Processor)
 	case o.Postgres != "" && !strings.HasPrefix(o.Postgres, "postgres://") && !strings.HasPrefix(o.Postgres, "postgresql://"):
 		return fmt.Errorf("--postgres: want a postgres:// URL")
+	case o.DB != "" && !outbox.IsPostgres(o.DB):
+		return fmt.Errorf("--db: want a postgres:// URL (the bench's SQLite databases are its own files)")
+	case o.DB != "" && (o.Record || o.Sweep != ""):
+		return fmt.Errorf("--db: the recording and the sweep compare SQLite files: leave out --record and --sweep")
 	case o.Sweep != "" && o.Sweep != "accounts":
 		return fmt.Errorf("--sweep: %q is not accounts", o.Sweep)
 	case o.Sweep != "" && o.Processor == "forward":
@@ -181,9 +215,7 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--record: measures the file feed's recording: give --processor ledger or forward")
 	case len(o.SweepSizes) == 0:
 		return fmt.Errorf("--sweep-sizes: none given")
-	case o.Rate < 0:
-		return fmt.Errorf("--rate: %d is negative", o.Rate)
-	case o.Rate > 0 && o.LatencyDuration < 100*time.Millisecond:
+	case len(o.LatencyRates) > 0 && o.LatencyDuration < 100*time.Millisecond:
 		return fmt.Errorf("--latency-duration: %v, want at least 100ms", o.LatencyDuration)
 	case outbox.SyncMode(o.Synchronous) != outbox.SyncFull && outbox.SyncMode(o.Synchronous) != outbox.SyncNormal:
 		return fmt.Errorf("--synchronous: %q is not one of full, normal", o.Synchronous)
@@ -204,9 +236,9 @@ func (o benchOptions) validate() error {
 	return nil
 }
 
-// latencyLines is how many lines the latency phase appends.
-func (o benchOptions) latencyLines() int64 {
-	return int64(float64(o.Rate) * o.LatencyDuration.Seconds())
+// latencyLines is how many lines the latency phase appends at rate.
+func (o benchOptions) latencyLines(rate int) int64 {
+	return int64(float64(rate) * o.LatencyDuration.Seconds())
 }
 
 // Command runs `server bench`: it measures each stage of the engine
@@ -262,7 +294,8 @@ func benchUsage(w io.Writer) {
 		`through the store's DSN and statements, raw_sqlite; the relay's producer sending its records, raw_produce; the `+
 		`two at once, each batch's records sent once it is committed, raw_pipeline, the end-to-end ceiling) and the naive `+
 		`three-statements-per-line loop; then the server itself, in a child process: file -> SQLite (ingest), its relay `+
-		`draining that outbox (relay), file -> Kafka (end_to_end), and the append-to-visible latency at a fixed load, `+
+		`draining that outbox (relay), file -> Kafka (end_to_end), and the append-to-visible latency at each of `+
+		`--latency-rates (its curve, beside the disk's fdatasync latency, which a commit of synchronous=full waits for), `+
 		`with the CPU time and memory of each. --record adds ingest with the feed recorded (ingest_recorded) and `+
 		`replay of that recording, diffed against its run (replay). --sweep accounts measures raw_sqlite and ingest `+
 		`at growing state sizes instead. Progress goes to stderr, results to stdout.`,

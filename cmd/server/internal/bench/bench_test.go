@@ -43,14 +43,28 @@ func TestBenchCommand(t *testing.T) {
 		if code := Command(args, &stdout, &stderr); code != 0 {
 			t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
 		}
-		var res map[string]map[string]any
-		if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(stdout.Bytes(), &fields); err != nil {
 			t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout.String())
+		}
+		res := map[string]map[string]any{}
+		for k, v := range fields {
+			var obj map[string]any
+			if k == "latency_curve" {
+				var points []map[string]any
+				if err := json.Unmarshal(v, &points); err != nil {
+					t.Fatalf("latency_curve: %v", err)
+				}
+				obj = map[string]any{"points": points}
+			} else if err := json.Unmarshal(v, &obj); err != nil {
+				t.Fatalf("%s: %v", k, err)
+			}
+			res[k] = obj
 		}
 		return res
 	}
 	t.Run("OK", func(t *testing.T) {
-		res := run(t, "--lines", "20000", "--rate", "2000", "--latency-duration", "1s")
+		res := run(t, "--lines", "20000", "--latency-rates", "1000,2000", "--latency-duration", "1s")
 		for _, phase := range []string{"read_floor", "commit_floor", "raw_sqlite", "naive_sqlite", "raw_produce", "raw_pipeline", "ingest", "end_to_end"} {
 			if got := res[phase]["count"]; got != 20000.0 {
 				t.Errorf("%s.count = %v, want 20000", phase, got)
@@ -79,13 +93,27 @@ func TestBenchCommand(t *testing.T) {
 				t.Errorf("verify.%s = %v, want %v (verify: %v)", k, res["verify"][k], v, res["verify"])
 			}
 		}
-		if got := res["latency"]["lines"]; got != 2000.0 {
-			t.Errorf("latency.lines = %v, want 2000", got)
+		// Without 10,000 lines/s in the curve, "latency" is its first point.
+		if got := res["latency"]["lines"]; got != 1000.0 {
+			t.Errorf("latency.lines = %v, want 1000", got)
 		}
-		for _, k := range []string{"p50_ms", "p99_ms", "max_ms"} {
-			if _, ok := res["latency"][k].(float64); !ok {
-				t.Errorf("latency.%s missing: %v", k, res["latency"])
+		points, _ := res["latency_curve"]["points"].([]map[string]any)
+		if len(points) != 2 {
+			t.Fatalf("latency_curve: %v, want 2 points", res["latency_curve"])
+		}
+		for i, rate := range []float64{1000, 2000} {
+			p := points[i]
+			if p["rate"] != rate || p["lines"] != rate {
+				t.Errorf("latency_curve[%d]: rate %v, %v lines; want %v and %v", i, p["rate"], p["lines"], rate, rate)
 			}
+			for _, k := range []string{"p50_ms", "p99_ms", "max_ms", "achieved_rate", "p99_over_fdatasync"} {
+				if v, _ := p[k].(float64); v <= 0 {
+					t.Errorf("latency_curve[%d].%s = %v, want more than 0", i, k, p[k])
+				}
+			}
+		}
+		if got, _ := res["fdatasync"]["p99_ms"].(float64); got <= 0 || res["fdatasync"]["count"] != float64(fdatasyncProbes) {
+			t.Errorf("fdatasync = %v, want %d probes and a p99", res["fdatasync"], fdatasyncProbes)
 		}
 		for _, k := range []string{"ingest_raw_sqlite", "relay_raw_produce", "end_to_end_ceiling", "ingest_raw_sqlite_cpu", "relay_raw_produce_cpu", "end_to_end_ceiling_cpu"} {
 			if got, _ := res["ratios"][k].(float64); got <= 0 {

@@ -23,11 +23,18 @@ type latencyRun struct {
 	fill      string
 	positions []int64        // each line's position, ascending
 	appended  []atomic.Int64 // each line's append time, unix nanoseconds
+	writing   time.Duration  // from the first measured line's append to the last's (the writer's)
 
 	// The consumer's alone until it stops.
 	seen      bitset // by line index
 	latencies []time.Duration
-	stats     checkStats
+	// toRelay and fromRelay split each latency at the record's timestamp,
+	// the time the relay made its batch (--relay's default timestamp,
+	// publish; to the millisecond): append -> batch made (the feed, the
+	// loop's batch and commit, the relay's wait) and batch made -> visible
+	// (the Kafka transaction, the consumer's fetch).
+	toRelay, fromRelay []time.Duration
+	stats              checkStats
 
 	mu       sync.Mutex
 	distinct int64
@@ -50,53 +57,82 @@ func newLatencyRun(accounts, lineBytes int, fill string, n int64) *latencyRun {
 	return lr
 }
 
-// runLatency measures, at a fixed offered load (--rate lines/s for
-// --latency-duration), the time from a line's append to the file to its
-// output being visible to a read_committed consumer, ingest and relay
-// running on a fresh database.
+// runLatency measures, at each offered load of --latency-rates (lines/s
+// for --latency-duration), the time from a line's append to the file to
+// its output being visible to a read_committed consumer, ingest and relay
+// running on a fresh database each time; and first the disk's fdatasync
+// latency, which bounds a commit of synchronous=full from below.
 func (b *bench) runLatency(ctx context.Context) error {
-	n := b.o.latencyLines()
-	if n == 0 {
+	if len(b.o.LatencyRates) == 0 {
 		return nil
 	}
-	topic := b.topic("latency")
-	path, err := b.inputPath("latency.csv")
+	sync, err := measureFdatasync(b.path("fdatasync.probe"), fdatasyncProbes)
 	if err != nil {
 		return err
 	}
-	if err := b.createTopics(ctx, topic); err != nil {
-		return err
-	}
-	defer b.doneWithTopic(topic)
-	if err := os.WriteFile(path, nil, 0o644); err != nil {
-		return fmt.Errorf("create latency file: %w", err)
-	}
-	lr := newLatencyRun(b.o.Accounts, b.o.LineBytes, b.o.LineFill, n)
-	if err := b.measureLatency(ctx, lr, path, topic); err != nil {
-		return err
-	}
-	b.res.Latency = lr.result(b.o)
-	b.res.Verify.LatencyDuplicates = lr.stats.duplicates
-	if lr.stats.duplicates > 0 || lr.stats.foreign > 0 {
-		b.res.Verify.fail("latency: %d duplicate outputs, %d outputs of no line", lr.stats.duplicates, lr.stats.foreign)
+	b.res.FDataSync = sync
+	for _, rate := range b.o.LatencyRates {
+		if b.o.latencyLines(rate) == 0 {
+			continue
+		}
+		b.say("latency at %d lines/s ...", rate)
+		p, err := b.latencyPoint(ctx, rate)
+		if err != nil {
+			return fmt.Errorf("at %d lines/s: %w", rate, err)
+		}
+		b.res.LatencyCurve = append(b.res.LatencyCurve, p)
+		if b.res.Latency == nil || rate == latencyHeadline {
+			b.res.Latency = p
+		}
 	}
 	return nil
 }
 
+// latencyHeadline is the rate whose point is the result's "latency" too
+// (the first point when the curve lacks it): the load the figure had
+// before the phase measured a curve.
+const latencyHeadline = 10_000
+
+// latencyPoint is one point of the latency curve: rate lines/s.
+func (b *bench) latencyPoint(ctx context.Context, rate int) (*latencyResult, error) {
+	name := fmt.Sprintf("latency%d", rate)
+	topic := b.topic(name)
+	path, err := b.inputPath(name + ".csv")
+	if err != nil {
+		return nil, err
+	}
+	if err := b.createTopics(ctx, topic); err != nil {
+		return nil, err
+	}
+	defer b.doneWithTopic(topic)
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		return nil, fmt.Errorf("create latency file: %w", err)
+	}
+	lr := newLatencyRun(b.o.Accounts, b.o.LineBytes, b.o.LineFill, b.o.latencyLines(rate))
+	if err := b.measureLatency(ctx, lr, path, topic, name, rate); err != nil {
+		return nil, err
+	}
+	b.res.Verify.LatencyDuplicates += lr.stats.duplicates
+	if lr.stats.duplicates > 0 || lr.stats.foreign > 0 {
+		b.res.Verify.fail("latency at %d lines/s: %d duplicate outputs, %d outputs of no line", rate, lr.stats.duplicates, lr.stats.foreign)
+	}
+	return lr.result(b.o, rate, b.res.FDataSync), nil
+}
+
 // measureLatency runs the server and a consumer while the writer appends,
 // until every line's output has been seen.
-func (b *bench) measureLatency(ctx context.Context, lr *latencyRun, path, topic string) error {
+func (b *bench) measureLatency(ctx context.Context, lr *latencyRun, path, topic, name string, rate int) error {
 	failed := make(chan error, 1)
 	cons, err := b.startConsumer(ctx, topic, failed, lr.add)
 	if err != nil {
 		return err
 	}
 	defer cons.stop()
-	e, err := b.startEngine(ctx, engineSpec{db: b.path("latency.db"), source: "file:" + path, topic: topic, relay: "exactly-once"})
+	e, err := b.startEngine(ctx, engineSpec{db: b.engineDB(name + ".db"), source: "file:" + path, topic: topic, relay: "exactly-once"})
 	if err != nil {
 		return err
 	}
-	err = lr.write(ctx, path, b.o.Rate, func() error {
+	err = lr.write(ctx, path, rate, func() error {
 		return waitFor(ctx, failed, lr.warm, pollEvery, func() (bool, error) { return lr.isWarm(), e.srv.exited() })
 	})
 	if err == nil {
@@ -105,7 +141,7 @@ func (b *bench) measureLatency(ctx context.Context, lr *latencyRun, path, topic 
 			return ok, e.srv.exited()
 		})
 	}
-	if ferr := e.finish("latency", nil); err == nil {
+	if ferr := e.finish(name, nil); err == nil {
 		err = ferr
 	}
 	if serr := cons.stop(); err == nil {
@@ -134,6 +170,7 @@ func (lr *latencyRun) write(ctx context.Context, path string, rate int, warmed f
 	}
 	buf := make([]byte, 0, 64<<10)
 	start := time.Now()
+	defer func() { lr.writing = time.Since(start) }()
 	for i := int64(1); i < n; {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -177,7 +214,10 @@ func (lr *latencyRun) add(r *kafka.Record, at time.Time) {
 	if i == 0 {
 		close(lr.warm)
 	} else {
-		lr.latencies = append(lr.latencies, at.Sub(time.Unix(0, lr.appended[i].Load())))
+		appended := time.Unix(0, lr.appended[i].Load())
+		lr.latencies = append(lr.latencies, at.Sub(appended))
+		lr.toRelay = append(lr.toRelay, max(0, r.Timestamp.Sub(appended)))
+		lr.fromRelay = append(lr.fromRelay, max(0, at.Sub(r.Timestamp)))
 	}
 	if lr.distinct++; lr.distinct == int64(len(lr.positions)) {
 		close(lr.complete)
@@ -201,16 +241,30 @@ func (lr *latencyRun) isComplete() (bool, error) {
 	return lr.distinct >= int64(len(lr.positions)), nil
 }
 
-// result is the latency percentiles of the measured lines. Call it once the
-// consumer has stopped.
-func (lr *latencyRun) result(o benchOptions) *latencyResult {
+// result is the latency percentiles of the measured lines at rate, and
+// p99's ratio to the disk's (sync). Call it once the consumer has stopped.
+func (lr *latencyRun) result(o benchOptions, rate int, sync *syncResult) *latencyResult {
 	slices.Sort(lr.latencies)
-	return &latencyResult{
-		Rate: o.Rate, Seconds: o.LatencyDuration.Seconds(), Lines: int64(len(lr.latencies)),
-		P50Ms: millis(percentile(lr.latencies, 0.50)),
-		P99Ms: millis(percentile(lr.latencies, 0.99)),
-		MaxMs: millis(percentile(lr.latencies, 1)),
+	slices.Sort(lr.toRelay)
+	slices.Sort(lr.fromRelay)
+	r := &latencyResult{
+		Rate: rate, Seconds: o.LatencyDuration.Seconds(), Lines: int64(len(lr.latencies)),
+		P50Ms:          millis(percentile(lr.latencies, 0.50)),
+		P99Ms:          millis(percentile(lr.latencies, 0.99)),
+		MaxMs:          millis(percentile(lr.latencies, 1)),
+		ToRelayP50Ms:   millis(percentile(lr.toRelay, 0.50)),
+		ToRelayP99Ms:   millis(percentile(lr.toRelay, 0.99)),
+		FromRelayP50Ms: millis(percentile(lr.fromRelay, 0.50)),
+		FromRelayP99Ms: millis(percentile(lr.fromRelay, 0.99)),
 	}
+	if lr.writing > 0 && r.Lines > 1 {
+		// The lines after the first are appended over lr.writing.
+		r.AchievedRate = math.Round(float64(r.Lines-1) / lr.writing.Seconds())
+	}
+	if sync != nil && sync.P99Ms > 0 {
+		r.P99OverFdatasync = round1(r.P99Ms / sync.P99Ms)
+	}
+	return r
 }
 
 // percentile is the q-quantile of sorted durations (nearest rank).

@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outboxd/outboxd/internal/natsserver"
 )
 
 // The NATS sink's shape: end_to_end_nats is end_to_end with the outputs
@@ -27,90 +26,40 @@ import (
 // must exist beforehand with the topics' subjects.
 const natsStream = "OUTBOXD"
 
-// natsBinary finds nats-server ("" when there is none).
-func natsBinary() string {
-	if p := os.Getenv("OUTBOXD_NATS_SERVER"); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath("nats-server"); err == nil {
-		return p
-	}
-	if _, err := os.Stat("/usr/sbin/nats-server"); err == nil {
-		return "/usr/sbin/nats-server"
-	}
-	return ""
-}
-
-// natsProc is the nats-server the bench started.
-type natsProc struct {
-	cmd    *exec.Cmd
-	exited chan error
-	url    string
-}
-
 // startNATS starts nats-server with JetStream on a free port, its store
 // under the working directory, and waits until it takes connections.
-func (b *bench) startNATS(ctx context.Context, bin string) (*natsProc, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func (b *bench) startNATS(ctx context.Context, bin string) (*natsserver.Server, string, error) {
+	port, err := natsserver.FreePort()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command(bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", filepath.Join(b.dir, "nats"))
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start nats-server: %w", err)
+	srv, err := natsserver.Start(ctx, bin, port, filepath.Join(b.dir, "nats"), nil)
+	if err != nil {
+		return nil, "", err
 	}
-	p := &natsProc{cmd: cmd, exited: make(chan error, 1), url: "nats://127.0.0.1:" + strconv.Itoa(port)}
-	go func() { p.exited <- cmd.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		select {
-		case err := <-p.exited:
-			return nil, fmt.Errorf("nats-server exited: %v", err)
-		case <-ctx.Done():
-			p.stop()
-			return nil, ctx.Err()
-		default:
-		}
-		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
-			c.Close()
-			return p, nil
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			return nil, errors.New("nats-server is not listening after 20s")
-		}
-		time.Sleep(pollEvery)
-	}
-}
-
-// stop kills the server and waits for it.
-func (p *natsProc) stop() {
-	p.cmd.Process.Kill()
-	<-p.exited
+	return srv, natsserver.URL(port), nil
 }
 
 // runEndToEndNATS measures file -> JetStream through the server's sink,
 // on a fresh database, then checks the stream holds one message per
 // output, outbox ids 1 to the last, each once.
 func (b *bench) runEndToEndNATS(ctx context.Context) error {
-	bin := natsBinary()
+	bin := natsserver.Binary()
 	if bin == "" {
-		return errors.New("--nats: no nats-server found (apt-get install nats-server, or set OUTBOXD_NATS_SERVER)")
+		return errors.New("--nats: " + natsserver.Missing)
 	}
-	ns, err := b.startNATS(ctx, bin)
+	ns, url, err := b.startNATS(ctx, bin)
 	if err != nil {
 		return err
 	}
-	defer ns.stop()
+	defer ns.Kill()
 	topic := b.topic("nats")
-	if err := createBenchStream(ctx, ns.url, topic); err != nil {
+	if err := createBenchStream(ctx, url, topic); err != nil {
 		return err
 	}
-	db := b.path("e2e-nats.db")
+	db := b.engineDB("e2e-nats.db")
 	spec := engineSpec{db: db, source: "file:" + b.data.Path, topic: topic, relay: "none",
-		extra: []string{"--sink", "js=" + ns.url}}
+		extra: []string{"--sink", "js=" + url}}
 	res, last, err := b.timeEngine(ctx, "end_to_end_nats", spec, b.data.Lines, "the sink to deliver every output",
 		func(e *engineRun) (bool, error) {
 			if pos, err := e.w.position(ctx); err != nil || pos < b.data.Size {
@@ -130,7 +79,7 @@ func (b *bench) runEndToEndNATS(ctx context.Context) error {
 	if !b.o.Verify {
 		return nil
 	}
-	if err := verifyStream(ctx, ns.url, last); err != nil {
+	if err := verifyStream(ctx, url, last); err != nil {
 		b.res.Verify.fail("end_to_end_nats: %v", err)
 	}
 	return nil

@@ -122,7 +122,7 @@ func (b *bench) ordersAt(ctx context.Context, name string, orders int) (_ *phase
 	if err != nil {
 		return nil, 0, err
 	}
-	db := b.path(name + "-orders.db")
+	db := b.engineDB(name + "-orders.db")
 	defer removeDB(db)
 	// The phase names the server child's profile (--cpuprofile), in a
 	// sweep as in a single run.

@@ -59,7 +59,7 @@ func (e *engineRun) close() error {
 // from the server's start until the feed's stored position is the file's
 // end. Its database, a full outbox, is what the relay phase drains.
 func (b *bench) runIngest(ctx context.Context) error {
-	b.backlog = b.path("ingest.db")
+	b.backlog = b.engineDB("ingest.db")
 	settleDisk()
 	res, err := b.ingestFile(ctx, "ingest", b.ingestSpec(b.backlog, b.data), b.data)
 	if err != nil {
@@ -168,7 +168,7 @@ func (b *bench) runEndToEnd(ctx context.Context) error {
 	}
 	defer b.doneWithTopic(topic)
 	failed := make(chan error, 1)
-	db := b.path("e2e.db")
+	db := b.engineDB("e2e.db")
 	// Timed until the relay's progress record naming the last output is
 	// committed: then the topic holds every line's output, visible to a
 	// read_committed consumer. The consumer that checks them runs after,

@@ -40,13 +40,19 @@ type benchResult struct {
 	SinkPostgres    *phaseResult `json:"sink_postgres"`
 	SinkPostgresE2E *phaseResult `json:"sink_postgres_e2e"`
 	// SinkWebhook is measured with --webhook (sinkhook.go), null without.
-	SinkWebhook *phaseResult   `json:"sink_webhook"`
-	Ratios      benchRatios    `json:"ratios"`
-	Latency     *latencyResult `json:"latency"`
-	Sweep       *sweepResult   `json:"sweep,omitempty"`
-	RSS         rssResult      `json:"rss"`
-	Verify      verifyResult   `json:"verify"`
-	Settings    benchSettings  `json:"settings"`
+	SinkWebhook *phaseResult `json:"sink_webhook"`
+	Ratios      benchRatios  `json:"ratios"`
+	// Latency is the latency curve's point at 10,000 lines/s (its first
+	// point when it lacks that rate), LatencyCurve every point, one per
+	// --latency-rates, and FDataSync the disk's durable-write latency
+	// measured before them, the floor of any commit's.
+	Latency      *latencyResult   `json:"latency"`
+	LatencyCurve []*latencyResult `json:"latency_curve"`
+	FDataSync    *syncResult      `json:"fdatasync"`
+	Sweep        *sweepResult     `json:"sweep,omitempty"`
+	RSS          rssResult        `json:"rss"`
+	Verify       verifyResult     `json:"verify"`
+	Settings     benchSettings    `json:"settings"`
 }
 
 // phaseResult is one throughput measurement.
@@ -103,6 +109,20 @@ type latencyResult struct {
 	P50Ms   float64 `json:"p50_ms"`
 	P99Ms   float64 `json:"p99_ms"`
 	MaxMs   float64 `json:"max_ms"`
+	// AchievedRate is the lines/s the writer appended (below Rate when
+	// the machine could not keep to it).
+	AchievedRate float64 `json:"achieved_rate"`
+	// P99OverFdatasync is P99Ms over the disk's fdatasync p99 (1: a
+	// line waits no longer than one durable write at p99).
+	P99OverFdatasync float64 `json:"p99_over_fdatasync"`
+	// ToRelay* are the percentiles of append -> the relay made the
+	// line's batch (its record's timestamp, to the millisecond): the file
+	// feed, the loop's batch and commit, the relay's wait. FromRelay* are
+	// those of the rest: the Kafka transaction and the consumer's fetch.
+	ToRelayP50Ms   float64 `json:"to_relay_p50_ms"`
+	ToRelayP99Ms   float64 `json:"to_relay_p99_ms"`
+	FromRelayP50Ms float64 `json:"from_relay_p50_ms"`
+	FromRelayP99Ms float64 `json:"from_relay_p99_ms"`
 }
 
 // rssResult is the bench process's resident memory, in MiB. With the dev
@@ -314,10 +334,7 @@ func (r *benchResult) replayPhase() *phaseResult {
 
 // tail writes the latency, memory, verification and settings lines.
 func (r *benchResult) tail(w io.Writer) {
-	if l := r.Latency; l != nil {
-		fmt.Fprintf(w, "latency   %d lines at %d lines/s for %gs, append -> visible (read_committed): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
-			l.Lines, l.Rate, l.Seconds, l.P50Ms, l.P99Ms, l.MaxMs)
-	}
+	r.latencyLines(w)
 	m := r.RSS
 	fmt.Fprintf(w, "memory    the server's peak RSS %.1f MiB", m.PeakMiB)
 	if m.BrokerPeakMiB > 0 {
@@ -327,6 +344,22 @@ func (r *benchResult) tail(w io.Writer) {
 	fmt.Fprintf(w, "cpu       CPU/item is user+sys of the process doing the work and of the broker child, per line or record\n")
 	fmt.Fprintf(w, "verify    %s\n", r.verifyText())
 	r.settingsLines(w)
+}
+
+// latencyLines writes the latency curve, one line per rate, after the
+// disk's fdatasync latency.
+func (r *benchResult) latencyLines(w io.Writer) {
+	if d := r.FDataSync; d != nil {
+		fmt.Fprintf(w, "fdatasync %d durable 4 KiB writes on the databases' disk: p50 %.2f ms, p99 %.2f ms, max %.2f ms (a commit's floor)\n",
+			d.Count, d.P50Ms, d.P99Ms, d.MaxMs)
+	}
+	for _, l := range r.LatencyCurve {
+		fmt.Fprintf(w, "latency   %d lines at %d lines/s (achieved %.0f) for %gs, append -> visible (read_committed): "+
+			"p50 %.1f ms, p99 %.1f ms (%.1fx fdatasync p99), max %.1f ms; append -> relay batch p50/p99 %.1f/%.1f ms, "+
+			"relay batch -> visible %.1f/%.1f ms\n",
+			l.Lines, l.Rate, l.AchievedRate, l.Seconds, l.P50Ms, l.P99Ms, l.P99OverFdatasync, l.MaxMs,
+			l.ToRelayP50Ms, l.ToRelayP99Ms, l.FromRelayP50Ms, l.FromRelayP99Ms)
+	}
 }
 
 // settingsLines writes the settings a run used.

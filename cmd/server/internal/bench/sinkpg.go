@@ -154,7 +154,7 @@ func (b *bench) runSinkPostgresE2E(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := engineSpec{db: b.path(phase + ".db"), source: "file:" + b.data.Path, topic: b.topic("relay"), relay: "none",
+	s := engineSpec{db: b.engineDB(phase + ".db"), source: "file:" + b.data.Path, topic: b.topic("relay"), relay: "none",
 		extra: []string{"--config", cfg}}
 	res, _, err := b.timeEngine(ctx, phase, s, b.data.Lines, fmt.Sprintf("the PostgreSQL sink to deliver %d lines", b.data.Lines),
 		func(*engineRun) (bool, error) {

@@ -10,9 +10,10 @@ import (
 
 	"github.com/outboxd/outboxd/ingest"
 	"github.com/outboxd/outboxd/ingest/filefeed"
-	"github.com/outboxd/outboxd/internal/testseam"
+	"github.com/outboxd/outboxd/ingest/testseam"
 	"github.com/outboxd/outboxd/internal/testutil"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestRewound: the rewound feed opens at the rewind, in the stored epoch,
@@ -100,7 +101,7 @@ func pollItems(t *testing.T, f ingest.Feed, from map[int32]outbox.Checkpoint, n 
 // or past the stored one, or a partition never stored, is an error.
 func TestMoveBack(t *testing.T) {
 	ctx := context.Background()
-	s := testutil.TempStore(t)
+	s := outboxtest.TempStore(t)
 	if err := s.RegisterFeed(ctx, outbox.FeedInfo{Name: "f", Kind: ingest.KindFile, Source: "x", Processor: "p"}); err != nil {
 		t.Fatal(err)
 	}

@@ -186,7 +186,7 @@ func TestPartitionOwners_PostgresPausedCommit(t *testing.T) {
 	db := pgtest.New(t)
 	cfg := outbox.DefaultConfig(db.DSN)
 	cfg.IdleInTxTimeout = 500 * time.Millisecond
-	a, b := testutil.OpenStore(t, cfg), testutil.OpenStore(t, cfg)
+	a, b := outboxtest.OpenStore(t, cfg), outboxtest.OpenStore(t, cfg)
 	ctx := context.Background()
 	testutil.Must(t, a.RegisterFeed(ctx, outbox.FeedInfo{Name: "g", Kind: "kafka"}))
 	_, err := a.ClaimPartition(ctx, "g", 0, "a")

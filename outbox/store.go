@@ -40,6 +40,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/outboxd/outboxd"
+	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/outbox/internal/handle"
 )
 
@@ -288,11 +289,7 @@ func (s *Store) connect(ctx context.Context) error {
 		if err == nil || !isBusy(err) || time.Now().After(deadline) {
 			return err
 		}
-		t := time.NewTimer(10 * time.Millisecond)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if clock.Sleep(ctx, 10*time.Millisecond) != nil {
 			return err
 		}
 	}

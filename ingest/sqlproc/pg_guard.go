@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/outboxd/outboxd/internal/sqllex"
 	"github.com/outboxd/outboxd/outbox"
@@ -243,16 +245,19 @@ func (p *Processor) pgCheck(ctx context.Context, tx *outbox.Tx, own []string) er
 			}
 		}
 	}
-	_, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = auto`)
+	_, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode TO DEFAULT`)
 	return err
 }
 
-// pgPlanName is the prepared statement pgWrites makes and removes.
-const pgPlanName = "outboxd_sqlproc_check"
+// pgPlans numbers the prepared statements pgWrites makes and removes: a
+// prepared statement is the session's, not the transaction's, so one left
+// by a failed check must not be in the way of the next.
+var pgPlans atomic.Int64
 
 // pgWrites PREPAREs text (n parameters) in tx and returns the tables its
 // generic plan writes.
 func pgWrites(ctx context.Context, tx *outbox.Tx, text string, n int) ([]string, error) {
+	pgPlanName := "outboxd_sqlproc_check_" + strconv.FormatInt(pgPlans.Add(1), 10)
 	if _, err := tx.Exec(ctx, `PREPARE `+pgPlanName+` AS `+text); err != nil {
 		return nil, err
 	}

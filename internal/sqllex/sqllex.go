@@ -84,6 +84,9 @@ func Next(s string) (Token, error) {
 			n++
 		}
 		return Token{Kind: Position, Text: s[:n]}, nil
+	case c == ':' && len(s) > 1 && s[1] == ':':
+		// PostgreSQL's cast, x::text: no parameter named text.
+		return Token{Kind: Other, Text: s[:2]}, nil
 	case c == ':' || c == '@' || c == '$':
 		if n := variableLen(s); n > 1 {
 			return Token{Kind: Variable, Text: s[:n]}, nil

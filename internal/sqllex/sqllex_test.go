@@ -49,6 +49,7 @@ func TestNext(t *testing.T) {
 		{"OpenCommentRunsToTheEnd", "1 /* a; b", []sqllex.Token{tok(o, "1"), tok(sp, " "), {Kind: sp, Text: "/* a; b", Open: true}}},
 		{"NamedParameters", ":a @b $c :a$b $t::u(v)",
 			[]sqllex.Token{tok(v, ":a"), tok(sp, " "), tok(v, "@b"), tok(sp, " "), tok(v, "$c"), tok(sp, " "), tok(v, ":a$b"), tok(sp, " "), tok(v, "$t::u(v)")}},
+		{"PostgresCast", "x::text", []sqllex.Token{tok(w, "x"), tok(o, "::"), tok(w, "text")}},
 		{"DigitName", ":1", []sqllex.Token{tok(v, ":1")}},
 		{"ColonAlone", ": 2", []sqllex.Token{tok(o, ":"), tok(sp, " "), tok(o, "2")}},
 		{"Positional", "? ?12", []sqllex.Token{tok(pos, "?"), tok(sp, " "), tok(pos, "?12")}},

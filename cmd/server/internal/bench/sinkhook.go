@@ -16,8 +16,9 @@ import (
 
 // The webhook sink's shape (with --webhook): sink_webhook drains the
 // ingest phase's outbox to an endpoint in the bench process on 127.0.0.1
-// that verifies each signature and answers 200, timed from its first
-// request until every outbox id has been answered; then it checks each id
+// that verifies each signature and answers 200, timed from the first
+// answered output the bench sees until every outbox id has been answered
+// (as the relay and sink_postgres are timed); then it checks each id
 // came with one body. The endpoint's CPU is the bench's, not in CPU/item.
 
 const hookBenchSecret = "outboxd-bench"
@@ -32,7 +33,6 @@ type hookEndpoint struct {
 	n       int64
 	repeats int64
 	bad     int64
-	first   time.Time
 	lastErr string
 }
 
@@ -56,9 +56,6 @@ func (h *hookEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = idErr
 	}
 	h.mu.Lock()
-	if h.first.IsZero() {
-		h.first = time.Now()
-	}
 	switch {
 	case err != nil || id < 1 || id >= int64(len(h.got))*64:
 		h.bad++
@@ -72,10 +69,11 @@ func (h *hookEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-func (h *hookEndpoint) state() (n int64, first time.Time) {
+// answered is how many outputs the endpoint answered, each once.
+func (h *hookEndpoint) answered() int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.n, h.first
+	return h.n
 }
 
 func (h *hookEndpoint) close() { h.srv.Close() }
@@ -96,28 +94,10 @@ func (b *bench) runSinkWebhook(ctx context.Context) error {
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		return fmt.Errorf("write the sink's configuration: %w", err)
 	}
-	e, err := b.startEngine(ctx, engineSpec{db: b.backlog, source: "file:" + b.data.Path, topic: b.topic("relay"), relay: "none",
-		extra: []string{"--config", cfg}})
+	res, err := b.timeBacklog(ctx, phase, engineSpec{db: b.backlog, source: "file:" + b.data.Path, topic: b.topic("relay"), relay: "none",
+		extra: []string{"--config", cfg}}, "the webhook sink to deliver output %d",
+		func(*engineRun) (int64, error) { return h.answered(), nil })
 	if err != nil {
-		return err
-	}
-	last, err := e.w.store.LastOutboxID(ctx)
-	if err != nil {
-		e.close()
-		return err
-	}
-	err = waitUntil(ctx, e.srv, fmt.Sprintf("the webhook sink to deliver %d outputs", last), func() (bool, error) {
-		n, _ := h.state()
-		return n >= last, nil
-	})
-	if err != nil {
-		e.close()
-		return err
-	}
-	_, first := h.state()
-	res := newPhaseResult(last, time.Since(first))
-	res.StartupSeconds = round3(first.Sub(e.srv.start).Seconds())
-	if err := e.finish(phase, res); err != nil {
 		return err
 	}
 	b.res.SinkWebhook = res

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -104,32 +103,10 @@ func (b *bench) runSinkPostgres(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e, err := b.startEngine(ctx, engineSpec{db: b.backlog, source: "file:" + b.data.Path, topic: b.topic("relay"), relay: "none",
-		extra: []string{"--config", cfg}})
+	res, err := b.timeBacklog(ctx, phase, engineSpec{db: b.backlog, source: "file:" + b.data.Path, topic: b.topic("relay"), relay: "none",
+		extra: []string{"--config", cfg}}, "the PostgreSQL sink to deliver row %d",
+		func(*engineRun) (int64, error) { return pg.progress(ctx, phase) })
 	if err != nil {
-		return err
-	}
-	last, err := e.w.store.LastOutboxID(ctx)
-	if err != nil {
-		e.close()
-		return err
-	}
-	var first int64
-	var firstAt time.Time
-	err = waitUntil(ctx, e.srv, fmt.Sprintf("the PostgreSQL sink to deliver row %d", last), func() (bool, error) {
-		id, err := pg.progress(ctx, phase)
-		if id > 0 && first == 0 {
-			first, firstAt = id, time.Now()
-		}
-		return id >= last, err
-	})
-	if err != nil {
-		e.close()
-		return err
-	}
-	res := newPhaseResult(last-first, time.Since(firstAt))
-	res.StartupSeconds = round3(firstAt.Sub(e.srv.start).Seconds())
-	if err := e.finish(phase, res); err != nil {
 		return err
 	}
 	b.res.SinkPostgres = res

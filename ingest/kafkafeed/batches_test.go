@@ -10,7 +10,9 @@ import (
 // (offsets 0-1, producer 7), its abort marker (2), a committed batch (3-4),
 // and, with cut, a cut batch after them.
 func testBlock(lso int64, cut bool) *sarama.FetchResponseBlock {
-	rec := func(delta int64, v string) *sarama.Record { return &sarama.Record{OffsetDelta: delta, Value: []byte(v)} }
+	rec := func(delta int64, v string) *sarama.Record {
+		return &sarama.Record{OffsetDelta: delta, Value: []byte(v)}
+	}
 	batches := []*sarama.RecordBatch{
 		{FirstOffset: 0, LastOffsetDelta: 1, ProducerID: 7, IsTransactional: true, Records: []*sarama.Record{rec(0, "a0"), rec(1, "a1")}},
 		{FirstOffset: 2, LastOffsetDelta: 0, ProducerID: 7, IsTransactional: true, Control: true,

@@ -100,6 +100,22 @@ func Duration(dst *time.Duration) func(string) error {
 	}
 }
 
+// Named is the entries of m (topic -> where it goes) with a value, nil
+// when none has one: the topics a target does not send to its default.
+func Named(m map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range m {
+		if v == "" {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	return out
+}
+
 // topicFields names TopicMap's fields, in the order errors list them.
 var topicFields = []string{"stream", "subject", "table", "path"}
 

@@ -58,3 +58,12 @@ func TestSpec_TopicsOf(t *testing.T) {
 		t.Fatalf("TopicsOf = %v, want %q", err, want)
 	}
 }
+
+func TestNamed(t *testing.T) {
+	if got := sink.Named(map[string]string{"a": "", "b": ""}); got != nil {
+		t.Fatalf("Named of no values = %v, want nil", got)
+	}
+	if got := sink.Named(map[string]string{"a": "ta", "b": ""}); len(got) != 1 || got["a"] != "ta" {
+		t.Fatalf("Named = %v, want map[a:ta]", got)
+	}
+}

@@ -23,15 +23,7 @@ const target = "a PostgreSQL sink"
 // is an error naming it.
 func ConfigFrom(name, dsn string, tables map[string]string, opts map[string]string) (Config, error) {
 	c := Config{DSN: dsn, Sink: name, Create: true}
-	for topic, tb := range tables {
-		if tb == "" {
-			continue
-		}
-		if c.Tables == nil {
-			c.Tables = map[string]string{}
-		}
-		c.Tables[topic] = tb
-	}
+	c.Tables = sink.Named(tables)
 	if err := sink.SetOptions(target, opts, []sink.Option{
 		{Name: OptTable, Set: sink.Text(&c.Table)},
 		{Name: OptMode, Set: sink.Text(&c.Mode)},

@@ -24,15 +24,7 @@ const target = "a webhook sink"
 // and its options; an unknown option or a bad value is an error naming it.
 func ConfigFrom(name, rawURL, secret string, paths map[string]string, opts map[string]string) (Config, error) {
 	c := Config{URL: rawURL, Sink: name, Secret: secret}
-	for topic, p := range paths {
-		if p == "" {
-			continue
-		}
-		if c.Paths == nil {
-			c.Paths = map[string]string{}
-		}
-		c.Paths[topic] = p
-	}
+	c.Paths = sink.Named(paths)
 	if err := sink.SetOptions(target, opts, []sink.Option{
 		{Name: OptConcurrency, Set: sink.Count(&c.Concurrency, 1, 1024)},
 		{Name: OptTimeout, Set: sink.Duration(&c.Timeout)},

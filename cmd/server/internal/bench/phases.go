@@ -101,12 +101,14 @@ func (b *bench) timeEngine(ctx context.Context, name string, s engineSpec, count
 }
 
 // timeBacklog runs the server of s over the backlog's outbox, and times
-// it from its first progress until its progress reaches the outbox's last
-// row, so the start-up (connecting, fencing, reading the progress back) is
-// reported apart. progress is how far the server is: the last row id it
-// delivered (what says so in an error, with %d the last row).
+// it until its progress reaches the outbox's last row, from its first
+// progress, so the start-up (connecting, fencing, reading the progress
+// back) is reported apart. progress is how far the server is: the last row
+// delivered, and when the first was (zero: the phase cannot tell, and is
+// timed from the first progress it sees, counting the rows after it). what
+// says so in an error, with %d the last row.
 func (b *bench) timeBacklog(ctx context.Context, name string, s engineSpec, what string,
-	progress func(*engineRun) (int64, error)) (*phaseResult, error) {
+	progress func(*engineRun) (done int64, started time.Time, err error)) (*phaseResult, error) {
 	e, err := b.startEngine(ctx, s)
 	if err != nil {
 		return nil, err
@@ -119,8 +121,11 @@ func (b *bench) timeBacklog(ctx context.Context, name string, s engineSpec, what
 	var first int64
 	var firstAt time.Time
 	err = waitUntil(ctx, e.srv, fmt.Sprintf(what, last), func() (bool, error) {
-		id, err := progress(e)
-		if id > 0 && first == 0 {
+		id, started, err := progress(e)
+		switch {
+		case !started.IsZero():
+			first, firstAt = 0, started
+		case id > 0 && first == 0:
 			first, firstAt = id, time.Now()
 		}
 		return id >= last, err
@@ -165,7 +170,10 @@ func (b *bench) runRelay(ctx context.Context) error {
 	}
 	defer b.doneWithTopic(topic)
 	res, err := b.timeBacklog(ctx, "relay", engineSpec{db: b.backlog, source: "file:" + b.data.Path, topic: topic, relay: "exactly-once"},
-		"the relay to publish row %d", func(e *engineRun) (int64, error) { return e.w.store.MaxRelayProgress(ctx) })
+		"the relay to publish row %d", func(e *engineRun) (int64, time.Time, error) {
+			id, err := e.w.store.MaxRelayProgress(ctx)
+			return id, time.Time{}, err
+		})
 	if err != nil {
 		return err
 	}

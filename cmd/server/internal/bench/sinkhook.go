@@ -16,9 +16,8 @@ import (
 
 // The webhook sink's shape (with --webhook): sink_webhook drains the
 // ingest phase's outbox to an endpoint in the bench process on 127.0.0.1
-// that verifies each signature and answers 200, timed from the first
-// answered output the bench sees until every outbox id has been answered
-// (as the relay and sink_postgres are timed); then it checks each id
+// that verifies each signature and answers 200, timed from its first
+// request until every outbox id has been answered; then it checks each id
 // came with one body. The endpoint's CPU is the bench's, not in CPU/item.
 
 const hookBenchSecret = "outboxd-bench"
@@ -33,6 +32,7 @@ type hookEndpoint struct {
 	n       int64
 	repeats int64
 	bad     int64
+	first   time.Time
 	lastErr string
 }
 
@@ -56,6 +56,9 @@ func (h *hookEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = idErr
 	}
 	h.mu.Lock()
+	if h.first.IsZero() {
+		h.first = time.Now()
+	}
 	switch {
 	case err != nil || id < 1 || id >= int64(len(h.got))*64:
 		h.bad++
@@ -69,11 +72,12 @@ func (h *hookEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// answered is how many outputs the endpoint answered, each once.
-func (h *hookEndpoint) answered() int64 {
+// state is how many outputs the endpoint answered, each once, and when
+// its first request came.
+func (h *hookEndpoint) state() (n int64, first time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.n
+	return h.n, h.first
 }
 
 func (h *hookEndpoint) close() { h.srv.Close() }
@@ -96,7 +100,10 @@ func (b *bench) runSinkWebhook(ctx context.Context) error {
 	}
 	res, err := b.timeBacklog(ctx, phase, engineSpec{db: b.backlog, source: "file:" + b.data.Path, topic: b.topic("relay"), relay: "none",
 		extra: []string{"--config", cfg}}, "the webhook sink to deliver output %d",
-		func(*engineRun) (int64, error) { return h.answered(), nil })
+		func(*engineRun) (int64, time.Time, error) {
+			n, first := h.state()
+			return n, first, nil
+		})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -94,7 +95,10 @@ func (b *bench) runSinkPostgres(ctx context.Context) error {
 	return b.pgSinkPhase(ctx, phase, &b.res.SinkPostgres, func(pg *benchPG, cfg string) (*phaseResult, error) {
 		return b.timeBacklog(ctx, phase, engineSpec{db: b.backlog, source: "file:" + b.data.Path, topic: b.topic("relay"), relay: "none",
 			extra: []string{"--config", cfg}}, "the PostgreSQL sink to deliver row %d",
-			func(*engineRun) (int64, error) { return pg.progress(ctx, phase) })
+			func(*engineRun) (int64, time.Time, error) {
+				id, err := pg.progress(ctx, phase)
+				return id, time.Time{}, err
+			})
 	})
 }
 

@@ -266,17 +266,10 @@ func requeueDeadLetters(ctx context.Context, c *apiClient, o dlOptions, raw bool
 		} else if o.edit != "" {
 			req.Payload = &o.edit
 		}
-		var res api.RequeueResult
-		b, err := c.postJSON(ctx, fmt.Sprintf("%s/dead-letters/%d/requeue", feedPath(o.feed), o.id), req, &res)
-		if err != nil {
-			return err
-		}
-		if raw {
-			_, err = w.Write(b)
-			return err
-		}
-		fmt.Fprintf(w, "dead letter %d of %s: %s\n", o.id, o.feed, res.Message)
-		return nil
+		return postAnswer(ctx, c, fmt.Sprintf("%s/dead-letters/%d/requeue", feedPath(o.feed), o.id), req, raw, w,
+			func(res api.RequeueResult) string {
+				return fmt.Sprintf("dead letter %d of %s: %s", o.id, o.feed, res.Message)
+			})
 	}
 	var total api.RequeueAllResult
 	after := int64(0)
@@ -312,20 +305,22 @@ func requeueDeadLetters(ctx context.Context, c *apiClient, o dlOptions, raw bool
 func discardDeadLetters(ctx context.Context, c *apiClient, o dlOptions, raw bool, w io.Writer) error {
 	body := api.DiscardRequest{Note: o.note}
 	if o.reason != "" {
-		var res api.DiscardAllResult
-		b, err := c.postJSON(ctx, feedPath(o.feed)+"/dead-letters/discard?reason="+url.QueryEscape(o.reason), body, &res)
-		if err != nil {
-			return err
-		}
-		if raw {
-			_, err = w.Write(b)
-			return err
-		}
-		fmt.Fprintf(w, "%s dead letters of %s: %d discarded\n", o.reason, o.feed, res.Discarded)
-		return nil
+		return postAnswer(ctx, c, feedPath(o.feed)+"/dead-letters/discard?reason="+url.QueryEscape(o.reason), body, raw, w,
+			func(res api.DiscardAllResult) string {
+				return fmt.Sprintf("%s dead letters of %s: %d discarded", o.reason, o.feed, res.Discarded)
+			})
 	}
-	var res api.DiscardResult
-	b, err := c.postJSON(ctx, fmt.Sprintf("%s/dead-letters/%d/discard", feedPath(o.feed), o.id), body, &res)
+	return postAnswer(ctx, c, fmt.Sprintf("%s/dead-letters/%d/discard", feedPath(o.feed), o.id), body, raw, w,
+		func(res api.DiscardResult) string {
+			return fmt.Sprintf("dead letter %d of %s: %s", o.id, o.feed, res.Message)
+		})
+}
+
+// postAnswer posts body to path and writes the answer to w: as the server
+// sent it (raw), or the line line makes of it.
+func postAnswer[T any](ctx context.Context, c *apiClient, path string, body any, raw bool, w io.Writer, line func(T) string) error {
+	var res T
+	b, err := c.postJSON(ctx, path, body, &res)
 	if err != nil {
 		return err
 	}
@@ -333,6 +328,6 @@ func discardDeadLetters(ctx context.Context, c *apiClient, o dlOptions, raw bool
 		_, err = w.Write(b)
 		return err
 	}
-	fmt.Fprintf(w, "dead letter %d of %s: %s\n", o.id, o.feed, res.Message)
-	return nil
+	_, err = fmt.Fprintln(w, line(res))
+	return err
 }

@@ -133,19 +133,48 @@ func (f *Feed) committedRecords(s *kafkaSlot, from, to int64) (map[int64]fetched
 // collectCommitted adds the committed records of block at or after from to
 // out, and returns the offset after the last whole batch it holds.
 func collectCommitted(block *sarama.FetchResponseBlock, from int64, out map[int64]fetched) int64 {
+	end, _ := walkBatches(block, from, func(batch *sarama.RecordBatch, _ int64, committed bool) bool {
+		if !committed {
+			return true
+		}
+		for _, rec := range batch.Records {
+			off := batch.FirstOffset + rec.OffsetDelta
+			if off < from {
+				continue
+			}
+			ts := batch.FirstTimestamp.Add(rec.TimestampDelta)
+			if batch.LogAppendTime {
+				ts = batch.MaxTimestamp
+			}
+			out[off] = fetched{key: rec.Key, value: rec.Value, headers: rec.Headers, ts: ts}
+		}
+		return true
+	})
+	return end
+}
+
+// walkBatches calls f, in order, with each whole record batch of block,
+// its last offset and whether a read_committed reader gets its records
+// (neither a control batch nor one of an aborted transaction), until f
+// returns false. end is the offset after the last batch f went on from
+// (at least from); cut reports that the walk stopped at an old format or a
+// cut batch, where the next fetch starts.
+func walkBatches(block *sarama.FetchResponseBlock, from int64,
+	f func(batch *sarama.RecordBatch, last int64, committed bool) bool) (end int64, cut bool) {
 	aborted := map[int64]bool{}
 	txns := block.AbortedTransactions
-	end := from
+	end = from
 	for _, rs := range block.RecordsSet {
 		batch := rs.RecordBatch
 		if batch == nil || batch.PartialTrailingRecord {
-			break // an old format or a cut batch: the next fetch starts there
+			return end, true
 		}
 		last := batch.FirstOffset + int64(batch.LastOffsetDelta)
 		for len(txns) > 0 && txns[0].FirstOffset <= last {
 			aborted[txns[0].ProducerID] = true
 			txns = txns[1:]
 		}
+		committed := false
 		switch {
 		case batch.Control:
 			if isAbortMarker(batch) {
@@ -153,19 +182,12 @@ func collectCommitted(block *sarama.FetchResponseBlock, from int64, out map[int6
 			}
 		case batch.IsTransactional && aborted[batch.ProducerID]:
 		default:
-			for _, rec := range batch.Records {
-				off := batch.FirstOffset + rec.OffsetDelta
-				if off < from {
-					continue
-				}
-				ts := batch.FirstTimestamp.Add(rec.TimestampDelta)
-				if batch.LogAppendTime {
-					ts = batch.MaxTimestamp
-				}
-				out[off] = fetched{key: rec.Key, value: rec.Value, headers: rec.Headers, ts: ts}
-			}
+			committed = true
+		}
+		if !f(batch, last, committed) {
+			return end, false
 		}
 		end = max(end, last+1)
 	}
-	return end
+	return end, false
 }

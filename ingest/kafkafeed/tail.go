@@ -102,28 +102,15 @@ func (f *Feed) readableEnd(s *kafkaSlot, next int64) (int64, bool) {
 // read_committed reader gets, and whether they cover the log from next to
 // its last stable offset.
 func scanTail(block *sarama.FetchResponseBlock, next int64) (readable, covered bool) {
-	aborted := map[int64]bool{}
-	txns := block.AbortedTransactions
-	end := next
-	for _, rs := range block.RecordsSet {
-		batch := rs.RecordBatch
-		if batch == nil || batch.PartialTrailingRecord {
-			return true, false // an old format or a cut batch: cannot tell
-		}
-		last := batch.FirstOffset + int64(batch.LastOffsetDelta)
-		for len(txns) > 0 && txns[0].FirstOffset <= last {
-			aborted[txns[0].ProducerID] = true
-			txns = txns[1:]
-		}
-		switch {
-		case batch.Control:
-			if isAbortMarker(batch) {
-				delete(aborted, batch.ProducerID)
-			}
-		case !(batch.IsTransactional && aborted[batch.ProducerID]) && last >= next:
-			return true, true
-		}
-		end = max(end, last+1)
+	end, cut := walkBatches(block, next, func(_ *sarama.RecordBatch, last int64, committed bool) bool {
+		readable = committed && last >= next
+		return !readable
+	})
+	switch {
+	case readable:
+		return true, true
+	case cut:
+		return true, false // an old format or a cut batch: cannot tell
 	}
 	return false, end >= block.LastStableOffset
 }

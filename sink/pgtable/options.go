@@ -1,11 +1,6 @@
 package pgtable
 
-import (
-	"fmt"
-	"sort"
-	"strconv"
-	"strings"
-)
+import "github.com/outboxd/outboxd/sink"
 
 // Option names a sink's configuration may set (options: in the sinks:
 // section), each documented in docs/sinks.md.
@@ -19,7 +14,8 @@ const (
 	OptMaxConns      = "max_conns"      // connections to the database (default 2)
 )
 
-var options = []string{OptTable, OptMode, OptValue, OptCreate, OptProgressTable, OptRefusedTable, OptMaxConns}
+// target names a PostgreSQL sink in errors.
+const target = "a PostgreSQL sink"
 
 // ConfigFrom makes the configuration of sink name from its DSN (the
 // sink's URL), the tables of its topics (topic -> table; an empty table
@@ -27,48 +23,17 @@ var options = []string{OptTable, OptMode, OptValue, OptCreate, OptProgressTable,
 // is an error naming it.
 func ConfigFrom(name, dsn string, tables map[string]string, opts map[string]string) (Config, error) {
 	c := Config{DSN: dsn, Sink: name, Create: true}
-	for topic, tb := range tables {
-		if tb == "" {
-			continue
-		}
-		if c.Tables == nil {
-			c.Tables = map[string]string{}
-		}
-		c.Tables[topic] = tb
-	}
-	keys := make([]string, 0, len(opts))
-	for k := range opts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v := opts[k]
-		switch k {
-		case OptTable:
-			c.Table = v
-		case OptMode:
-			c.Mode = Mode(v)
-		case OptValue:
-			c.Value = ValueType(v)
-		case OptCreate:
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return Config{}, fmt.Errorf("option %s: %q: want true or false", k, v)
-			}
-			c.Create = b
-		case OptProgressTable:
-			c.ProgressTable = v
-		case OptRefusedTable:
-			c.RefusedTable = v
-		case OptMaxConns:
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > 100 {
-				return Config{}, fmt.Errorf("option %s: %q: want a number from 1 to 100", k, v)
-			}
-			c.MaxConns = int32(n)
-		default:
-			return Config{}, fmt.Errorf("option %q: a PostgreSQL sink reads %s", k, strings.Join(options, ", "))
-		}
+	c.Tables = sink.Named(tables)
+	if err := sink.SetOptions(target, opts, []sink.Option{
+		{Name: OptTable, Set: sink.Text(&c.Table)},
+		{Name: OptMode, Set: sink.Text(&c.Mode)},
+		{Name: OptValue, Set: sink.Text(&c.Value)},
+		{Name: OptCreate, Set: sink.Bool(&c.Create)},
+		{Name: OptProgressTable, Set: sink.Text(&c.ProgressTable)},
+		{Name: OptRefusedTable, Set: sink.Text(&c.RefusedTable)},
+		{Name: OptMaxConns, Set: sink.Count(&c.MaxConns, 1, 100)},
+	}); err != nil {
+		return Config{}, err
 	}
 	if err := c.Check(); err != nil {
 		return Config{}, err

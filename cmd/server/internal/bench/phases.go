@@ -100,6 +100,48 @@ func (b *bench) timeEngine(ctx context.Context, name string, s engineSpec, count
 	return res, last, nil
 }
 
+// timeBacklog runs the server of s over the backlog's outbox, and times
+// it until its progress reaches the outbox's last row, from its first
+// progress, so the start-up (connecting, fencing, reading the progress
+// back) is reported apart. progress is how far the server is: the last row
+// delivered, and when the first was (zero: the phase cannot tell, and is
+// timed from the first progress it sees, counting the rows after it). what
+// says so in an error, with %d the last row.
+func (b *bench) timeBacklog(ctx context.Context, name string, s engineSpec, what string,
+	progress func(*engineRun) (done int64, started time.Time, err error)) (*phaseResult, error) {
+	e, err := b.startEngine(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	last, err := e.w.store.LastOutboxID(ctx)
+	if err != nil {
+		e.close()
+		return nil, fmt.Errorf("%s: the backlog's last row: %w", name, err)
+	}
+	var first int64
+	var firstAt time.Time
+	err = waitUntil(ctx, e.srv, fmt.Sprintf(what, last), func() (bool, error) {
+		id, started, err := progress(e)
+		switch {
+		case !started.IsZero():
+			first, firstAt = 0, started
+		case id > 0 && first == 0:
+			first, firstAt = id, time.Now()
+		}
+		return id >= last, err
+	})
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	res := newPhaseResult(last-first, time.Since(firstAt))
+	res.StartupSeconds = round3(firstAt.Sub(e.srv.start).Seconds())
+	if err := e.finish(name, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
 // ingestFile runs the server of s over d, and checks it wrote one outbox
 // row per line.
 func (b *bench) ingestFile(ctx context.Context, name string, s engineSpec, d lineData) (*phaseResult, error) {
@@ -127,31 +169,12 @@ func (b *bench) runRelay(ctx context.Context) error {
 		return err
 	}
 	defer b.doneWithTopic(topic)
-	e, err := b.startEngine(ctx, engineSpec{db: b.backlog, source: "file:" + b.data.Path, topic: topic, relay: "exactly-once"})
+	res, err := b.timeBacklog(ctx, "relay", engineSpec{db: b.backlog, source: "file:" + b.data.Path, topic: topic, relay: "exactly-once"},
+		"the relay to publish row %d", func(e *engineRun) (int64, time.Time, error) {
+			id, err := e.w.store.MaxRelayProgress(ctx)
+			return id, time.Time{}, err
+		})
 	if err != nil {
-		return err
-	}
-	last, err := e.w.store.LastOutboxID(ctx)
-	if err != nil {
-		e.close()
-		return err
-	}
-	var first int64
-	var firstAt time.Time
-	err = waitUntil(ctx, e.srv, fmt.Sprintf("the relay to publish row %d", last), func() (bool, error) {
-		id, err := e.w.store.MaxRelayProgress(ctx)
-		if id > 0 && first == 0 {
-			first, firstAt = id, time.Now()
-		}
-		return id >= last, err
-	})
-	if err != nil {
-		e.close()
-		return err
-	}
-	res := newPhaseResult(last-first, time.Since(firstAt))
-	res.StartupSeconds = round3(firstAt.Sub(e.srv.start).Seconds())
-	if err := e.finish("relay", res); err != nil {
 		return err
 	}
 	b.res.Relay = res

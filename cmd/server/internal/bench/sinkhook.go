@@ -72,6 +72,8 @@ func (h *hookEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
+// state is how many outputs the endpoint answered, each once, and when
+// its first request came.
 func (h *hookEndpoint) state() (n int64, first time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -96,28 +98,13 @@ func (b *bench) runSinkWebhook(ctx context.Context) error {
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		return fmt.Errorf("write the sink's configuration: %w", err)
 	}
-	e, err := b.startEngine(ctx, engineSpec{db: b.backlog, source: "file:" + b.data.Path, topic: b.topic("relay"), relay: "none",
-		extra: []string{"--config", cfg}})
+	res, err := b.timeBacklog(ctx, phase, engineSpec{db: b.backlog, source: "file:" + b.data.Path, topic: b.topic("relay"), relay: "none",
+		extra: []string{"--config", cfg}}, "the webhook sink to deliver output %d",
+		func(*engineRun) (int64, time.Time, error) {
+			n, first := h.state()
+			return n, first, nil
+		})
 	if err != nil {
-		return err
-	}
-	last, err := e.w.store.LastOutboxID(ctx)
-	if err != nil {
-		e.close()
-		return err
-	}
-	err = waitUntil(ctx, e.srv, fmt.Sprintf("the webhook sink to deliver %d outputs", last), func() (bool, error) {
-		n, _ := h.state()
-		return n >= last, nil
-	})
-	if err != nil {
-		e.close()
-		return err
-	}
-	_, first := h.state()
-	res := newPhaseResult(last, time.Since(first))
-	res.StartupSeconds = round3(first.Sub(e.srv.start).Seconds())
-	if err := e.finish(phase, res); err != nil {
 		return err
 	}
 	b.res.SinkWebhook = res

@@ -92,56 +92,35 @@ func (b *bench) checkTable(ctx context.Context, pg *benchPG, phase string) {
 
 func (b *bench) runSinkPostgres(ctx context.Context) error {
 	const phase = "sink_postgres"
-	pg, err := b.openPG(ctx)
-	if err != nil {
-		return err
-	}
-	defer pg.close()
-	if err := pg.reset(ctx, phase); err != nil {
-		return err
-	}
-	cfg, err := b.sinkConfig(phase)
-	if err != nil {
-		return err
-	}
-	e, err := b.startEngine(ctx, engineSpec{db: b.backlog, source: "file:" + b.data.Path, topic: b.topic("relay"), relay: "none",
-		extra: []string{"--config", cfg}})
-	if err != nil {
-		return err
-	}
-	last, err := e.w.store.LastOutboxID(ctx)
-	if err != nil {
-		e.close()
-		return err
-	}
-	var first int64
-	var firstAt time.Time
-	err = waitUntil(ctx, e.srv, fmt.Sprintf("the PostgreSQL sink to deliver row %d", last), func() (bool, error) {
-		id, err := pg.progress(ctx, phase)
-		if id > 0 && first == 0 {
-			first, firstAt = id, time.Now()
-		}
-		return id >= last, err
+	return b.pgSinkPhase(ctx, phase, &b.res.SinkPostgres, func(pg *benchPG, cfg string) (*phaseResult, error) {
+		return b.timeBacklog(ctx, phase, engineSpec{db: b.backlog, source: "file:" + b.data.Path, topic: b.topic("relay"), relay: "none",
+			extra: []string{"--config", cfg}}, "the PostgreSQL sink to deliver row %d",
+			func(*engineRun) (int64, time.Time, error) {
+				id, err := pg.progress(ctx, phase)
+				return id, time.Time{}, err
+			})
 	})
-	if err != nil {
-		e.close()
-		return err
-	}
-	res := newPhaseResult(last-first, time.Since(firstAt))
-	res.StartupSeconds = round3(firstAt.Sub(e.srv.start).Seconds())
-	if err := e.finish(phase, res); err != nil {
-		return err
-	}
-	b.res.SinkPostgres = res
-	b.checkTable(ctx, pg, phase)
-	if !b.o.Keep {
-		return pg.reset(ctx, phase)
-	}
-	return nil
 }
 
 func (b *bench) runSinkPostgresE2E(ctx context.Context) error {
 	const phase = "sink_postgres_e2e"
+	return b.pgSinkPhase(ctx, phase, &b.res.SinkPostgresE2E, func(pg *benchPG, cfg string) (*phaseResult, error) {
+		s := engineSpec{db: b.engineDB(phase + ".db"), source: "file:" + b.data.Path, topic: b.topic("relay"), relay: "none",
+			extra: []string{"--config", cfg}}
+		res, _, err := b.timeEngine(ctx, phase, s, b.data.Lines, fmt.Sprintf("the PostgreSQL sink to deliver %d lines", b.data.Lines),
+			func(*engineRun) (bool, error) {
+				id, err := pg.progress(ctx, phase)
+				return id >= b.data.Lines, err
+			})
+		return res, err
+	})
+}
+
+// pgSinkPhase runs a phase of the PostgreSQL sink: on the phase's tables
+// emptied, with the sink's configuration file, run measures it into *res;
+// then the table is checked, and emptied again unless --keep.
+func (b *bench) pgSinkPhase(ctx context.Context, phase string, res **phaseResult,
+	run func(pg *benchPG, cfg string) (*phaseResult, error)) error {
 	pg, err := b.openPG(ctx)
 	if err != nil {
 		return err
@@ -154,17 +133,11 @@ func (b *bench) runSinkPostgresE2E(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := engineSpec{db: b.engineDB(phase + ".db"), source: "file:" + b.data.Path, topic: b.topic("relay"), relay: "none",
-		extra: []string{"--config", cfg}}
-	res, _, err := b.timeEngine(ctx, phase, s, b.data.Lines, fmt.Sprintf("the PostgreSQL sink to deliver %d lines", b.data.Lines),
-		func(*engineRun) (bool, error) {
-			id, err := pg.progress(ctx, phase)
-			return id >= b.data.Lines, err
-		})
+	r, err := run(pg, cfg)
 	if err != nil {
 		return err
 	}
-	b.res.SinkPostgresE2E = res
+	*res = r
 	b.checkTable(ctx, pg, phase)
 	if !b.o.Keep {
 		return pg.reset(ctx, phase)

@@ -71,7 +71,7 @@ func pending(t *testing.T, s *outbox.Store) outbox.Pending {
 }
 
 func TestStore_PendingBacklog(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "b.db")
+	path := storePath(t, "b.db")
 	s := openAt(t, outbox.DefaultConfig(path))
 	if p := pending(t, s); p != (outbox.Pending{}) {
 		t.Fatalf("empty store: %+v", p)
@@ -149,6 +149,7 @@ func TestStore_PendingBacklogManyCommits(t *testing.T) {
 // way, up to half more for incompressible rows of a kilobyte (a chunk
 // holds three of them, and the rest of its page is slack).
 func TestStore_BacklogBytesOnDisk(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the outbox's bytes on disk are the SQLite file's and its WAL's")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "d.db")
 	s := openAt(t, outbox.DefaultConfig(path))

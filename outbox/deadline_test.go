@@ -77,7 +77,7 @@ func TestTx_BatchDeadline(t *testing.T) {
 		rtx := begin(t, s)
 		defer rtx.Rollback()
 		var n int64
-		must(t, rtx.Get(ctx, &n, `SELECT count(*) FROM meta WHERE key GLOB 'item-*'`))
+		must(t, rtx.Get(ctx, &n, `SELECT count(*) FROM meta WHERE key LIKE 'item-%'`))
 		equal(t, "rows of the items", n, int64(items))
 	})
 }

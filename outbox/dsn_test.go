@@ -7,11 +7,13 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // TestDSN shows a connection opened with outbox.DSN has the writer's
 // settings, the same the store's own writer reports.
 func TestDSN(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the DSN of a SQLite file")
 	ctx := context.Background()
 	cfg := outbox.DefaultConfig(filepath.Join(t.TempDir(), "a?b#c%d.db"))
 	cfg.Synchronous = outbox.SyncNormal

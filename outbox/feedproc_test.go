@@ -2,7 +2,6 @@ package outbox_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
 	"github.com/outboxd/outboxd/outbox"
@@ -12,7 +11,7 @@ import (
 // feed's positions in the same transaction, keep and adopt do not.
 func TestStore_FeedProcessor(t *testing.T) {
 	ctx := context.Background()
-	s, err := outbox.Open(ctx, outbox.DefaultConfig(filepath.Join(t.TempDir(), "t.db")))
+	s, err := outbox.Open(ctx, outbox.DefaultConfig(storePath(t, "t.db")))
 	if err != nil {
 		t.Fatal(err)
 	}

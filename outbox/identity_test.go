@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
 
 // emitOne commits one output row through s and returns Commit's error.
@@ -28,6 +29,7 @@ func emitOne(t *testing.T, s *outbox.Store) error {
 }
 
 func TestStore_CheckPath(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the identity of the database file")
 	ctx := context.Background()
 	setup := func(t *testing.T) (string, *outbox.Store) {
 		path := filepath.Join(t.TempDir(), "t.db")
@@ -105,6 +107,7 @@ func TestStore_CheckPath(t *testing.T) {
 }
 
 func TestStore_CheckOwner(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "the identity of the database file")
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "t.db")
 	older, newer := openAt(t, outbox.DefaultConfig(path)), openAt(t, outbox.DefaultConfig(path))
@@ -153,6 +156,7 @@ func TestStore_AcceptAsNew(t *testing.T) {
 // log replayed onto it; and the old store's SaveCopy must hold everything
 // it committed.
 func TestStore_CloseAfterMove(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "a database file moved away")
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string

@@ -10,6 +10,7 @@ import (
 )
 
 func TestStore_WALAndCheckpoint(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "SQLite's WAL and its checkpoints")
 	ctx := context.Background()
 	path := t.TempDir() + "/o.db"
 	s, err := outbox.Open(ctx, outbox.DefaultConfig(path))

@@ -3,7 +3,6 @@ package outbox_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 
 	"github.com/outboxd/outboxd/outbox"
@@ -11,7 +10,7 @@ import (
 
 func TestStore_Claim(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "t.db")
+	path := storePath(t, "t.db")
 	open := func() *outbox.Store {
 		s, err := outbox.Open(ctx, outbox.DefaultConfig(path))
 		if err != nil {
@@ -57,7 +56,7 @@ func TestStore_Claim(t *testing.T) {
 // once, as a server and a tool starting together do: each migration must be
 // applied once, and every Open succeed.
 func TestStore_OpenConcurrently(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "t.db")
+	path := storePath(t, "t.db")
 	errs := make(chan error, 4)
 	for range 4 {
 		go func() {

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"database/sql/driver"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,22 +35,79 @@ type pgConn struct{ *stdlib.Conn }
 
 // Prepare implements driver.Conn.
 func (c *pgConn) Prepare(query string) (driver.Stmt, error) {
-	return c.Conn.Prepare(pgSQL(query))
+	st, err := c.Conn.Prepare(pgSQL(query))
+	if err != nil {
+		return nil, err
+	}
+	return &pgStmt{st.(*stdlib.Stmt)}, nil
 }
 
 // PrepareContext implements driver.ConnPrepareContext.
 func (c *pgConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	return c.Conn.PrepareContext(ctx, pgSQL(query))
+	st, err := c.Conn.PrepareContext(ctx, pgSQL(query))
+	if err != nil {
+		return nil, canceledBy(ctx, err)
+	}
+	return &pgStmt{st.(*stdlib.Stmt)}, nil
 }
 
 // ExecContext implements driver.ExecerContext.
 func (c *pgConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	return c.Conn.ExecContext(ctx, pgSQL(query), args)
+	r, err := c.Conn.ExecContext(ctx, pgSQL(query), args)
+	return r, canceledBy(ctx, err)
 }
 
 // QueryContext implements driver.QueryerContext.
 func (c *pgConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	return c.Conn.QueryContext(ctx, pgSQL(query), args)
+	rows, err := c.Conn.QueryContext(ctx, pgSQL(query), args)
+	if err != nil {
+		return nil, canceledBy(ctx, err)
+	}
+	return &pgRows{Rows: rows, ctx: ctx}, nil
+}
+
+// pgStmt is a prepared statement of a pgConn: its errors say so when a
+// context's end canceled it (canceledBy).
+type pgStmt struct{ *stdlib.Stmt }
+
+// ExecContext implements driver.StmtExecContext.
+func (s *pgStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	r, err := s.Stmt.ExecContext(ctx, args)
+	return r, canceledBy(ctx, err)
+}
+
+// QueryContext implements driver.StmtQueryContext.
+func (s *pgStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	rows, err := s.Stmt.QueryContext(ctx, args)
+	if err != nil {
+		return nil, canceledBy(ctx, err)
+	}
+	return &pgRows{Rows: rows, ctx: ctx}, nil
+}
+
+// pgRows are a query's rows, whose errors say so when the query's
+// context's end canceled it.
+type pgRows struct {
+	driver.Rows
+	ctx context.Context
+}
+
+// Next implements driver.Rows.
+func (r *pgRows) Next(dest []driver.Value) error {
+	return canceledBy(r.ctx, r.Rows.Next(dest))
+}
+
+// canceledBy is err wrapping ctx's error too when err is the server's
+// answer to the cancel request ctx's end sent (SQLSTATE 57014): callers
+// see the deadline, as they do on SQLite.
+func canceledBy(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	if code, ok := pgCode(err); ok && code == "57014" {
+		return fmt.Errorf("%w: %w", context.Cause(ctx), err)
+	}
+	return err
 }
 
 // pgTexts caches pgSQL's answers: the store runs a few statements many

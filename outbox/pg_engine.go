@@ -38,9 +38,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/jmoiron/sqlx"
 
@@ -107,8 +109,21 @@ func pgPool(dsn string, readOnly bool) (*sqlx.DB, error) {
 	if readOnly {
 		cc.RuntimeParams["default_transaction_read_only"] = "on"
 	}
+	// A context's end cancels the statement on the server (a cancel
+	// request), as sqlite3_interrupt ends SQLite's: the connection, and so
+	// the batch's transaction, stand, and only the item's savepoint is
+	// rolled back. pgx's default closes the connection, which loses the
+	// transaction. Past pgCancelGrace without the server's answer the
+	// connection is closed all the same.
+	cc.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: pgCancelGrace}
+	}
 	return sqlx.NewDb(sql.OpenDB(pgConnector{stdlib.GetConnector(*cc)}), "pgx"), nil
 }
+
+// pgCancelGrace is how long a canceled statement's connection waits for
+// the server to answer the cancel request before it is closed.
+const pgCancelGrace = 5 * time.Second
 
 // redactDSN is dsn without its password, for messages.
 func redactDSN(dsn string) string {

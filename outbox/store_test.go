@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxd/outboxd"
 	"github.com/outboxd/outboxd/internal/testutil"
+	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -50,6 +51,17 @@ func (c *clock) Add(d time.Duration) time.Time {
 // openAt opens cfg and closes the store when the test ends.
 func openAt(t *testing.T, cfg outbox.Config) *outbox.Store { return outboxtest.OpenStore(t, cfg) }
 
+// storePath is where a test that opens its store more than once keeps
+// it: a file in the test's temporary directory, or a PostgreSQL database
+// of its own under OUTBOXD_TEST_STORE=postgres.
+func storePath(t *testing.T, name string) string {
+	t.Helper()
+	if outboxtest.OnPostgres() {
+		return pgtest.New(t).DSN
+	}
+	return filepath.Join(t.TempDir(), name)
+}
+
 // openStore opens a fresh store in t.TempDir() whose clock is the one returned.
 func openStore(t *testing.T) (*outbox.Store, *clock) {
 	t.Helper()
@@ -73,6 +85,7 @@ func equal[T comparable](t *testing.T, what string, got, want T) {
 }
 
 func TestStore_Open(t *testing.T) {
+	outboxtest.SQLiteOnly(t, "opening a file: its directories, its PRAGMAs, older SQLite schemas")
 	ctx := context.Background()
 
 	t.Run("OK", func(t *testing.T) {
@@ -378,7 +391,7 @@ func TestConfig_Validate(t *testing.T) {
 
 func TestStore_MetaID(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "t.db")
+	path := storePath(t, "t.db")
 	s, err := outbox.Open(ctx, outbox.DefaultConfig(path))
 	if err != nil {
 		t.Fatal(err)
@@ -476,7 +489,7 @@ func TestStore_IntegrityCheck(t *testing.T) {
 }
 
 func TestStore_Close(t *testing.T) {
-	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(filepath.Join(t.TempDir(), "t.db")))
+	s, err := outbox.Open(context.Background(), outbox.DefaultConfig(storePath(t, "t.db")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -183,3 +183,40 @@ func TestClient_ProduceContextEnds(t *testing.T) {
 		t.Fatalf("produce to a silent broker: %v, want the context's deadline", err)
 	}
 }
+
+// A fetch whose answer fills its byte budget before every partition is
+// in it (three partitions of 10 MiB against 16 MiB a response, 8 MiB a
+// partition: the broker leaves the last partition out) is read on: each
+// partition is handed over whole, in order.
+func TestClient_ConsumePartitionsLeftOut(t *testing.T) {
+	c := newClient(t, cluster(t))
+	ctx := context.Background()
+	if res, err := c.CreateTopics(ctx, kafka.TopicSpec{Partitions: 3, Replication: 1}, "big"); err != nil || res["big"].Err != sarama.ErrNoError {
+		t.Fatalf("create: %+v, %v", res, err)
+	}
+	value := make([]byte, 100<<10)
+	const perPartition = 100 // 10 MiB
+	for p := range int32(3) {
+		var msgs []kafka.Message
+		for i := range perPartition {
+			msgs = append(msgs, kafka.Message{Topic: "big", Partition: p, Key: []byte(fmt.Sprint(i)), Value: value})
+		}
+		msgs = append(msgs, kafka.Message{Topic: "big", Partition: p, Value: []byte("end")})
+		if err := c.Produce(ctx, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs := consume(t, c, "big", sarama.ReadUncommitted)
+	got := cs.waitEnds(t, 3)
+	for p := range int32(3) {
+		l := got[p]
+		if len(l) != perPartition+1 {
+			t.Fatalf("partition %d: %d records, want %d", p, len(l), perPartition+1)
+		}
+		for i, kv := range l[:perPartition] {
+			if want := fmt.Sprint(i) + "=" + string(value); kv != want {
+				t.Fatalf("partition %d record %d: key/value %.20q..., want key %d", p, i, kv, i)
+			}
+		}
+	}
+}

@@ -150,7 +150,9 @@ func (s *recordSlab) message(r *outbox.Row, feed, epoch []byte) (*record, error)
 // room: sarama's record holds its headers by pointer.
 func (s *recordSlab) pointers(hs []sarama.RecordHeader) []*sarama.RecordHeader {
 	if cap(s.hptrs)-len(s.hptrs) < len(hs) {
-		s.hptrs = make([]*sarama.RecordHeader, 0, max(len(hs), cap(s.hptrs)))
+		// Doubled, so that the slab, reused, has room for a batch like
+		// this one.
+		s.hptrs = make([]*sarama.RecordHeader, 0, max(len(hs), 2*cap(s.hptrs)))
 	}
 	start := len(s.hptrs)
 	for i := range hs {
@@ -163,7 +165,7 @@ func (s *recordSlab) pointers(hs []sarama.RecordHeader) []*sarama.RecordHeader {
 // when it has that room.
 func (s *recordSlab) headers(n int) []sarama.RecordHeader {
 	if cap(s.hdrs)-len(s.hdrs) < n {
-		s.hdrs = make([]sarama.RecordHeader, 0, max(n, cap(s.hdrs)))
+		s.hdrs = make([]sarama.RecordHeader, 0, max(n, 2*cap(s.hdrs))) // doubled, as in pointers
 	}
 	return s.hdrs[len(s.hdrs):len(s.hdrs)]
 }

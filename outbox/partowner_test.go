@@ -176,3 +176,41 @@ WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err 
 		t.Fatalf("rows = %+v, want a0 then b1", rows)
 	}
 }
+
+// TestPartitionOwners_PostgresPausedCommit: a server paused in the middle
+// of a commit (its epoch read FOR SHARE, its COMMIT not sent) holds the
+// next owner's claim back only for IdleInTxTimeout: PostgreSQL ends its
+// session, the claim goes through, and the paused commit fails once it
+// runs again, leaving nothing.
+func TestPartitionOwners_PostgresPausedCommit(t *testing.T) {
+	db := pgtest.New(t)
+	cfg := outbox.DefaultConfig(db.DSN)
+	cfg.IdleInTxTimeout = 500 * time.Millisecond
+	a, b := outboxtest.OpenStore(t, cfg), outboxtest.OpenStore(t, cfg)
+	ctx := context.Background()
+	testutil.Must(t, a.RegisterFeed(ctx, outbox.FeedInfo{Name: "g", Kind: "kafka"}))
+	_, err := a.ClaimPartition(ctx, "g", 0, "a")
+	testutil.Must(t, err)
+	paused, resume := make(chan struct{}), make(chan struct{})
+	a.SetCommitHook(func(context.Context) error {
+		close(paused)
+		<-resume
+		return nil
+	})
+	committed := make(chan error, 1)
+	go func() { committed <- batch(a, "g", 0, 0, "paused") }()
+	<-paused
+	epoch, err := b.ClaimPartition(ctx, "g", 0, "b") // returns once PostgreSQL ended a's session
+	testutil.Must(t, err)
+	testutil.Equal(t, "b's epoch", epoch, int64(2))
+	close(resume)
+	if err := <-committed; err == nil {
+		t.Fatal("the paused commit succeeded after its session ended")
+	}
+	rows, err := b.Rows(ctx, 0, 10)
+	testutil.Must(t, err)
+	testutil.Equal(t, "rows", len(rows), 0)
+	ps, err := b.Positions(ctx, "g")
+	testutil.Must(t, err)
+	testutil.Equal(t, "positions", len(ps), 0)
+}

@@ -37,6 +37,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,7 +70,7 @@ func openPG(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, pg: true, stmts: map[string]*sqlx.Stmt{}, committed: make(chan struct{}, 1)}
 	s.pack.never = true // the outbox view decodes raw bodies only (pg_view.go)
 	var err error
-	if s.db, err = pgPool(cfg.Path, false); err != nil {
+	if s.db, err = pgPool(cfg.Path, false, cfg.IdleInTxTimeout); err != nil {
 		return nil, err
 	}
 	s.db.SetMaxOpenConns(1)
@@ -82,7 +83,7 @@ func openPG(ctx context.Context, cfg Config) (*Store, error) {
 		s.db.Close()
 		return nil, err
 	}
-	if s.rdb, err = pgPool(cfg.Path, true); err != nil {
+	if s.rdb, err = pgPool(cfg.Path, true, 0); err != nil {
 		s.db.Close()
 		return nil, err
 	}
@@ -97,7 +98,9 @@ func openPG(ctx context.Context, cfg Config) (*Store, error) {
 
 // pgPool is a pool of connections to dsn through pgConn; a read-only
 // pool's transactions refuse writes, as SQLite's query_only readers do.
-func pgPool(dsn string, readOnly bool) (*sqlx.DB, error) {
+// idle, when not 0, is the sessions' idle_in_transaction_session_timeout
+// (see Config.IdleInTxTimeout).
+func pgPool(dsn string, readOnly bool, idle time.Duration) (*sqlx.DB, error) {
 	cc, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", redactDSN(dsn), err)
@@ -117,6 +120,9 @@ func pgPool(dsn string, readOnly bool) (*sqlx.DB, error) {
 	// connection is closed all the same.
 	cc.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: pgCancelGrace}
+	}
+	if idle > 0 {
+		cc.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(idle.Milliseconds(), 10)
 	}
 	return sqlx.NewDb(sql.OpenDB(pgConnector{stdlib.GetConnector(*cc)}), "pgx"), nil
 }

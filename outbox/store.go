@@ -40,6 +40,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/outboxd/outboxd"
+	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/outbox/internal/handle"
 )
 
@@ -62,6 +63,15 @@ type Config struct {
 	// Synchronous is SyncFull (default: a commit survives power loss) or
 	// SyncNormal (survives a process crash, not power loss).
 	Synchronous SyncMode
+	// IdleInTxTimeout, on PostgreSQL, ends the writer's session when its
+	// transaction waits that long on this process between statements (0:
+	// the server's setting). Servers sharing the database set it: a server
+	// paused in the middle of a commit would otherwise hold its row locks
+	// (a partition's owner epoch, the outbox ids) for as long as it is
+	// paused, and the others' claims and commits would wait with it. Its
+	// session ended, the paused server's transaction is rolled back, and
+	// its commit fails once it runs again.
+	IdleInTxTimeout time.Duration
 	// BusyTimeout bounds how long a statement waits for another process's lock.
 	BusyTimeout time.Duration
 	// Now returns the current time; tests may replace it.
@@ -279,11 +289,7 @@ func (s *Store) connect(ctx context.Context) error {
 		if err == nil || !isBusy(err) || time.Now().After(deadline) {
 			return err
 		}
-		t := time.NewTimer(10 * time.Millisecond)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if clock.Sleep(ctx, 10*time.Millisecond) != nil {
 			return err
 		}
 	}

@@ -7,6 +7,14 @@ import (
 	"github.com/outboxd/outboxd/relay"
 )
 
+// sharedIdleInTx is, when servers share the database, how long PostgreSQL
+// lets a server's transaction wait on it between statements before it
+// ends the session (outbox.Config.IdleInTxTimeout): a server paused in
+// the middle of a commit holds the other servers' claims and commits back
+// that long at most, well within the group's session timeout. No
+// processor a group feed runs waits inside its transaction.
+const sharedIdleInTx = 3 * time.Second
+
 // seenEvery is how often a server sharing the database says it is alive.
 const seenEvery = time.Second
 

@@ -171,6 +171,9 @@ func (m *Main) open(ctx context.Context) error {
 	steps := context.WithoutCancel(ctx)
 	st := outbox.DefaultConfig(m.Config.DB)
 	st.Synchronous = m.Config.Synchronous
+	if m.Config.Shared() {
+		st.IdleInTxTimeout = sharedIdleInTx
+	}
 	s, err := outbox.Open(steps, st)
 	if err != nil {
 		return err

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/IBM/sarama"
-
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -32,7 +30,7 @@ func (r *Relay) runAtLeastOnce(stop stopping) (progressed bool, err error) {
 		return false, err
 	}
 	r.log.Info("resuming", "after", last)
-	send := func(rows []outbox.Row, recs []*sarama.ProducerMessage) error {
+	send := func(rows []outbox.Row, recs []*record) error {
 		return r.publishAcked(stop.hard, p, rows, recs)
 	}
 	// After a refusal every batch of the refused send has its answer
@@ -61,7 +59,7 @@ func (r *Relay) runAtLeastOnce(stop stopping) (progressed bool, err error) {
 // every ack, then marks the rows published. ctx is the stopping's hard
 // step: the batch in hand may be acked and marked after the relay was
 // asked to stop.
-func (r *Relay) publishAcked(ctx context.Context, p *txnProducer, rows []outbox.Row, recs []*sarama.ProducerMessage) error {
+func (r *Relay) publishAcked(ctx context.Context, p *txnProducer, rows []outbox.Row, recs []*record) error {
 	first, last := rows[0].ID, rows[len(rows)-1].ID
 	r.st.state(StatePublishing)
 	if err := p.publishTxn(ctx, recs); err != nil {

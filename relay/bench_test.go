@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxtest"
 )
@@ -123,7 +121,7 @@ func BenchmarkRawProduce(b *testing.B) {
 }
 
 // rawTxn is one transaction of the relay's producer.
-func rawTxn(p *txnProducer, msgs []*sarama.ProducerMessage) error {
+func rawTxn(p *txnProducer, msgs []*record) error {
 	return p.publishTxn(context.Background(), msgs)
 }
 

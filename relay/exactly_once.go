@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -43,7 +41,7 @@ func (r *Relay) runExactlyOnce(stop stopping) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	send := func(rows []outbox.Row, recs []*sarama.ProducerMessage) error {
+	send := func(rows []outbox.Row, recs []*record) error {
 		return r.publishTxn(stop.hard, p, rows, recs)
 	}
 	// A transaction whose records a broker refused cannot commit: a new
@@ -90,9 +88,9 @@ func (r *Relay) drain(ctx context.Context, last int64, publish func([]outbox.Row
 // progress after the last row in one transaction, then has the progress
 // stored in SQLite. ctx is the stopping's hard step: the transaction in
 // hand may commit after the relay was asked to stop.
-func (r *Relay) publishTxn(ctx context.Context, p *txnProducer, rows []outbox.Row, recs []*sarama.ProducerMessage) error {
+func (r *Relay) publishTxn(ctx context.Context, p *txnProducer, rows []outbox.Row, recs []*record) error {
 	last := &rows[len(rows)-1]
-	pm, err := progressMessage(r.cfg.ProgressTopic, r.relayID, r.stamped(progressOf(last)))
+	pm, err := progressRecord(r.cfg.ProgressTopic, r.relayID, r.stamped(progressOf(last)))
 	if err != nil {
 		return err
 	}
@@ -100,7 +98,7 @@ func (r *Relay) publishTxn(ctx context.Context, p *txnProducer, rows []outbox.Ro
 	started := time.Now()
 	// A copy: recs may be part of a longer slice whose next record the
 	// progress must not overwrite.
-	msgs := append(append(make([]*sarama.ProducerMessage, 0, len(recs)+1), recs...), pm)
+	msgs := append(append(make([]*record, 0, len(recs)+1), recs...), pm)
 	if err := p.publishTxn(ctx, msgs); err != nil {
 		if isUnauthorized(err) {
 			err = r.pinpointTxn(ctx, rows, err)

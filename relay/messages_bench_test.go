@@ -9,7 +9,7 @@ import (
 
 // BenchmarkMessages turns a relay batch of 4000 rows (a file line each,
 // no key, no headers of their own, as the forward processor writes them)
-// into records: the relay's own cost per record before sarama's, in a new
+// into records: the relay's own cost per record before the producer's, in a new
 // slab each batch, or in the last batch's (as the relay does once that
 // batch is settled).
 func BenchmarkMessages(b *testing.B) {

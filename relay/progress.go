@@ -3,6 +3,7 @@ package relay
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/IBM/sarama"
 
@@ -53,13 +54,16 @@ func DecodeProgress(b []byte) (Progress, error) {
 	return p, nil
 }
 
-// progressMessage is the record that commits p with the transaction.
-func progressMessage(topic, relayID string, p Progress) (*sarama.ProducerMessage, error) {
+// progressRecord is the record that commits p with the transaction,
+// stamped now.
+func progressRecord(topic, relayID string, p Progress) (*record, error) {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("encode progress record: %w", err)
 	}
-	return &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(relayID), Value: sarama.ByteEncoder(b)}, nil
+	rec := &record{topic: topic, at: time.Now().UnixMilli(), rec: sarama.Record{Key: []byte(relayID), Value: b}}
+	rec.size = recordSize(&rec.rec)
+	return rec, nil
 }
 
 // partitionFor is the partition the producer's murmur2 partitioner sends

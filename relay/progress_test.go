@@ -153,9 +153,10 @@ func TestProgress_DanglingTransactionAborted(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows, _ := s.Rows(context.Background(), 0, 100)
-	msgs, _ := messages(rows)
-	pm, _ := progressMessage(DefaultProgressTopic, relayID, progressOf(&rows[len(rows)-1]))
-	for _, m := range append(msgs, pm) {
+	recs, _ := messages(rows)
+	pm, _ := progressRecord(DefaultProgressTopic, relayID, progressOf(&rows[len(rows)-1]))
+	msgs := producerMessages(recs)
+	for _, m := range append(msgs, producerMessages([]*record{pm})...) {
 		zombie.Input() <- m
 	}
 	for range len(msgs) + 1 {

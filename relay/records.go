@@ -34,27 +34,62 @@ var (
 	headerPositionKey = []byte(HeaderPosition)
 )
 
-// message turns an outbox row into a record. The record's timestamp is the
-// row's creation time, so a republished row carries the same one; the
+// record is a record as the producer writes it into its partition's
+// record batch: sarama's own record (key, value, headers; the producer
+// sets its deltas when it places it in a batch), with its topic, its
+// timestamp in Unix milliseconds and its size as a broker counts it
+// (recordSize). An outbox row's record is made straight from the row
+// (see recordSlab), with no sarama.ProducerMessage in between.
+type record struct {
+	rec   sarama.Record
+	topic string
+	at    int64
+	size  int
+}
+
+// recordSize is the size a producer counts for rec (record format v2):
+// its bytes and the most its framing takes, what sarama's
+// ProducerMessage.ByteSize(2) and outbox.RecordBytes say.
+func recordSize(rec *sarama.Record) int {
+	n := recordOverhead + len(rec.Key) + len(rec.Value)
+	for _, h := range rec.Headers {
+		n += len(h.Key) + len(h.Value) + headerOverhead
+	}
+	return n
+}
+
+// Sizes of a record's framing (format v2), as outbox.RecordBytes counts
+// them: five varints of 32 bits, one of 64 and the attributes byte; a
+// header's two lengths.
+const (
+	recordOverhead = 5*5 + 10 + 1
+	headerOverhead = 2 * 5
+)
+
+// unixMilli is the Unix time in milliseconds of ns Unix nanoseconds, as a
+// record batch's timestamp counts it.
+func unixMilli(ns int64) int64 { return time.Unix(0, ns).UnixMilli() }
+
+// message turns an outbox row into its record. The record's timestamp is
+// the row's creation time, so a republished row carries the same one; the
 // relay stamps it with the publish time instead unless Config.Timestamp
-// says created (see records). feed and
-// epoch are the row's Feed and Epoch as bytes (shared between records:
-// sarama only reads header values).
-func message(r *outbox.Row, feed, epoch []byte) (*sarama.ProducerMessage, error) {
+// says created (see records). feed and epoch are the row's Feed and Epoch
+// as bytes (shared between records: sarama only reads header values).
+func message(r *outbox.Row, feed, epoch []byte) (*record, error) {
 	return newRecordSlab(1).message(r, feed, epoch)
 }
 
-// recordSlab hands out the records of a batch, their headers, their
-// decimal header values and their key and value encoders from a few
-// arrays, where each record would otherwise cost five allocations. A
-// record keeps its batch's arrays alive while sarama holds it. Nothing
-// handed out is written again until the slab is reused (see reuse), which
-// the relay does only once sarama has settled every record of its batch.
+// recordSlab hands out the records of a batch, their headers and header
+// pointers and their decimal header values from a few arrays, where each
+// record would otherwise cost several allocations. A record keeps its
+// batch's arrays alive while the producer holds it. Nothing handed out is
+// written again until the slab is reused (see reuse), which the relay does
+// only once every record of its batch is settled.
 type recordSlab struct {
-	ptrs   []*sarama.ProducerMessage
-	msgs   []sarama.ProducerMessage
+	ptrs   []*record
+	recs   []record
 	hdrs   []sarama.RecordHeader
-	encs   []sarama.ByteEncoder
+	hptrs  []*sarama.RecordHeader
 	digits []byte
 }
 
@@ -66,10 +101,10 @@ const maxDigits = 2 * 20
 
 func newRecordSlab(n int) *recordSlab {
 	return &recordSlab{
-		ptrs:   make([]*sarama.ProducerMessage, 0, n),
-		msgs:   make([]sarama.ProducerMessage, 0, n),
+		ptrs:   make([]*record, 0, n),
+		recs:   make([]record, 0, n),
 		hdrs:   make([]sarama.RecordHeader, 0, n*relayHeaders),
-		encs:   make([]sarama.ByteEncoder, 0, 2*n),
+		hptrs:  make([]*sarama.RecordHeader, 0, n*relayHeaders),
 		digits: make([]byte, 0, n*maxDigits),
 	}
 }
@@ -80,15 +115,18 @@ func newRecordSlab(n int) *recordSlab {
 // at (the rows' keys and values) stays reachable until then, one batch at
 // most.
 func (s *recordSlab) reuse(n int) *recordSlab {
-	if s == nil || cap(s.msgs) < n {
+	if s == nil || cap(s.recs) < n {
 		return newRecordSlab(n)
 	}
-	s.ptrs, s.msgs, s.hdrs, s.encs, s.digits = s.ptrs[:0], s.msgs[:0], s.hdrs[:0], s.encs[:0], s.digits[:0]
+	s.ptrs, s.recs, s.hdrs, s.hptrs, s.digits = s.ptrs[:0], s.recs[:0], s.hdrs[:0], s.hptrs[:0], s.digits[:0]
 	return s
 }
 
-// message is message made from the slab's arrays.
-func (s *recordSlab) message(r *outbox.Row, feed, epoch []byte) (*sarama.ProducerMessage, error) {
+// message is message made from the slab's arrays. The record's key and
+// value are the row's own bytes: a nil key stays nil (the partitioner
+// hashes any non-nil key, even an empty one, as the Java client does, and
+// the batch writes it as null), as does a nil value.
+func (s *recordSlab) message(r *outbox.Row, feed, epoch []byte) (*record, error) {
 	hs, err := outbox.DecodeHeaders(r.Headers)
 	if err != nil {
 		return nil, fmt.Errorf("outbox row %d: %w: %w", r.ID, errBadRow, err)
@@ -101,25 +139,33 @@ func (s *recordSlab) message(r *outbox.Row, feed, epoch []byte) (*sarama.Produce
 		sarama.RecordHeader{Key: headerPositionKey, Value: s.decimal(r.Position)},
 	)
 	s.hdrs = s.hdrs[:len(s.hdrs)+len(rhs)]
-	s.msgs = append(s.msgs, sarama.ProducerMessage{Topic: r.Topic, Headers: rhs[:len(rhs):len(rhs)],
-		Timestamp: time.Unix(0, r.CreatedAt)})
-	m := &s.msgs[len(s.msgs)-1]
-	// A nil key must stay a nil interface: the partitioner hashes any
-	// non-nil key, even an empty one, as the Java client does.
-	if r.Key != nil {
-		m.Key = s.encoder(r.Key)
-	}
-	if r.Value != nil {
-		m.Value = s.encoder(r.Value)
-	}
+	s.recs = append(s.recs, record{topic: r.Topic, at: unixMilli(r.CreatedAt),
+		rec: sarama.Record{Key: r.Key, Value: r.Value, Headers: s.pointers(rhs)}})
+	m := &s.recs[len(s.recs)-1]
+	m.size = recordSize(&m.rec)
 	return m, nil
+}
+
+// pointers returns pointers to hs, in the slab's pointer array when it has
+// room: sarama's record holds its headers by pointer.
+func (s *recordSlab) pointers(hs []sarama.RecordHeader) []*sarama.RecordHeader {
+	if cap(s.hptrs)-len(s.hptrs) < len(hs) {
+		// Doubled, so that the slab, reused, has room for a batch like
+		// this one.
+		s.hptrs = make([]*sarama.RecordHeader, 0, max(len(hs), 2*cap(s.hptrs)))
+	}
+	start := len(s.hptrs)
+	for i := range hs {
+		s.hptrs = append(s.hptrs, &hs[i])
+	}
+	return s.hptrs[start:len(s.hptrs):len(s.hptrs)]
 }
 
 // headers returns an empty slice with room for n headers, within the slab
 // when it has that room.
 func (s *recordSlab) headers(n int) []sarama.RecordHeader {
 	if cap(s.hdrs)-len(s.hdrs) < n {
-		s.hdrs = make([]sarama.RecordHeader, 0, max(n, cap(s.hdrs)))
+		s.hdrs = make([]sarama.RecordHeader, 0, max(n, 2*cap(s.hdrs))) // doubled, as in pointers
 	}
 	return s.hdrs[len(s.hdrs):len(s.hdrs)]
 }
@@ -132,16 +178,6 @@ func (s *recordSlab) decimal(v int64) []byte {
 	start := len(s.digits)
 	s.digits = strconv.AppendInt(s.digits, v, 10)
 	return s.digits[start:len(s.digits):len(s.digits)]
-}
-
-// encoder returns b as an Encoder without an allocation of its own: a
-// pointer to an element of the slab (sarama only reads it).
-func (s *recordSlab) encoder(b []byte) sarama.Encoder {
-	if len(s.encs) == cap(s.encs) {
-		s.encs = make([]sarama.ByteEncoder, 0, max(1, cap(s.encs)))
-	}
-	s.encs = append(s.encs, b)
-	return &s.encs[len(s.encs)-1]
 }
 
 // appendRowHeaders appends a row's own headers as its record carries them,
@@ -195,22 +231,21 @@ func appendRowHeaders(dst []sarama.RecordHeader, hs []outbox.Header) []sarama.Re
 }
 
 // fits reports whether m, alone in its batch, is within maxBytes as a
-// broker counts it. It is sarama's own measure, which the producer's
-// MaxMessageBytes (maxBytes less the batch header) applies to each record
-// and to each partition's batch (see saramaConfig), so a record that fits
-// is never refused by the producer, nor by a broker whose limit is
-// maxBytes.
-func fits(m *sarama.ProducerMessage, maxBytes int) bool {
-	return m.ByteSize(2) <= maxBytes-outbox.RecordBatchOverhead
+// broker counts it. It is sarama's own measure (recordSize), which the
+// producer's batch limit (maxBytes less the batch header) applies to each
+// partition's batch (see saramaConfig), so a record that fits is never
+// refused by a broker whose limit is maxBytes.
+func fits(m *record, maxBytes int) bool {
+	return m.size <= maxBytes-outbox.RecordBatchOverhead
 }
 
 // messages turns a batch of rows into records, in id order.
-func messages(rows []outbox.Row) ([]*sarama.ProducerMessage, error) {
+func messages(rows []outbox.Row) ([]*record, error) {
 	return newRecordSlab(len(rows)).messages(rows)
 }
 
 // messages is messages made from the slab's arrays.
-func (s *recordSlab) messages(rows []outbox.Row) ([]*sarama.ProducerMessage, error) {
+func (s *recordSlab) messages(rows []outbox.Row) ([]*record, error) {
 	ms := s.ptrs[:0]
 	var feed, epoch []byte
 	for i := range rows {
@@ -230,4 +265,43 @@ func (s *recordSlab) messages(rows []outbox.Row) ([]*sarama.ProducerMessage, err
 	}
 	s.ptrs = ms
 	return ms, nil
+}
+
+// producerRecord is the record of m, a message of a tool that produces as
+// the relay does (Producer.Publish): its key, value and headers encoded,
+// its timestamp, or now when it has none.
+func producerRecord(m *sarama.ProducerMessage) (*record, error) {
+	key, err := encoded(m.Key)
+	if err != nil {
+		return nil, fmt.Errorf("encode a record key: %w", err)
+	}
+	value, err := encoded(m.Value)
+	if err != nil {
+		return nil, fmt.Errorf("encode a record value: %w", err)
+	}
+	at := m.Timestamp
+	if at.IsZero() {
+		at = time.Now()
+	}
+	rec := &record{topic: m.Topic, at: at.UnixMilli(), rec: sarama.Record{Key: key, Value: value}}
+	if len(m.Headers) > 0 {
+		rec.rec.Headers = make([]*sarama.RecordHeader, len(m.Headers))
+		for i := range m.Headers {
+			rec.rec.Headers[i] = &m.Headers[i]
+		}
+	}
+	rec.size = recordSize(&rec.rec)
+	return rec, nil
+}
+
+// encoded returns the bytes of e; nil stays nil.
+func encoded(e sarama.Encoder) ([]byte, error) {
+	if e == nil {
+		return nil, nil
+	}
+	b, err := e.Encode()
+	if err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	return b, nil
 }

@@ -16,7 +16,7 @@ import (
 // letters, in order) with the progress after the span's last row: one
 // Kafka transaction, or one acked batch marked in SQLite. recs may be
 // empty: the progress alone passes rows that are all dead letters.
-type sendFunc func(rows []outbox.Row, recs []*sarama.ProducerMessage) error
+type sendFunc func(rows []outbox.Row, recs []*record) error
 
 // publish publishes a batch of rows with send, so that no row can stop the
 // others. A row whose record is over Config.MaxMessageBytes is stored as a
@@ -93,15 +93,15 @@ func (r *Relay) split(ctx context.Context, rows []outbox.Row, send sendFunc, res
 // made in slab.
 // The rows over Config.MaxMessageBytes are stored as dead letters first;
 // rows a broker refused in this session are left out (they are stored).
-func (r *Relay) records(ctx context.Context, rows []outbox.Row, slab *recordSlab) ([]*sarama.ProducerMessage, error) {
+func (r *Relay) records(ctx context.Context, rows []outbox.Row, slab *recordSlab) ([]*record, error) {
 	ms, err := slab.messages(rows)
 	if err != nil {
 		return nil, err
 	}
 	if r.cfg.Timestamp == TimestampPublish {
-		now := time.Now()
+		now := time.Now().UnixMilli()
 		for _, m := range ms {
-			m.Timestamp = now
+			m.at = now
 		}
 	}
 	recs := ms[:0]
@@ -113,7 +113,7 @@ func (r *Relay) records(ctx context.Context, rows []outbox.Row, slab *recordSlab
 		case !fits(m, r.cfg.MaxMessageBytes):
 			big = append(big, outbox.RowDeadLetter{Row: *row, Reason: outbox.ReasonOutputTooLarge,
 				Error: fmt.Sprintf("a record of %d bytes (topic %s) is over the relay's limit of %d (--max-message-bytes)",
-					m.ByteSize(2)+outbox.RecordBatchOverhead, row.Topic, r.cfg.MaxMessageBytes)})
+					m.size+outbox.RecordBatchOverhead, row.Topic, r.cfg.MaxMessageBytes)})
 		default:
 			recs = append(recs, m)
 		}

@@ -42,7 +42,7 @@ func exactFit(t *testing.T, r row, id int64, limit int) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fill('=', limit-outbox.RecordBatchOverhead-base.ByteSize(2))
+	return fill('=', limit-outbox.RecordBatchOverhead-base.size)
 }
 
 // published checks the records read from topic against the rows wanted
@@ -368,15 +368,15 @@ func TestMessage_Headers(t *testing.T) {
 		}
 		want := append(c.want, h(HeaderID, "99", HeaderFeed, "f", HeaderEpoch, "e1", HeaderPosition, "41")...)
 		var got []outbox.Header
-		for _, rh := range m.Headers {
+		for _, rh := range m.rec.Headers {
 			got = append(got, outbox.Header{Key: string(rh.Key), Value: rh.Value})
 		}
 		if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
 			t.Errorf("%s: headers\n got %q\nwant %q", c.name, got, want)
 		}
 		if n := outbox.PublishedBytes(outbox.Place{Feed: r.Feed, Epoch: r.Epoch, Position: r.Position},
-			outbox.Output{Headers: c.row}); n < m.ByteSize(2) {
-			t.Errorf("%s: PublishedBytes %d below the record's %d", c.name, n, m.ByteSize(2))
+			outbox.Output{Headers: c.row}); n < m.size {
+			t.Errorf("%s: PublishedBytes %d below the record's %d", c.name, n, m.size)
 		}
 	}
 }
@@ -394,7 +394,7 @@ func TestPublishedBytes_IsSaramas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bound, size := outbox.PublishedBytes(p, o), m.ByteSize(2)
+		bound, size := outbox.PublishedBytes(p, o), m.size
 		if bound < size || (id == math.MaxInt64 && bound != size) {
 			t.Errorf("id %d: PublishedBytes %d, sarama counts %d", id, bound, size)
 		}

@@ -57,14 +57,17 @@ type txnProducer struct {
 	// seq is the next sequence of each partition the producer wrote to.
 	seq map[topicPartition]int32
 	// maxBatch bounds a record batch as sarama's producer does: the sum
-	// of its records' sizes (ProducerMessage.ByteSize) stays below it.
+	// of its records' sizes (recordSize) stays below it.
 	maxBatch int
 	// maxRequest bounds the record bytes of one produce request.
 	maxRequest int
-	// recs and hdrs are the records of the last transaction and their
-	// header pointers, reused by the next once it committed.
-	recs []sarama.Record
-	hdrs []*sarama.RecordHeader
+	// partitioners holds each topic's partitioner, as the configuration
+	// names it; key is the message the partitioner is handed a record's
+	// key in (its interface takes a sarama.ProducerMessage), and keyBytes
+	// that key.
+	partitioners map[string]sarama.Partitioner
+	key          sarama.ProducerMessage
+	keyBytes     sarama.ByteEncoder
 	// parts is the transaction's partitions in the order they first
 	// appear, each with its batches; reused like recs.
 	parts  []*partBatches
@@ -91,7 +94,8 @@ type topicPartition struct {
 type partBatches struct {
 	tp      topicPartition
 	batches []*sarama.RecordBatch
-	size    int // of the last batch, as maxBatch counts it
+	size    int   // of the last batch, as maxBatch counts it
+	first   int64 // the last batch's first timestamp, Unix milliseconds
 }
 
 // Request versions, as sarama's own producer picks them for the Kafka
@@ -157,11 +161,12 @@ func newTxnProducer(ctx context.Context, brokers []string, sc *sarama.Config, pr
 	}
 	p := &txnProducer{
 		client: client, conf: sc, dialer: d, txnID: txnID, principal: principal, delivery: delivery,
-		seq:        map[topicPartition]int32{},
-		doubt:      map[topicPartition]bool{},
-		byTP:       map[topicPartition]*partBatches{},
-		maxBatch:   sc.Producer.MaxMessageBytes,
-		maxRequest: int(sarama.MaxRequestSize) - 10<<10,
+		seq:          map[topicPartition]int32{},
+		doubt:        map[topicPartition]bool{},
+		byTP:         map[topicPartition]*partBatches{},
+		partitioners: map[string]sarama.Partitioner{},
+		maxBatch:     sc.Producer.MaxMessageBytes,
+		maxRequest:   int(sarama.MaxRequestSize) - 10<<10,
 	}
 	req := &sarama.InitProducerIDRequest{Version: initProducerIDVersion, ProducerID: -1, ProducerEpoch: -1}
 	if p.transactional() {
@@ -288,7 +293,7 @@ func (p *txnProducer) coordinated(ctx context.Context, req func(*sarama.Broker) 
 	}
 }
 
-// publishTxn sends msgs in one transaction and commits it. A commit that
+// publishTxn sends recs in one transaction and commits it. A commit that
 // fails is ambiguous (*ambiguousError); a produce that fails is not (the
 // transaction cannot have committed: the next producer's initialisation
 // aborts it), but after an error that may mean "fenced" the producer asks
@@ -299,11 +304,11 @@ func (p *txnProducer) coordinated(ctx context.Context, req func(*sarama.Broker) 
 // where it holds back the partition's last stable offset. When ctx is done
 // first it returns errAbandoned, with the producer's connections cut: the
 // transaction in hand is left to the next producer's initialisation.
-func (p *txnProducer) publishTxn(ctx context.Context, msgs []*sarama.ProducerMessage) error {
+func (p *txnProducer) publishTxn(ctx context.Context, recs []*record) error {
 	if p.broken {
 		return errors.New("the producer failed before: it must be replaced")
 	}
-	err := p.bounded(ctx, func() error { return p.txn(ctx, msgs) })
+	err := p.bounded(ctx, func() error { return p.txn(ctx, recs) })
 	if err == nil {
 		return nil
 	}
@@ -338,8 +343,8 @@ func (p *txnProducer) doubted() string {
 
 // txn is one transaction: its partitions added, its batches sent, its
 // commit.
-func (p *txnProducer) txn(ctx context.Context, msgs []*sarama.ProducerMessage) error {
-	if err := p.build(msgs); err != nil {
+func (p *txnProducer) txn(ctx context.Context, recs []*record) error {
+	if err := p.build(recs); err != nil {
 		return err
 	}
 	if p.transactional() {
@@ -396,36 +401,31 @@ func (p *txnProducer) commitFailed(err error) error {
 	return &ambiguousError{err}
 }
 
-// build sorts msgs into their partitions' record batches, in order, with
-// the sequences that follow the partitions' last ones.
-func (p *txnProducer) build(msgs []*sarama.ProducerMessage) error {
+// build sorts recs into their partitions' record batches, in order, with
+// the sequences that follow the partitions' last ones. The records
+// themselves go into the batches: build sets their timestamp and offset
+// deltas.
+func (p *txnProducer) build(recs []*record) error {
 	clear(p.byTP)
 	p.parts = p.parts[:0]
-	if cap(p.recs) < len(msgs) {
-		p.recs = make([]sarama.Record, len(msgs))
-	}
-	p.recs = p.recs[:len(msgs)]
-	p.hdrs = p.hdrs[:0]
 	var topic string
 	var ids []int32
 	var part sarama.Partitioner
-	for i, m := range msgs {
-		if i == 0 || m.Topic != topic {
+	for i, m := range recs {
+		if i == 0 || m.topic != topic {
 			var err error
-			if topic, ids, part, err = p.topic(m.Topic); err != nil {
+			if topic, ids, part, err = p.topic(m.topic); err != nil {
 				return err
 			}
 		}
-		choice, err := part.Partition(m, int32(len(ids)))
+		choice, err := p.partition(part, m, int32(len(ids)))
 		if err != nil {
 			return fmt.Errorf("partition a record of topic %s: %w", topic, err)
 		}
 		if choice < 0 || int(choice) >= len(ids) {
 			return fmt.Errorf("partition a record of topic %s: %w", topic, sarama.ErrInvalidPartition)
 		}
-		if err := p.add(topicPartition{topic, ids[choice]}, m, &p.recs[i]); err != nil {
-			return err
-		}
+		p.add(topicPartition{topic, ids[choice]}, m)
 	}
 	for _, pb := range p.parts {
 		for _, b := range pb.batches {
@@ -445,7 +445,8 @@ func (p *txnProducer) build(msgs []*sarama.ProducerMessage) error {
 }
 
 // topic returns the partitions of topic as the client last saw them, and
-// the partitioner the relay's configuration names.
+// the partitioner the relay's configuration names, one a topic for the
+// producer's life.
 func (p *txnProducer) topic(topic string) (string, []int32, sarama.Partitioner, error) {
 	ids, err := p.client.Partitions(topic)
 	if err != nil {
@@ -454,55 +455,55 @@ func (p *txnProducer) topic(topic string) (string, []int32, sarama.Partitioner, 
 	if len(ids) == 0 {
 		return "", nil, nil, fmt.Errorf("partitions of topic %s: %w", topic, sarama.ErrUnknownTopicOrPartition)
 	}
-	return topic, ids, p.conf.Producer.Partitioner(topic), nil
+	part := p.partitioners[topic]
+	if part == nil {
+		part = p.conf.Producer.Partitioner(topic)
+		p.partitioners[topic] = part
+	}
+	return topic, ids, part, nil
 }
 
-// add appends m, as the record r, to the last batch of tp, or to a new
-// batch when the last one would pass maxBatch.
-func (p *txnProducer) add(tp topicPartition, m *sarama.ProducerMessage, r *sarama.Record) error {
-	key, err := encoded(m.Key)
+// partition is the partition part picks for m of n. A nil key stays a nil
+// interface: the partitioner hashes any non-nil key, even an empty one, as
+// the Java client does, and spreads the others.
+func (p *txnProducer) partition(part sarama.Partitioner, m *record, n int32) (int32, error) {
+	p.key.Topic, p.key.Key = m.topic, nil
+	if m.rec.Key != nil {
+		p.keyBytes = m.rec.Key
+		p.key.Key = &p.keyBytes
+	}
+	choice, err := part.Partition(&p.key, n)
+	p.key.Key, p.keyBytes = nil, nil // the record's bytes are not kept
 	if err != nil {
-		return fmt.Errorf("encode a record key: %w", err)
+		return 0, fmt.Errorf("partitioner: %w", err)
 	}
-	value, err := encoded(m.Value)
-	if err != nil {
-		return fmt.Errorf("encode a record value: %w", err)
-	}
-	ts := m.Timestamp
-	if ts.IsZero() {
-		ts = time.Now()
-	}
-	ts = ts.Truncate(time.Millisecond)
-	size := m.ByteSize(2)
+	return choice, nil
+}
+
+// add appends m to the last batch of tp, or to a new batch when the last
+// one would pass maxBatch.
+func (p *txnProducer) add(tp topicPartition, m *record) {
 	pb := p.byTP[tp]
 	if pb == nil {
-		pb = p.partition(tp)
+		pb = p.partBatches(tp)
 	}
 	var b *sarama.RecordBatch
-	if n := len(pb.batches); n > 0 && pb.size+size < p.maxBatch {
+	if n := len(pb.batches); n > 0 && pb.size+m.size < p.maxBatch {
 		b = pb.batches[n-1]
-		pb.size += size
+		pb.size += m.size
 	} else {
 		b = &sarama.RecordBatch{Version: 2, Codec: p.conf.Producer.Compression,
-			CompressionLevel: p.conf.Producer.CompressionLevel, FirstTimestamp: ts,
+			CompressionLevel: p.conf.Producer.CompressionLevel, FirstTimestamp: time.UnixMilli(m.at),
 			ProducerID: p.pid, ProducerEpoch: p.epoch, IsTransactional: p.transactional()}
 		pb.batches = append(pb.batches, b)
-		pb.size = size
+		pb.size, pb.first = m.size, m.at
 	}
-	start := len(p.hdrs)
-	for i := range m.Headers {
-		p.hdrs = append(p.hdrs, &m.Headers[i])
-	}
-	*r = sarama.Record{Key: key, Value: value, TimestampDelta: ts.Sub(b.FirstTimestamp)}
-	if len(m.Headers) > 0 {
-		r.Headers = p.hdrs[start:len(p.hdrs):len(p.hdrs)]
-	}
-	b.Records = append(b.Records, r)
-	return nil
+	m.rec.TimestampDelta = time.Duration(m.at-pb.first) * time.Millisecond
+	b.Records = append(b.Records, &m.rec)
 }
 
-// partition starts tp's batches of this transaction.
-func (p *txnProducer) partition(tp topicPartition) *partBatches {
+// partBatches starts tp's batches of this transaction.
+func (p *txnProducer) partBatches(tp topicPartition) *partBatches {
 	var pb *partBatches
 	if n := len(p.parts); n < cap(p.parts) && p.parts[:n+1][n] != nil {
 		pb = p.parts[:n+1][n]
@@ -513,14 +514,6 @@ func (p *txnProducer) partition(tp topicPartition) *partBatches {
 	p.parts = append(p.parts, pb)
 	p.byTP[tp] = pb
 	return pb
-}
-
-// encoded returns the bytes of e; nil stays nil.
-func encoded(e sarama.Encoder) ([]byte, error) {
-	if e == nil {
-		return nil, nil
-	}
-	return e.Encode()
 }
 
 // nextSequence is the sequence after n records from seq: Kafka's
@@ -974,10 +967,20 @@ func OpenProducer(ctx context.Context, cfg Config, txnID string) (*Producer, err
 	return &Producer{p}, nil
 }
 
-// Publish sends msgs in one transaction and commits it. After an error the
-// producer is of no more use: close it and open another.
+// Publish sends msgs in one transaction and commits it, each message as
+// the record the relay would make of it (a message without a timestamp is
+// stamped now). After an error the producer is of no more use: close it
+// and open another.
 func (p *Producer) Publish(ctx context.Context, msgs []*sarama.ProducerMessage) error {
-	return p.p.publishTxn(ctx, msgs)
+	recs := make([]*record, len(msgs))
+	for i, m := range msgs {
+		rec, err := producerRecord(m)
+		if err != nil {
+			return err
+		}
+		recs[i] = rec
+	}
+	return p.p.publishTxn(ctx, recs)
 }
 
 // Close closes the producer's connections.

@@ -111,7 +111,11 @@ func newSQLProcessor(feed string, fc *FeedConfig, c Config) (ingest.Processor, e
 	if err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("feed %s: processors.%s: %w", feed, fc.Processor, err)}
 	}
-	p, err := sqlproc.New(sc)
+	newProc := sqlproc.New
+	if outbox.IsPostgres(c.DB) {
+		newProc = sqlproc.NewPostgres // its statements are PREPAREd on the database at Setup
+	}
+	p, err := newProc(sc)
 	if err != nil {
 		return nil, &ConfigError{Err: fmt.Errorf("feed %s: processors.%w", feed, trimKind(err))}
 	}
@@ -145,9 +149,6 @@ func (m *Main) checkSQLProcessors() error {
 		if !m.Config.declaredProcessor(fc.Processor) {
 			continue
 		}
-		if outbox.IsPostgres(m.Config.DB) {
-			return configErr("--feed %s: the SQL processor %s %v, not on --db postgres://", name, fc.Processor, outbox.ErrSQLiteOnly)
-		}
 		if _, err := newSQLProcessor(name, fc, m.Config); err != nil {
 			return err
 		}
@@ -160,9 +161,46 @@ func (m *Main) checkSQLProcessors() error {
 // SQL processor refuses to start on a store without it. It runs before
 // any loop, while no transaction is open.
 func (m *Main) guardSQL(ctx context.Context, s *outbox.Store) error {
+	if s.Postgres() {
+		return m.checkSQLOnPostgres(ctx, s)
+	}
 	for _, fc := range m.Config.Feeds {
 		if m.Config.declaredProcessor(fc.Processor) {
 			return sqlproc.Guard(ctx, s)
+		}
+	}
+	return nil
+}
+
+// checkSQLOnPostgres runs, on a PostgreSQL store, each SQL processor's
+// Setup in a transaction rolled back at once: SQLite's authorizer has no
+// counterpart there, and its statements are PostgreSQL's, which only the
+// database can judge (see sqlproc.NewPostgres). What Setup refuses (a
+// statement PostgreSQL cannot PREPARE, one the guard refuses) is a
+// *ConfigError of one line: the start fails with exit code 2, nothing
+// created.
+func (m *Main) checkSQLOnPostgres(ctx context.Context, s *outbox.Store) error {
+	for _, name := range m.Config.FeedNames() {
+		fc := m.Config.Feeds[name]
+		if !m.Config.declaredProcessor(fc.Processor) {
+			continue
+		}
+		p, err := newSQLProcessor(name, fc, m.Config)
+		if err != nil {
+			return err
+		}
+		su, ok := p.(ingest.Setupper)
+		if !ok {
+			continue
+		}
+		tx, err := s.Begin(ctx)
+		if err != nil {
+			return fmt.Errorf("feed %s: check the SQL processor: %w", name, err)
+		}
+		err = su.Setup(ctx, tx)
+		tx.Rollback()
+		if err != nil {
+			return &ConfigError{Err: fmt.Errorf("feed %s: processors.%w", name, trimKind(err))}
 		}
 	}
 	return nil

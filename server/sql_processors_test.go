@@ -312,3 +312,38 @@ func TestSQLProcessor_Reads(t *testing.T) {
 		}
 	}
 }
+
+// TestSQLProcessor_Postgres: on --db postgres:// a SQL processor is made
+// for PostgreSQL (its SQL is not judged by SQLite's check, PostgreSQL
+// PREPAREs it at the feed's start); on a SQLite --db the same SQL is
+// SQLite's check's to refuse.
+func TestSQLProcessor_Postgres(t *testing.T) {
+	yml := `processors:
+  pg:
+    kind: sql
+    input: csv
+    columns: [account]
+    topic: pg.out
+    emit: |
+      SELECT CAST(:account AS text) AS key, CAST(CAST(:account AS text) ~ '^a' AS text) AS value;
+feeds:
+  f: {source: "file:/var/log/f.csv", processor: pg}
+`
+	for _, db := range []string{"postgres://postgres@127.0.0.1:5432/x?sslmode=disable", ""} {
+		args := []string{"--config", writeYAML(t, yml)}
+		if db != "" {
+			args = append(args, "--db", db)
+		}
+		c, err := ParseConfig(args, env(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = newSQLProcessor("f", c.Feeds["f"], c)
+		if db != "" && err != nil {
+			t.Fatalf("on PostgreSQL: %v", err)
+		}
+		if db == "" && (err == nil || !strings.Contains(err.Error(), "feed f: processors.pg: emit (")) {
+			t.Fatalf("on SQLite: %v, want the emit statement refused", err)
+		}
+	}
+}

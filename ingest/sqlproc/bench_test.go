@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/ingest/filefeed"
 	"github.com/outboxd/outboxd/ingest/ledger"
 	"github.com/outboxd/outboxd/ingest/sqlproc"
+	"github.com/outboxd/outboxd/internal/testutil/pgtest"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -48,11 +49,20 @@ func runIngest(b *testing.B, n int, mk func(b *testing.B, s *outbox.Store) inges
 
 // runIngestCfg is runIngest with the loop's configuration changed by set.
 func runIngestCfg(b *testing.B, n int, mk func(b *testing.B, s *outbox.Store) ingest.Processor, set func(*ingest.Config)) ingestRun {
+	return runIngestOn(b, n, "", mk, set)
+}
+
+// runIngestOn is runIngestCfg on the database db: a SQLite file in a
+// temporary directory when db is "".
+func runIngestOn(b *testing.B, n int, db string, mk func(b *testing.B, s *outbox.Store) ingest.Processor, set func(*ingest.Config)) ingestRun {
 	b.Helper()
 	dir := b.TempDir()
 	path, end := benchLedgerFile(b, dir, n)
 	ctx := context.Background()
-	s, err := outbox.Open(ctx, outbox.DefaultConfig(filepath.Join(dir, "b.db")))
+	if db == "" {
+		db = filepath.Join(dir, "b.db")
+	}
+	s, err := outbox.Open(ctx, outbox.DefaultConfig(db))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -142,4 +152,24 @@ func BenchmarkIngestRatio(b *testing.B) {
 	b.ReportMetric(float64(b.N)/g.wall.Seconds(), "go-lines/s")
 	b.ReportMetric(float64(b.N)/q.wall.Seconds(), "sql-lines/s")
 	b.ReportMetric(g.wall.Seconds()/q.wall.Seconds(), "sql/go")
+}
+
+// pgSQLLedger is the SQL ledger of testdata/ledger.pg.yaml, the PostgreSQL
+// golden test's.
+func pgSQLLedger(b *testing.B, _ *outbox.Store) ingest.Processor {
+	p, err := sqlproc.NewPostgres(loadConfig(b, "ledger", "testdata/ledger.pg.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// BenchmarkIngestPostgres is BenchmarkIngest on PostgreSQL (a database of
+// its own per run): the Go ledger and the SQL ledger of
+// testdata/ledger.pg.yaml. cpu-ns/line is outboxd's process only; the
+// PostgreSQL server's own CPU is not in it.
+func BenchmarkIngestPostgres(b *testing.B) {
+	none := func(*ingest.Config) {}
+	b.Run("GoLedger", func(b *testing.B) { report(b, runIngestOn(b, b.N, pgtest.New(b).DSN, goLedger, none)) })
+	b.Run("SQLLedger", func(b *testing.B) { report(b, runIngestOn(b, b.N, pgtest.New(b).DSN, pgSQLLedger, none)) })
 }

@@ -210,6 +210,9 @@ var codeSuffix = regexp.MustCompile(` \(\d+\)$`)
 // sqliteMessage is SQLite's message without the driver's decorations, on
 // one line.
 func sqliteMessage(err error) string {
+	if isPG(err) {
+		return pgMessage(err)
+	}
 	var se *sqlite.Error
 	msg := err.Error()
 	if errors.As(err, &se) {

@@ -2,6 +2,7 @@ package sqlproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -25,6 +26,7 @@ type Processor struct {
 	states sync.Pool // *itemState
 
 	guarded sync.Map // *outbox.Store -> struct{}: stores seen to have the guard
+	pg      bool     // made by NewPostgres: its SQL is PostgreSQL's
 }
 
 var (
@@ -53,6 +55,29 @@ func New(cfg Config) (*Processor, error) {
 	}
 	return newProcessor(p), nil
 }
+
+// NewPostgres checks cfg (Validate) and returns its processor for a
+// PostgreSQL store: its SQL is PostgreSQL's, which the SQLite scratch
+// database of New cannot judge, so every statement is PREPAREd on the
+// real database by Setup instead, where a syntax error or a missing table
+// fails the start with one line naming the processor, the statement and
+// PostgreSQL's message. Its Setup and Apply refuse a SQLite store.
+func NewPostgres(cfg Config) (*Processor, error) {
+	p, err := cfg.compile()
+	if err != nil {
+		return nil, err
+	}
+	if p.window != nil || len(p.reads) > 0 {
+		return nil, fmt.Errorf("sqlproc %s: %w", cfg.Name, errPGUnsupported)
+	}
+	proc := newProcessor(p)
+	proc.pg = true
+	return proc, nil
+}
+
+// errPGUnsupported says what of a SQL processor does not run on
+// PostgreSQL in this version.
+var errPGUnsupported = errors.New("window and reads run on a SQLite --db only in this version")
 
 func newProcessor(p *plan) *Processor {
 	proc := &Processor{plan: p, used: make([]bool, len(p.params))}
@@ -97,11 +122,32 @@ func (p *Processor) Setup(ctx context.Context, tx *outbox.Tx) error {
 	if err := p.checkGuard(ctx, tx); err != nil {
 		return err
 	}
+	var own []string
+	if p.pg {
+		var err error
+		if own, err = p.plan.pgOwnTables(); err != nil {
+			return err
+		}
+		if err := p.pgClaimCheck(ctx, tx, own); err != nil {
+			return err
+		}
+	}
 	if err := p.plan.prepare(ctx, tx); err != nil {
 		return err
 	}
+	if p.pg {
+		if err := p.pgClaim(ctx, tx, own); err != nil {
+			return err
+		}
+		if err := p.pgCheck(ctx, tx, own); err != nil {
+			return err
+		}
+	}
 	for _, r := range p.statements() {
 		if _, err := tx.Stmt(ctx, r.stmt.String()); err != nil {
+			if p.pg {
+				return fmt.Errorf("sqlproc %s: %s: %s", p.Name(), r.name, pgMessage(err))
+			}
 			return fmt.Errorf("sqlproc %s: %s: %s", p.Name(), r.name, sqliteMessage(err))
 		}
 	}
@@ -134,6 +180,13 @@ func (p *Processor) checkGuard(ctx context.Context, tx *outbox.Tx) error {
 	if _, ok := p.guarded.Load(tx.Store()); ok {
 		return nil
 	}
+	if pg := tx.Store().Postgres(); pg || p.pg {
+		if pg != p.pg {
+			return fmt.Errorf("sqlproc %s: %w", p.Name(), errWrongStore)
+		}
+		p.guarded.Store(tx.Store(), struct{}{})
+		return nil
+	}
 	_, err := tx.Exec(ctx, probeGuard)
 	if err == nil {
 		return fmt.Errorf("sqlproc %s: %w", p.Name(), errNoGuard)
@@ -163,6 +216,11 @@ func (p *Processor) Apply(ctx context.Context, tx *outbox.Tx, d ingest.Delivery,
 	defer p.states.Put(s)
 	if err := s.bind(d, item); err != nil {
 		return ingest.Permanent(ingest.ReasonMalformed, err)
+	}
+	if p.pg {
+		if err := s.pgText(); err != nil {
+			return ingest.Permanent(ingest.ReasonMalformed, err)
+		}
 	}
 	s.failed, s.verdict, s.bad = nil, nil, s.bad[:0]
 	err := tx.Batch(func(b *outbox.Batch) error { return p.run(ctx, tx, b, s) })

@@ -21,6 +21,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -216,6 +217,9 @@ func (l *Loop) itemFailed(ctx context.Context, p *pass, failed error) error {
 // error's class (see outbox.Classify):
 //   - a corrupt or vanished database, or another process owning it, ends
 //     the feed: the error is returned;
+//   - a group feed's partition moved to another server
+//     (outbox.ErrPartitionFenced) drops the rest of the batch (dropFenced):
+//     the new owner applies it, and the feed goes on;
 //   - a broken constraint is the fault of one item: the transaction is cut
 //     in halves until the item that breaks it is alone, and that item is
 //     dead-lettered;
@@ -235,6 +239,10 @@ func (l *Loop) itemFailed(ctx context.Context, p *pass, failed error) error {
 // disk was freed.
 func (l *Loop) storeFailed(ctx context.Context, p *pass, out result) error {
 	err, class := out.storeFailed, outbox.Classify(out.storeFailed)
+	if errors.Is(err, outbox.ErrPartitionFenced) {
+		l.dropFenced(ctx, p, err)
+		return nil
+	}
 	l.status.setError(err)
 	if class.Fatal() {
 		return fmt.Errorf("feed %s: %s: %w", l.cfg.Name, class, err)
@@ -339,5 +347,25 @@ func (l *Loop) resumed(ctx context.Context, p *pass) {
 	l.log.Info("feed resumed: the stall's cause is gone")
 	if err := l.store.SetLastError(context.WithoutCancel(ctx), l.cfg.Name, ""); err != nil {
 		l.log.Warn("clearing the stall's reason", "err", err)
+	}
+}
+
+// dropFenced drops what is left of p, and the records set aside for the
+// next batch, after a commit was fenced on a group feed's partition that
+// moved to another server (err wraps outbox.ErrPartitionFenced): nothing of
+// the transaction committed, and the new owner applies the partition's
+// records from the position the store has. The feed is told (Dropper), so
+// that it yields again, from the store's positions, what it still holds of
+// the other partitions among them; the loop goes on with the partitions
+// the feed holds.
+func (l *Loop) dropFenced(ctx context.Context, p *pass, err error) {
+	dropped := append(p.b.recs[:len(p.b.recs):len(p.b.recs)], l.carry...)
+	l.carry = l.carry[:0]
+	l.log.Info("a partition moved to another server: its batch is dropped, the new owner applies it",
+		"records", len(dropped), "err", err)
+	l.resumed(ctx, p)
+	p.b = batch{}
+	if d, ok := l.feed.(Dropper); ok {
+		d.Dropped(ctx, dropped)
 	}
 }

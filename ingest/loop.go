@@ -256,6 +256,15 @@ func (l *Loop) State() (outbox.FeedState, string) {
 	return outbox.CaughtUpOrRunning(positions, l.feed.Ends()), lastError
 }
 
+// Dropper is a feed told when the loop drops records it yielded without
+// committing them: a commit fenced because one of the batch's partitions
+// moved to another server (outbox.ErrPartitionFenced). Dropped gets every
+// record dropped; the feed yields again, from the positions the store has,
+// the partitions among them it still holds, and nothing of the others.
+type Dropper interface {
+	Dropped(ctx context.Context, recs []Record)
+}
+
 // Run opens the feed right after the stored checkpoints and applies records
 // until ctx is done; then it commits the batch in hand (unless the feed is
 // stalled on it: then nothing of it is kept) and returns nil.
@@ -265,7 +274,9 @@ func (l *Loop) State() (outbox.FeedState, string) {
 // at Config.StallMaxDelay, and resumes by itself once the cause is gone.
 // Run returns an error only when the feed cannot go on at all: it could not
 // start (register, set up the processor, open the feed), the database is
-// corrupt or gone, or another process claimed it (outbox.ErrFenced). Then
+// corrupt or gone, or another process claimed it (outbox.ErrFenced; not a
+// group feed's partition moved to another server, outbox.ErrPartitionFenced:
+// then the batch is dropped and the feed goes on, see Dropper). Then
 // the state stays StateFailed with that error, and the error is logged.
 // The feed is closed whatever happens.
 func (l *Loop) Run(ctx context.Context) error {

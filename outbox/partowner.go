@@ -32,6 +32,14 @@ import (
 	"sync"
 )
 
+// ErrPartitionFenced is returned (wrapped) by a commit that touched a
+// group feed's partition this store no longer holds at its latest epoch:
+// the group moved the partition to another server, which applies what the
+// commit held. It matches ErrFenced too, but only that transaction is
+// refused: the store's other partitions, and the database, are still this
+// server's to write. A database-wide fence (Claim) is ErrFenced alone.
+var ErrPartitionFenced = fmt.Errorf("%w: a partition moved to another server", ErrFenced)
+
 // PartitionOwner is a group feed's partition as the store has it: its
 // owner epoch, the server holding it ("" once released) and when it was
 // last claimed.
@@ -184,7 +192,7 @@ func (tx *Tx) touch(feed string, partition int32) {
 	tx.parts = append(tx.parts, fp)
 }
 
-// checkPartitions fails with ErrFenced when a group feed's partition the
+// checkPartitions fails with ErrPartitionFenced when a group feed's partition the
 // transaction touched is not held by this store at its latest epoch. It
 // runs inside the transaction, at commit, so the check and the commit are
 // atomic (see the top of this file).
@@ -195,14 +203,14 @@ func (tx *Tx) checkPartitions() error {
 		}
 		held, ok := tx.store.parts.epoch(fp)
 		if !ok {
-			return fmt.Errorf("%w: %s[%d] is not held by this server", ErrFenced, fp.feed, fp.partition)
+			return fmt.Errorf("%w: %s[%d] is not held by this server", ErrPartitionFenced, fp.feed, fp.partition)
 		}
 		var epoch int64
 		if err := tx.tx.GetContext(txCtx(), &epoch, partitionEpochInTxSQL, fp.feed, fp.partition); err != nil {
 			return fmt.Errorf("check owner of %s[%d]: %w", fp.feed, fp.partition, err)
 		}
 		if epoch != held {
-			return fmt.Errorf("%w: %s[%d] has owner epoch %d, this server holds %d", ErrFenced, fp.feed, fp.partition,
+			return fmt.Errorf("%w: %s[%d] has owner epoch %d, this server holds %d", ErrPartitionFenced, fp.feed, fp.partition,
 				epoch, held)
 		}
 	}

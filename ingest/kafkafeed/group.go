@@ -18,8 +18,9 @@ package kafkafeed
 // touches the partition checks the epoch inside itself (see
 // outbox/partowner.go), so a server paused or cut off past its session
 // commits nothing of the partition once another owns it: its commit fails
-// with outbox.ErrFenced, and the server stops (it is restarted, and
-// rejoins).
+// with outbox.ErrPartitionFenced: the loop drops that batch and goes on
+// (Dropped: the partitions of it still held are read again from the
+// store's positions), and the server keeps its other partitions.
 //
 // On revocation (the claim's Messages channel closes, or the session
 // ends) the feed yields no more of the partition and drops what it had
@@ -28,7 +29,7 @@ package kafkafeed
 // yielded) before the revoke completes and the partition is released in
 // the store. A batch that does not commit within the rebalance timeout is
 // dropped: the partition is released anyway, and the batch's commit fails
-// with ErrFenced.
+// with outbox.ErrPartitionFenced.
 //
 // A group feed reads one topic (no extra topics). Its epochs, losses and
 // positions are those of Feed: Epoch(topic ID, partition), offset + 1; a
@@ -152,6 +153,8 @@ type groupPart struct {
 	waiting   bool            // records were yielded that no Commit has covered yet
 	end       int64           // the high watermark last seen
 	active    bool            // false once revoked: nothing more is yielded
+	rewinding bool            // the loop dropped records of it: it is read again from the store's position
+	rewind    chan struct{}   // signalled when rewinding is set
 	space     chan struct{}   // signalled when recs shrinks
 	sess      sarama.ConsumerGroupSession
 }
@@ -328,6 +331,13 @@ func (g *GroupFeed) hold(sess sarama.ConsumerGroupSession, claim sarama.Consumer
 			log.Info("partition revoked", "held", time.Since(taken).Round(time.Millisecond))
 			return nil
 		}
+		if from, ok, err := g.rewound(gp); err != nil {
+			return err
+		} else if ok {
+			log.Info("the loop dropped a fenced batch: reading the partition again from the store's position",
+				"position", from)
+			next = from
+		}
 	}
 }
 
@@ -343,6 +353,8 @@ func (g *GroupFeed) read(ctx context.Context, gp *groupPart, pc sarama.Partition
 			if !ok {
 				return next, true
 			}
+		case <-gp.rewind:
+			return next, false // read again from the store's position
 		case err, ok := <-pc.Errors():
 			if ok {
 				log.Warn("reading the partition", logErr, err)
@@ -382,6 +394,10 @@ func (g *GroupFeed) enqueue(ctx context.Context, gp *groupPart, rec ingest.Recor
 			g.mu.Unlock()
 			return false
 		}
+		if gp.rewinding { // read again from the store's position: this one is dropped
+			g.mu.Unlock()
+			return true
+		}
 		gp.end = max(gp.end, hwm)
 		if len(gp.recs) < groupBuffer {
 			gp.recs = append(gp.recs, rec)
@@ -411,7 +427,7 @@ func (g *GroupFeed) take(ctx context.Context, p int32, sess sarama.ConsumerGroup
 	if err != nil {
 		return nil, 0, err
 	}
-	cp, had := cps[p]
+	cp := cps[p]
 	id, err := g.topicID()
 	if err != nil {
 		return nil, 0, err
@@ -421,10 +437,23 @@ func (g *GroupFeed) take(ctx context.Context, p int32, sess sarama.ConsumerGroup
 		return nil, 0, fmt.Errorf("log start of %s[%d]: %w", g.cfg.Topic, p, err)
 	}
 	epoch := Epoch(id, p)
-	gp := &groupPart{p: p, epoch: epoch, active: true, space: make(chan struct{}, 1), sess: sess, end: cp.End}
-	start := cp.Position
+	gp := &groupPart{p: p, epoch: epoch, active: true, space: make(chan struct{}, 1), rewind: make(chan struct{}, 1),
+		sess: sess, end: cp.End}
+	start := gp.prime(cp, epoch, oldest)
+	gp.yielded, gp.committed = cp.Position, cp.Position
+	g.mu.Lock()
+	g.parts[p] = gp
+	g.mu.Unlock()
+	signal(g.ready)
+	return gp, start, nil
+}
+
+// prime queues the records gp yields first from the store's checkpoint cp
+// (an epoch, a loss) and returns the offset to read from.
+func (gp *groupPart) prime(cp outbox.Checkpoint, epoch string, oldest int64) int64 {
+	p, start := gp.p, cp.Position
 	switch {
-	case !had || cp.Epoch == "":
+	case cp.Epoch == "":
 		start = oldest
 		gp.recs = append(gp.recs, ingest.Record{Kind: ingest.RecordEpoch, Partition: p, Epoch: epoch, Position: oldest})
 	case cp.Epoch != epoch:
@@ -438,12 +467,61 @@ func (g *GroupFeed) take(ctx context.Context, p int32, sess sarama.ConsumerGroup
 		gp.recs = append(gp.recs, ingest.Record{Kind: ingest.RecordLoss, Partition: p, Epoch: epoch,
 			From: cp.Position, To: oldest, Reason: LossRetention})
 	}
-	gp.yielded, gp.committed = cp.Position, cp.Position
+	return start
+}
+
+// Dropped notes that the loop dropped recs without committing them (a
+// commit fenced: one of their partitions moved to another server). A
+// revoked partition among them no longer waits for them; a partition
+// still held is read again from the position the store has (see rewound).
+func (g *GroupFeed) Dropped(_ context.Context, recs []ingest.Record) {
 	g.mu.Lock()
-	g.parts[p] = gp
+	defer g.mu.Unlock()
+	for _, r := range recs {
+		gp, ok := g.parts[r.Partition]
+		if !ok || gp.rewinding {
+			continue
+		}
+		gp.waiting = false // nothing of it is in hand any more
+		if gp.active {
+			gp.rewinding = true
+			clear(gp.recs)
+			gp.recs = nil
+			gp.yielded = gp.committed
+			signal(gp.rewind)
+			signal(gp.space)
+		}
+	}
+	g.cond.Broadcast()
+}
+
+// rewound reads gp's position from the store again after the loop dropped
+// records of it (Dropped), queues what it yields first, and returns the
+// offset to read from; ok is false when gp was not dropped.
+func (g *GroupFeed) rewound(gp *groupPart) (start int64, ok bool, err error) {
+	g.mu.Lock()
+	rewinding := gp.rewinding
+	g.mu.Unlock()
+	if !rewinding {
+		return 0, false, nil
+	}
+	cps, err := g.cfg.Store.Positions(g.ctx, g.cfg.Feed)
+	if err != nil {
+		return 0, false, err
+	}
+	cp := cps[gp.p]
+	oldest, err := g.client.GetOffset(g.cfg.Topic, gp.p, sarama.OffsetOldest)
+	if err != nil {
+		return 0, false, fmt.Errorf("log start of %s[%d]: %w", g.cfg.Topic, gp.p, err)
+	}
+	g.mu.Lock()
+	clear(gp.recs)
+	gp.recs = nil
+	start = gp.prime(cp, gp.epoch, oldest)
+	gp.yielded, gp.committed, gp.waiting, gp.rewinding = cp.Position, cp.Position, false, false
 	g.mu.Unlock()
 	signal(g.ready)
-	return gp, start, nil
+	return start, true, nil
 }
 
 // lost queues the loss of the offsets from next to the log start, deleted

@@ -31,6 +31,16 @@ package kafkafeed
 // dropped: the partition is released anyway, and the batch's commit fails
 // with outbox.ErrPartitionFenced.
 //
+// Such a partition is pending until the loop reports that batch committed
+// (Commit) or dropped (Dropped): a new claim of it by this server waits
+// for that (at most until its session ends). Without the wait the group
+// could give the partition back to this server, which would claim it at a
+// new epoch, and the old batch, read before another server applied the
+// partition further, would then pass the owner check at that new epoch and
+// apply again what the other applied. With it the old batch meets a
+// partition this store does not hold, is fenced and dropped, and the new
+// claim reads the position the other server left.
+//
 // A group feed reads one topic (no extra topics). Its epochs, losses and
 // positions are those of Feed: Epoch(topic ID, partition), offset + 1; a
 // position below the log start is a LossRetention, a topic whose ID is not
@@ -130,12 +140,17 @@ type GroupFeed struct {
 	consumer sarama.Consumer
 	group    sarama.ConsumerGroup
 
-	mu     sync.Mutex
-	cond   *sync.Cond // signalled when a partition's committed position moves or the feed closes
-	parts  map[int32]*groupPart
-	opened bool
-	closed bool
-	rr     int
+	mu    sync.Mutex
+	cond  *sync.Cond // signalled when a partition's committed position moves or the feed closes
+	parts map[int32]*groupPart
+	// pending holds each partition released with a batch of it still in
+	// hand, until Commit or Dropped reports that batch: a new claim of it
+	// waits (settle).
+	pending map[int32]*groupPart
+	waiters int // claims waiting in settle
+	opened  bool
+	closed  bool
+	rr      int
 
 	ready chan struct{}
 	ctx   context.Context
@@ -166,12 +181,13 @@ func NewGroup(cfg GroupConfig) *GroupFeed {
 	cfg = cfg.withDefaults()
 	ctx, stop := context.WithCancel(context.Background())
 	g := &GroupFeed{
-		cfg:   cfg,
-		log:   cfg.Logger.With("component", "kafka-group-feed", logSource, cfg.Topic, "group", cfg.Group),
-		parts: map[int32]*groupPart{},
-		ready: make(chan struct{}, 1),
-		ctx:   ctx,
-		stop:  stop,
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "kafka-group-feed", logSource, cfg.Topic, "group", cfg.Group),
+		parts:   map[int32]*groupPart{},
+		pending: map[int32]*groupPart{},
+		ready:   make(chan struct{}, 1),
+		ctx:     ctx,
+		stop:    stop,
 	}
 	g.cond = sync.NewCond(&g.mu)
 	return g
@@ -420,6 +436,9 @@ func (g *GroupFeed) enqueue(ctx context.Context, gp *groupPart, rec ingest.Recor
 // makes its slot: the records it yields first (an epoch, a loss) are
 // queued. It returns the offset to read from.
 func (g *GroupFeed) take(ctx context.Context, p int32, sess sarama.ConsumerGroupSession) (*groupPart, int64, error) {
+	if err := g.settle(ctx, p); err != nil {
+		return nil, 0, err
+	}
 	if _, err := g.cfg.Store.ClaimPartition(ctx, g.cfg.Feed, p, g.cfg.Owner); err != nil {
 		return nil, 0, err
 	}
@@ -446,6 +465,32 @@ func (g *GroupFeed) take(ctx context.Context, p int32, sess sarama.ConsumerGroup
 	g.mu.Unlock()
 	signal(g.ready)
 	return gp, start, nil
+}
+
+// settle waits until no batch of partition p released in hand is pending
+// (see release), ctx is done or the feed closes.
+func (g *GroupFeed) settle(ctx context.Context, p int32) error {
+	stop := context.AfterFunc(ctx, func() {
+		g.mu.Lock()
+		g.cond.Broadcast()
+		g.mu.Unlock()
+	})
+	defer stop()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.waiters++
+	defer func() { g.waiters-- }()
+	for g.pending[p] != nil && !g.closed && ctx.Err() == nil {
+		g.cond.Wait()
+	}
+	switch {
+	case g.closed:
+		return fmt.Errorf("claim %s[%d]: %w", g.cfg.Topic, p, fs.ErrClosed)
+	case g.pending[p] != nil:
+		return fmt.Errorf("claim %s[%d]: the batch in hand when it was released is not settled: %w", g.cfg.Topic, p,
+			context.Cause(ctx))
+	}
+	return nil
 }
 
 // prime queues the records gp yields first from the store's checkpoint cp
@@ -478,6 +523,7 @@ func (g *GroupFeed) Dropped(_ context.Context, recs []ingest.Record) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, r := range recs {
+		delete(g.pending, r.Partition) // the batch in hand at its release is settled
 		gp, ok := g.parts[r.Partition]
 		if !ok || gp.rewinding {
 			continue
@@ -585,10 +631,13 @@ func (g *GroupFeed) release(gp *groupPart, log *slog.Logger) {
 	if g.parts[gp.p] == gp {
 		delete(g.parts, gp.p)
 	}
+	if dropped {
+		g.pending[gp.p] = gp
+	}
 	g.mu.Unlock()
 	if dropped {
 		log.Warn("the batch in hand did not commit within the rebalance timeout: the partition is released, "+
-			"and the batch's commit will be refused (fenced)", "committed", gp.committed, "yielded", gp.yielded)
+			"and the batch's commit will be refused (fenced); this server claims the partition again only once the loop reports it", "committed", gp.committed, "yielded", gp.yielded)
 	}
 	if err := g.cfg.Store.ReleasePartition(context.WithoutCancel(g.ctx), g.cfg.Feed, gp.p); err != nil {
 		log.Warn("releasing the partition", logErr, err)
@@ -662,6 +711,12 @@ func (g *GroupFeed) Commit(_ context.Context, through []outbox.Checkpoint) error
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, c := range through {
+		if gp := g.pending[c.Partition]; gp != nil && c.Epoch == gp.epoch {
+			// committed before the release reached the store
+			if gp.committed = max(gp.committed, c.Position); gp.committed >= gp.yielded {
+				delete(g.pending, c.Partition)
+			}
+		}
 		gp, ok := g.parts[c.Partition]
 		if !ok {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,5 +155,65 @@ func TestLoop_PartitionFenced(t *testing.T) {
 	// A database-wide fence still ends the feed.
 	if !errors.Is(outbox.ErrPartitionFenced, outbox.ErrFenced) {
 		t.Fatal("ErrPartitionFenced does not match ErrFenced")
+	}
+}
+
+// pgRejecting is pgCounter that dead-letters values starting with "bad"
+// as malformed.
+type pgRejecting struct{ *counter }
+
+func (c pgRejecting) Apply(ctx context.Context, tx *outbox.Tx, _ ingest.Delivery, item ingest.Item) error {
+	if strings.HasPrefix(string(item.Value), "bad") {
+		return ingest.Malformed("value %q is bad", item.Value)
+	}
+	return pgCount(ctx, tx, item)
+}
+
+// TestLoop_RequeueOfAMovedPartition: a dead letter's requeue on the
+// server whose partition another server took since fails alone, saying
+// so; the feed goes on, and nothing of the requeue is committed.
+func TestLoop_RequeueOfAMovedPartition(t *testing.T) {
+	dsn := pgtest.New(t).DSN
+	ctx := context.Background()
+	a := outboxtest.OpenStore(t, outbox.DefaultConfig(dsn))
+	b := outboxtest.OpenStore(t, outbox.DefaultConfig(dsn))
+	for _, p := range []int32{0, 1} {
+		if _, err := a.ClaimPartition(ctx, "f", p, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fa := &droppingFeed{memFeed: newMemFeed("e", "v1", "bad1", "v2")}
+	la, stopA := running(t, a, fa, pgRejecting{newCounter()}, testConfig())
+	wait(t, 10*time.Second, positionIs(a, "f", "e", 3))
+	dls, err := a.DeadLetters(ctx, "f", 0, 10)
+	if err != nil || len(dls) != 1 {
+		t.Fatalf("dead letters %d (%v), want 1", len(dls), err)
+	}
+	if _, err := b.ClaimPartition(ctx, "f", 0, "b"); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := la.RequeueWith(ctx, dls[0].ID, outbox.Requeue{Payload: []byte("fixed")}) // an operator's edit
+	if ok || !errors.Is(err, outbox.ErrPartitionFenced) || !strings.Contains(err.Error(), "partition 0 is another server's now") {
+		t.Fatalf("Requeue of a moved partition's dead letter = %v, %v; want false and the partition named", ok, err)
+	}
+	if st, e := la.State(); st == outbox.StateFailed {
+		t.Fatalf("a's feed failed after a fenced requeue: %s", e)
+	}
+	// a goes on with partition 1.
+	fa.add(ingest.Record{Kind: ingest.RecordEpoch, Partition: 1, Epoch: "e1"},
+		ingest.Record{Kind: ingest.RecordItem, Partition: 1, Epoch: "e1", Position: 1, Item: ingest.Item{Value: []byte("w1")}})
+	wait(t, 10*time.Second, func() error {
+		if c := counts(t, a); c["w1"] != 1 {
+			return fmt.Errorf("counts %v, want w1 once", c)
+		}
+		return nil
+	})
+	if err := stopA(); err != nil {
+		t.Fatalf("a: %v", err)
+	}
+	equal(t, "counts", fmt.Sprint(counts(t, a)), "map[v1:1 v2:1 w1:1]")
+	dl, err := a.DeadLetterByID(ctx, "f", dls[0].ID)
+	if err != nil || dl.Resolved() {
+		t.Fatalf("the dead letter after the fenced requeue: resolved %v (%v), want it still open", dl.Resolved(), err)
 	}
 }

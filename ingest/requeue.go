@@ -301,6 +301,11 @@ func (l *Loop) serveRequeue(q *requeueReq) requeueResult {
 		}
 		err, class := out.storeFailed, outbox.Classify(out.storeFailed)
 		switch {
+		case errors.Is(err, outbox.ErrPartitionFenced):
+			// The group moved the partition to another server: this one
+			// must not apply it, but its other partitions go on.
+			return requeueResult{err: fmt.Errorf("requeue dead letter %d: partition %d is another server's now: "+
+				"requeue it on that server: %w", q.id, d.Partition, err)}
 		case class.Fatal():
 			l.fatal = fmt.Errorf("feed %s: %s: %w", l.cfg.Name, class, err)
 			return requeueResult{err: fmt.Errorf("requeue dead letter %d: %w", q.id, l.fatal)}

@@ -365,23 +365,33 @@ func (f *Feed) dial(ctx context.Context) error {
 	if err := f.checkAccess(ctx); err != nil {
 		return err
 	}
-	client, err := sarama.NewClient(f.cfg.Brokers, f.saramaConfig())
+	client, fetcher, consumer, err := f.newClients()
 	if err != nil {
 		return err
-	}
-	fetcher, err := sarama.NewClient(f.cfg.Brokers, f.saramaConfig())
-	if err != nil {
-		client.Close()
-		return err
-	}
-	consumer, err := sarama.NewConsumerFromClient(fetcher)
-	if err != nil {
-		fetcher.Close()
-		client.Close()
-		return fmt.Errorf("consumer: %w", err)
 	}
 	f.client, f.fetcher, f.consumer = client, fetcher, consumer
 	return nil
+}
+
+// newClients makes the feed's two clients (metadata and offsets; fetches) and
+// the partition consumer on the second, closing what it made on an error.
+func (f *Feed) newClients() (client, fetcher sarama.Client, consumer sarama.Consumer, err error) {
+	client, err = sarama.NewClient(f.cfg.Brokers, f.saramaConfig())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fetcher, err = sarama.NewClient(f.cfg.Brokers, f.saramaConfig())
+	if err != nil {
+		client.Close()
+		return nil, nil, nil, err
+	}
+	consumer, err = sarama.NewConsumerFromClient(fetcher)
+	if err != nil {
+		fetcher.Close()
+		client.Close()
+		return nil, nil, nil, fmt.Errorf("consumer: %w", err)
+	}
+	return client, fetcher, consumer, nil
 }
 
 func (f *Feed) saramaConfig() *sarama.Config {

@@ -236,20 +236,9 @@ func (g *GroupFeed) Open(ctx context.Context, _ map[int32]outbox.Checkpoint) err
 
 func (g *GroupFeed) dial() error {
 	f := &Feed{cfg: g.cfg.Config}
-	client, err := sarama.NewClient(g.cfg.Brokers, f.saramaConfig())
+	client, fetcher, consumer, err := f.newClients()
 	if err != nil {
 		return err
-	}
-	fetcher, err := sarama.NewClient(g.cfg.Brokers, f.saramaConfig())
-	if err != nil {
-		client.Close()
-		return err
-	}
-	consumer, err := sarama.NewConsumerFromClient(fetcher)
-	if err != nil {
-		fetcher.Close()
-		client.Close()
-		return fmt.Errorf("consumer: %w", err)
 	}
 	gc := f.saramaConfig()
 	gc.ClientID = g.cfg.ClientID + "-group"
